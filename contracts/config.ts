@@ -480,8 +480,14 @@ export const ConfigSchema = z
     WEBHOOK_DISABLE_AFTER_FAILED_DELIVERIES: positiveInt.default(5),
     /** ...or after failing without a single success for this long (5 days). */
     WEBHOOK_DISABLE_AFTER_MS: positiveInt.default(5 * 24 * 3_600_000),
-    /** Requests in flight per endpoint (origin); more wait in that endpoint's own queue. */
+    /** Requests in flight per endpoint (an API key's origin); more wait in that endpoint's own queue. */
     WEBHOOK_ENDPOINT_CONCURRENCY: positiveInt.default(4),
+    /**
+     * Requests in flight (so connections) per origin over every API key's endpoint there, per
+     * process: each key with subscriptions there gets an even share of it (at least 1, at most
+     * WEBHOOK_ENDPOINT_CONCURRENCY): another key's hung requests hold their share, no more.
+     */
+    WEBHOOK_ORIGIN_CONCURRENCY: positiveInt.default(64),
     /** Deliveries waiting per endpoint with their bytes in memory; more wait by id (never failed). */
     WEBHOOK_ENDPOINT_QUEUE_LIMIT: positiveInt.default(1_000),
     /**

@@ -62,6 +62,8 @@ export interface Receiver {
   received: ReceivedRequest[];
   /** Decides the answer per request; defaults to 200. */
   behave: (request: ReceivedRequest, index: number) => Behaviour;
+  /** TCP connections accepted (server.on('connection')): open now, most open at once, ever. */
+  connections: { open: number; peak: number; total: number };
   waitFor(count: number, timeoutMs?: number): Promise<void>;
   close(): Promise<void>;
 }
@@ -75,6 +77,7 @@ export async function startReceiver(tls: { key: string; cert: string }): Promise
     port: 0,
     received: [],
     behave: () => ({ status: 200 }),
+    connections: { open: 0, peak: 0, total: 0 },
     async waitFor(count, timeoutMs = 20_000) {
       const deadline = Date.now() + timeoutMs;
       while (receiver.received.length < count) {
@@ -113,7 +116,13 @@ export async function startReceiver(tls: { key: string; cert: string }): Promise
   });
   server.on('connection', (s: Socket) => {
     sockets.add(s);
-    s.on('close', () => sockets.delete(s));
+    const { connections } = receiver;
+    connections.total++;
+    connections.peak = Math.max(connections.peak, ++connections.open);
+    s.on('close', () => {
+      sockets.delete(s);
+      connections.open--;
+    });
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   receiver.port = (server.address() as AddressInfo).port;

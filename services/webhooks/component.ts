@@ -53,12 +53,13 @@ function parts(
   const agent: Agent = guardedAgent({
     addresses: settings.urlPolicy.addresses,
     connectTimeoutMs: settings.connectTimeoutMs,
-    // The dispatcher's connections to a host are bounded by its slots, WEBHOOK_ENDPOINT_CONCURRENCY
-    // per API key there (EndpointQueues.keyOf): a pool of that size per origin would be shared by
-    // every key on the host, and one key's hung requests would hold the others' behind them. 0 is
-    // undici's unbounded pool (`connections || null`). The api role's agent (test sends and
-    // resends) keeps the per-origin bound.
-    connectionsPerOrigin: role === 'dispatcher' ? 0 : settings.endpointConcurrency,
+    // The dispatcher's connections to a host are bounded by its slots: WEBHOOK_ENDPOINT_CONCURRENCY
+    // per API key there (EndpointQueues.keyOf), and WEBHOOK_ORIGIN_CONCURRENCY over every key there,
+    // shared out per key so one key's hung requests never hold another's. The pool's own bound is
+    // that cap, a backstop the slots never reach: a pool of WEBHOOK_ENDPOINT_CONCURRENCY per origin
+    // would be shared by every key on the host, one key's hung requests holding the others'. The
+    // api role's agent (test sends and resends) keeps the per-origin bound.
+    connectionsPerOrigin: role === 'dispatcher' ? settings.originConcurrency : settings.endpointConcurrency,
     ...(settings.urlPolicy.resolve ? { resolve: settings.urlPolicy.resolve } : {}),
     ...(settings.tls ? { tls: settings.tls } : {}),
   });

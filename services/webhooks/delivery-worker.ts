@@ -141,6 +141,11 @@ export interface WorkerSettings {
   disableAfterFailedDeliveries: number;
   disableAfterMs: number;
   endpointConcurrency: number;
+  /**
+   * Requests in flight at one origin over every API key's endpoint there; each key's share of it is
+   * reserved (see EndpointQueues). Unbounded when not given.
+   */
+  originConcurrency?: number;
   endpointQueueLimit: number;
   /**
    * Bytes of bodies that deliveries past their endpoint's `endpointQueueLimit` may keep, over
@@ -280,6 +285,8 @@ export class DeliveryWorker {
   /** Stopping: jobs whose turn comes from here are let go unsent (see `abandon`). */
   private abandoned = false;
   private readonly logger: Logger;
+  /** Keys with active subscriptions per origin, as last counted (see `keysAt`). */
+  private keysIndex: { at: number; checkpoint: number; counts: Map<string, number> } | null = null;
 
   constructor(
     private readonly deps: {
@@ -296,11 +303,40 @@ export class DeliveryWorker {
     this.queues = new EndpointQueues(
       deps.settings.endpointConcurrency,
       deps.settings.endpointConcurrency * rounds,
+      {
+        cap: deps.settings.originConcurrency ?? Number.POSITIVE_INFINITY,
+        keysAt: (origin) => this.keysAt(origin),
+      },
     );
     this.prepareHorizonMs = rounds * deps.settings.timeoutMs;
     const probeDelays = deps.settings.retry.schedule.filter((ms) => ms > 0);
     this.breakers = new CircuitBreakers(deps.settings.breakerTimeouts, probeDelays, deps.settings.timeoutMs);
     this.logger = deps.logger.child({ component: 'webhook-worker' });
+  }
+
+  /**
+   * API keys with active subscriptions at an origin, from the projected subscriptions: read as
+   * each endpoint's share of the origin's cap is worked out, so counted over every subscription at
+   * most once a second, and only when the projection has moved.
+   */
+  private keysAt(origin: string): number {
+    const now = Date.now();
+    const { checkpoint } = this.deps.runner;
+    if (
+      this.keysIndex === null ||
+      (now - this.keysIndex.at >= 1_000 && checkpoint !== this.keysIndex.checkpoint)
+    ) {
+      const keys = new Map<string, Set<string>>();
+      for (const sub of Object.values(this.deps.runner.state.subscriptions.subs)) {
+        if (sub.status !== 'active') continue;
+        const at = EndpointQueues.originOf(sub.url);
+        const set = keys.get(at) ?? new Set<string>();
+        set.add(sub.keyId);
+        keys.set(at, set);
+      }
+      this.keysIndex = { at: now, checkpoint, counts: new Map([...keys].map(([o, set]) => [o, set.size])) };
+    }
+    return this.keysIndex.counts.get(origin) ?? 0;
   }
 
   /**

@@ -22,6 +22,27 @@ interface Queue {
   running: number;
   waiting: Task[];
   head: number;
+  /** Its origin's shared state (the cap over every key's endpoint there). */
+  origin: Origin;
+}
+
+/**
+ * One origin (scheme, host, port) over every key's endpoint there: requests running at it, under
+ * `originCap`, and the endpoints whose next task waits only for the origin's cap, in turn order.
+ */
+interface Origin {
+  name: string;
+  running: number;
+  /** Endpoints (queues) at this origin with tasks running or waiting. */
+  endpoints: number;
+  /** Endpoints with a task waiting that their own slots would let run: served round-robin. */
+  ready: Set<string>;
+}
+
+/** The origin part of an endpoint's key (`keyOf`); a bare origin is its own. */
+function originPart(key: string): string {
+  const space = key.indexOf(' ');
+  return space < 0 ? key : key.slice(space + 1);
 }
 
 function waitingIn(queue: Queue): number {
@@ -40,22 +61,46 @@ function takeNext(queue: Queue): Task | undefined {
   return next;
 }
 
+export interface OriginLimit {
+  /** Requests running at one origin over every key's endpoint there (WEBHOOK_ORIGIN_CONCURRENCY). */
+  cap: number;
+  /**
+   * API keys with active subscriptions at an origin (the caller's view, may lag): each key's share
+   * of the cap is reserved for it before it has anything to send.
+   */
+  keysAt?: (origin: string) => number;
+}
+
 /**
  * One queue per endpoint (an API key's origin, see `keyOf`) with its own concurrency limit, so a
  * slow or dead endpoint only ever holds its own slots: every other endpoint's deliveries, another
  * key's on the same host included, start at once.
+ *
+ * Over every key's endpoint at one origin, at most `origin.cap` tasks run. Each key's endpoint there
+ * may run at most its share of the cap: `cap / keys` (at least 1, at most `concurrency`), `keys`
+ * being the keys with subscriptions at the origin (`keysAt`) or with tasks there, whichever is
+ * more. The shares of that many keys fit in the cap, so a key under its share always finds the
+ * origin's room free: another key's hung requests hold that key's share and no more. With more keys
+ * than the cap, each gets one and they take the origin's free slots in turn (round-robin).
  */
 export class EndpointQueues {
   private readonly queues = new Map<string, Queue>();
+  private readonly origins = new Map<string, Origin>();
   private readonly idle = new Set<() => void>();
   /** Tasks running or waiting over every endpoint, kept as they come and go (read per task). */
   private count = 0;
+  private readonly cap: number;
+  private readonly keysAt: ((origin: string) => number) | undefined;
 
   constructor(
     private readonly concurrency: number,
     /** Waiting tasks, from the head, that are prepared (see `Task`); 0 for none. */
     private readonly prepareAhead = 0,
-  ) {}
+    origin?: OriginLimit,
+  ) {
+    this.cap = origin?.cap ?? Number.POSITIVE_INFINITY;
+    this.keysAt = origin?.keysAt;
+  }
 
   /**
    * The endpoint a subscription's deliveries go to: its URL's origin (scheme, host, port) as seen
@@ -86,16 +131,18 @@ export class EndpointQueues {
    * much of a waiting task stays in memory is the caller's to decide (see `waiting`).
    */
   push(key: string, task: Task): void {
-    let queue = this.queues.get(key);
-    if (!queue) {
-      queue = { running: 0, waiting: [], head: 0 };
-      this.queues.set(key, queue);
-    }
+    const queue = this.queueOf(key);
     this.count++;
-    if (queue.running < this.concurrency) this.run(key, queue, task);
-    else {
-      queue.waiting.push(task);
-      if (waitingIn(queue) <= this.prepareAhead) task.prepare?.();
+    if (waitingIn(queue) === 0 && this.free(queue)) {
+      this.run(key, queue, task);
+      return;
+    }
+    queue.waiting.push(task);
+    if (waitingIn(queue) <= this.prepareAhead && this.prepares(queue)) task.prepare?.();
+    // Waiting for the origin's room only: it takes its turn among the origin's endpoints.
+    if (queue.running < this.limitOf(queue)) {
+      queue.origin.ready.add(key);
+      this.pump(queue.origin);
     }
   }
 
@@ -105,16 +152,13 @@ export class EndpointQueues {
    * the caller's until it passes a task to `runIn` or gives it back with `release`.
    */
   acquire(key: string): boolean {
-    let queue = this.queues.get(key);
-    if (!queue) {
-      queue = { running: 0, waiting: [], head: 0 };
-      this.queues.set(key, queue);
-    }
-    if (queue.running >= this.concurrency || waitingIn(queue) > 0) {
-      if (queue.running === 0 && waitingIn(queue) === 0) this.queues.delete(key);
+    const queue = this.queueOf(key);
+    if (waitingIn(queue) > 0 || !this.free(queue)) {
+      this.dropIfIdle(key, queue);
       return false;
     }
     queue.running++;
+    queue.origin.running++;
     this.count++;
     return true;
   }
@@ -123,6 +167,7 @@ export class EndpointQueues {
   runIn(key: string, task: Task): void {
     const queue = this.queues.get(key)!;
     queue.running--;
+    queue.origin.running--;
     this.run(key, queue, task);
   }
 
@@ -152,6 +197,11 @@ export class EndpointQueues {
     return this.count;
   }
 
+  /** Endpoints and origins with tasks running or waiting (idle ones are dropped). */
+  get tracked(): { endpoints: number; origins: number } {
+    return { endpoints: this.queues.size, origins: this.origins.size };
+  }
+
   /** Tasks running or waiting per endpoint (endpoints with none are absent). */
   depths(): Map<string, number> {
     const depths = new Map<string, number>();
@@ -165,8 +215,82 @@ export class EndpointQueues {
     await new Promise<void>((resolve) => this.idle.add(resolve));
   }
 
+  private queueOf(key: string): Queue {
+    let queue = this.queues.get(key);
+    if (!queue) {
+      const name = originPart(key);
+      let origin = this.origins.get(name);
+      if (!origin) {
+        origin = { name, running: 0, endpoints: 0, ready: new Set() };
+        this.origins.set(name, origin);
+      }
+      origin.endpoints++;
+      queue = { running: 0, waiting: [], head: 0, origin };
+      this.queues.set(key, queue);
+    }
+    return queue;
+  }
+
+  /** An endpoint with nothing running or waiting is forgotten, and its origin with its last one. */
+  private dropIfIdle(key: string, queue: Queue): void {
+    if (queue.running > 0 || waitingIn(queue) > 0) return;
+    this.queues.delete(key);
+    const { origin } = queue;
+    origin.ready.delete(key);
+    if (--origin.endpoints === 0) this.origins.delete(origin.name);
+  }
+
+  /** Whether the origin's keys could together run more than its cap (their shares then bind). */
+  private contended(origin: Origin): boolean {
+    if (this.cap === Number.POSITIVE_INFINITY) return false;
+    return this.keysOf(origin) * this.concurrency > this.cap;
+  }
+
+  private keysOf(origin: Origin): number {
+    return Math.max(origin.endpoints, this.keysAt?.(origin.name) ?? 0);
+  }
+
+  /** Tasks the endpoint may run at once: its slots, or its share of its origin's cap when less. */
+  private limitOf(queue: Queue): number {
+    if (!this.contended(queue.origin)) return this.concurrency;
+    return Math.max(1, Math.min(this.concurrency, Math.floor(this.cap / this.keysOf(queue.origin))));
+  }
+
+  private free(queue: Queue): boolean {
+    return queue.running < this.limitOf(queue) && queue.origin.running < this.cap;
+  }
+
+  /**
+   * Whether waiting tasks are prepared ahead: only where the origin's cap cannot slow the endpoint
+   * below its own slots, the pace a claim made ahead of its turn counts on (preclaimRounds).
+   */
+  private prepares(queue: Queue): boolean {
+    return this.prepareAhead > 0 && !this.contended(queue.origin);
+  }
+
+  /** Starts the endpoint's next waiting task (there is one). */
+  private startNext(key: string, queue: Queue): void {
+    const next = takeNext(queue)!;
+    // The one that just moved up among the next `prepareAhead` to run.
+    if (this.prepares(queue)) queue.waiting[queue.head + this.prepareAhead - 1]?.prepare?.();
+    this.run(key, queue, next);
+  }
+
+  /** Gives the origin's free room to its waiting endpoints, one task each in turn. */
+  private pump(origin: Origin): void {
+    while (origin.running < this.cap && origin.ready.size > 0) {
+      const key = origin.ready.values().next().value as string;
+      origin.ready.delete(key);
+      const queue = this.queues.get(key);
+      if (!queue || waitingIn(queue) === 0 || queue.running >= this.limitOf(queue)) continue;
+      this.startNext(key, queue);
+      if (waitingIn(queue) > 0 && queue.running < this.limitOf(queue)) origin.ready.add(key);
+    }
+  }
+
   private run(key: string, queue: Queue, task: Task): void {
     queue.running++;
+    queue.origin.running++;
     // One reaction for either end: a catch and a finally made four promises and as many closures per task.
     const ran = () => this.ran(key, queue);
     void task.run().then(ran, ran);
@@ -175,12 +299,16 @@ export class EndpointQueues {
   /** A task of `queue` ended, well or not: its slot goes to the next one waiting. */
   private ran(key: string, queue: Queue): void {
     queue.running--;
+    queue.origin.running--;
     this.count--;
-    const next = takeNext(queue);
-    // The one that just moved up among the next `prepareAhead` to run.
-    if (this.prepareAhead > 0) queue.waiting[queue.head + this.prepareAhead - 1]?.prepare?.();
-    if (next) this.run(key, queue, next);
-    else if (queue.running === 0) this.queues.delete(key);
+    const { origin } = queue;
+    if (waitingIn(queue) > 0) {
+      // Alone at its origin (or the origin's room to spare): its own next, at once.
+      if (origin.ready.size === 0 && this.free(queue)) this.startNext(key, queue);
+      else if (queue.running < this.limitOf(queue)) origin.ready.add(key);
+    }
+    this.pump(origin);
+    this.dropIfIdle(key, queue);
     if (this.size === 0) {
       for (const resolve of this.idle) resolve();
       this.idle.clear();

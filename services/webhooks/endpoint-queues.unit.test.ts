@@ -72,4 +72,51 @@ describe('endpoint queues', () => {
     expect(preclaimRounds({ timeoutMs: 2_000, stuckAfterMs: 2_500 })).toBe(0);
     expect(preclaimRounds({ timeoutMs: 2_000 })).toBe(0);
   });
+
+  it("shares an origin's cap among its keys: each runs its share, and past the cap they take turns", async () => {
+    const origin = 'https://shared.example';
+    let keys = 2;
+    const queues = new EndpointQueues(4, 0, { cap: 4, keysAt: () => keys });
+    const started: string[] = [];
+    const gates = new Map<string, () => void>();
+    const task = (id: string) => ({
+      run: () =>
+        new Promise<void>((resolve) => {
+          started.push(id);
+          gates.set(id, resolve);
+        }),
+    });
+    // Two keys subscribed there: a share of 2 each, reserved before the second has anything to send.
+    for (let i = 0; i < 4; i++) queues.push(`k1 ${origin}`, task(`k1-${i}`));
+    expect(started).toEqual(['k1-0', 'k1-1']);
+    for (let i = 0; i < 4; i++) queues.push(`k2 ${origin}`, task(`k2-${i}`));
+    expect(started).toEqual(['k1-0', 'k1-1', 'k2-0', 'k2-1']);
+    // Another origin is not held by this one's cap.
+    expect(queues.acquire(`k1 https://other.example`)).toBe(true);
+    queues.release(`k1 https://other.example`);
+    // Six keys there: one each, the cap's four slots taken in turn.
+    keys = 6;
+    for (const k of ['k3', 'k4', 'k5', 'k6']) queues.push(`${k} ${origin}`, task(`${k}-0`));
+    expect(started).toHaveLength(4);
+    const settle = async (id: string) => {
+      gates.get(id)!();
+      await new Promise((resolve) => setImmediate(resolve));
+    };
+    await settle('k1-0');
+    await settle('k1-1');
+    await settle('k2-0');
+    await settle('k2-1');
+    // k1 and k2 are over their new share of one until theirs end; the room goes to those waiting.
+    expect(started.slice(4)).toEqual(['k3-0', 'k4-0', 'k5-0', 'k6-0']);
+    expect(queues.tracked).toEqual({ endpoints: 6, origins: 1 });
+    for (const k of ['k3', 'k4', 'k5', 'k6']) await settle(`${k}-0`);
+    expect(started.slice(8)).toEqual(['k1-2', 'k2-2']);
+    await settle('k1-2');
+    await settle('k2-2');
+    await settle('k1-3');
+    await settle('k2-3');
+    await queues.drained();
+    // Idle endpoints and origins are forgotten.
+    expect(queues.tracked).toEqual({ endpoints: 0, origins: 0 });
+  });
 });

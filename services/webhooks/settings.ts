@@ -9,6 +9,8 @@ export interface WebhookSettings {
   disableAfterFailedDeliveries: number;
   disableAfterMs: number;
   endpointConcurrency: number;
+  /** Requests in flight per origin over every key's endpoint there (per process). */
+  originConcurrency: number;
   endpointQueueLimit: number;
   queueBytesLimit: number;
   breakerTimeouts: number;
@@ -60,6 +62,7 @@ export function webhookSettings(config: Config): WebhookSettings {
     disableAfterFailedDeliveries: config.WEBHOOK_DISABLE_AFTER_FAILED_DELIVERIES,
     disableAfterMs: config.WEBHOOK_DISABLE_AFTER_MS,
     endpointConcurrency: config.WEBHOOK_ENDPOINT_CONCURRENCY,
+    originConcurrency: config.WEBHOOK_ORIGIN_CONCURRENCY,
     endpointQueueLimit: config.WEBHOOK_ENDPOINT_QUEUE_LIMIT,
     queueBytesLimit: config.WEBHOOK_QUEUE_BYTES_LIMIT,
     breakerTimeouts: config.WEBHOOK_BREAKER_TIMEOUTS,

@@ -1,0 +1,133 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { appendVerdict, startWebhookStack, type WebhookStack } from '../../test/webhooks-harness.ts';
+import { type Receiver, selfSignedCert, startReceiver } from '../../test/webhooks-receiver.ts';
+
+const tls = selfSignedCert();
+
+interface Attempt {
+  attempt: number | null;
+  outcome: string;
+}
+interface Delivery {
+  status: string;
+  attempts: Attempt[];
+}
+
+/** Waits for a condition on the delivery log (only a condition that never comes ends it: load 10-30). */
+async function until(read: () => Promise<Delivery[]>, done: (d: Delivery[]) => boolean): Promise<Delivery[]> {
+  const deadline = Date.now() + 120_000;
+  for (;;) {
+    const now = await read();
+    if (done(now)) return now;
+    if (Date.now() > deadline) throw new Error(JSON.stringify(now));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+const latest = (d: Delivery) => d.attempts[d.attempts.length - 1]!;
+const settled = (n: number) => (d: Delivery[]) =>
+  d.length === n && d.every((x) => x.attempts.length > 0 && latest(x).outcome !== 'pending');
+
+/** One subscription per key on the receiver's origin (a path each), taking the key's own coin. */
+async function tenants(stack: WebhookStack, receiver: Receiver, coins: string[]) {
+  const origin = new URL(receiver.url).origin;
+  const logs: (() => Promise<Delivery[]>)[] = [];
+  for (const coin of coins) {
+    const key = await stack.issue(`tenant-${coin}`);
+    const sub = await stack.request('POST', '/api/webhooks', key, {
+      url: `${origin}/${coin.toLowerCase()}/hook`,
+      events: ['trade_call'],
+      assets: [coin],
+    });
+    expect(sub.status).toBe(201);
+    logs.push(
+      async () =>
+        (await stack.request('GET', `/api/webhooks/${sub.body.id}/deliveries`, key)).body.deliveries,
+    );
+  }
+  return logs;
+}
+
+describe('WEBHOOK_ORIGIN_CONCURRENCY', () => {
+  describe('four keys on one origin, each with slots for four', () => {
+    let stack: WebhookStack;
+    let receiver: Receiver;
+
+    beforeAll(async () => {
+      stack = await startWebhookStack({
+        bus: 'memory',
+        env: { WEBHOOK_ENDPOINT_CONCURRENCY: '4', WEBHOOK_ORIGIN_CONCURRENCY: '4' },
+        settings: { tls: { ca: tls.cert } },
+      });
+      receiver = await startReceiver(tls);
+      // Slow but healthy: each request holds its connection a while, so a key's four overlap.
+      receiver.behave = () => ({ status: 200, afterMs: 150 });
+    });
+    afterAll(async () => {
+      await receiver?.close();
+      await stack?.close();
+    });
+
+    it('opens no more connections to the origin than the cap, and delivers every key its own', async () => {
+      const coins = ['CAPA', 'CAPB', 'CAPC', 'CAPD'];
+      const logs = await tenants(stack, receiver, coins);
+      for (let i = 0; i < 6; i++)
+        for (const coin of coins) await appendVerdict(stack.store, { coin, call: 'BUY', confidence: 60 + i });
+      for (const log of logs) {
+        const d = await until(log, settled(6));
+        expect(d.map((x) => latest(x).outcome)).toEqual(Array(6).fill('succeeded'));
+      }
+      expect(receiver.received).toHaveLength(24);
+      // Unbounded, up to 16 at once (four keys' four slots); the pool alone would bound it too,
+      // but then one key's hung requests would hold the others' (below).
+      expect(receiver.connections.peak).toBeGreaterThan(0);
+      expect(receiver.connections.peak).toBeLessThanOrEqual(4);
+    });
+  });
+
+  describe("another key's requests hung at the same origin", () => {
+    let stack: WebhookStack;
+    let receiver: Receiver;
+
+    beforeAll(async () => {
+      stack = await startWebhookStack({
+        bus: 'memory',
+        env: {
+          WEBHOOK_ENDPOINT_CONCURRENCY: '2',
+          WEBHOOK_ORIGIN_CONCURRENCY: '2',
+          WEBHOOK_TIMEOUT_MS: '20000',
+          WEBHOOK_STUCK_AFTER_MS: '60000',
+          WEBHOOK_DISABLE_AFTER_FAILED_DELIVERIES: '100',
+        },
+        settings: { tls: { ca: tls.cert } },
+      });
+      receiver = await startReceiver(tls);
+    });
+    afterAll(async () => {
+      // The receiver first: its sockets end the hung requests, so the dispatcher stops at once.
+      await receiver?.close();
+      await stack?.close();
+    });
+
+    it("hold that key's share of the cap, not this key's deliveries", async () => {
+      receiver.behave = (request) => (request.body.includes('"SHAREB"') ? 'hang' : { status: 200 });
+      const [a, b] = await tenants(stack, receiver, ['SHAREA', 'SHAREB']);
+      // B first, more than its share: had it taken both of the origin's connections, A would wait
+      // for their timeout.
+      for (let i = 0; i < 3; i++)
+        await appendVerdict(stack.store, { coin: 'SHAREB', call: 'BUY', confidence: 70 + i });
+      await receiver.waitFor(1);
+      for (let i = 0; i < 3; i++)
+        await appendVerdict(stack.store, { coin: 'SHAREA', call: 'BUY', confidence: 60 + i });
+      const delivered = await until(a!, settled(3));
+      expect(delivered.map((d) => latest(d).outcome)).toEqual(['succeeded', 'succeeded', 'succeeded']);
+      // While B's one request is still hung (its outcome not in), and B had no second one out.
+      const held = await b!();
+      expect(held.length).toBeGreaterThan(0);
+      expect(held.flatMap((d) => d.attempts).every((x) => x.outcome === 'pending')).toBe(true);
+      expect(receiver.received.filter((r) => r.body.includes('"SHAREB"'))).toHaveLength(1);
+      expect(receiver.received.filter((r) => r.body.includes('"SHAREA"'))).toHaveLength(3);
+      expect(receiver.connections.peak).toBeLessThanOrEqual(2);
+    });
+  });
+});

@@ -1739,3 +1739,108 @@ describe('a paid answer presented again while its settlement is unconfirmed', ()
     }
   });
 });
+
+describe("the payer's own use of the authorisation mined before the request", () => {
+  // The payer (their wallet, say) submits the very authorisation they then pay with, and it is
+  // mined before the request: verification refuses it for its used nonce. When that use paid the
+  // agreed transfer the seller is paid, so the request is served and recorded settled in the
+  // payer's transaction; any other use keeps the refusal, and nothing is recorded.
+  async function signed(payer: { key: Hex; address: Hex }, stack: X402Stack) {
+    const now = nowSeconds();
+    const auth = {
+      from: payer.address,
+      to: stack.payTo,
+      value: PRICE,
+      validAfter: now - 600n,
+      validBefore: now + 120n,
+      nonce: randomNonce(),
+    };
+    return { auth, signature: await signAuthorization(payer.key, auth) };
+  }
+
+  function present(stack: X402Stack, header: string): Promise<Response> {
+    return fetch(`${stack.url}${PATH}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-payment': header },
+      body: JSON.stringify(BODY),
+    });
+  }
+
+  const facilitator = privateKeyToAccount(FACILITATOR_KEY).address;
+
+  it('its transfer paid the quoted amount to payTo: served and recorded settled in the payer’s transaction, nothing sent by us', async () => {
+    const stack = await startX402Stack({}, chain);
+    try {
+      const payer = await chain.fundedPayer(1_000_000n);
+      const before = await chain.balanceOf(stack.payTo);
+      const { auth, signature } = await signed(payer, stack);
+      const theirs = await submitAsPayer(payer, auth, signature);
+      const sentBefore = await chain.publicClient.getTransactionCount({ address: facilitator });
+      const header = v1Header(auth, signature);
+
+      const res = await present(stack, header);
+      const body = await expectServed(res);
+      expect(body._service.payment).toMatchObject({ status: 'settled', transaction: theirs });
+      expect(fromBase64Json(res.headers.get('x-payment-response'))).toMatchObject({
+        success: true,
+        transaction: theirs,
+      });
+      await stack.x402.settled();
+      expect(await eventTypes(stack, auth.nonce)).toEqual([
+        'PaymentAuthorized',
+        'PaymentSettlementPending',
+        'PaymentAnswerServed',
+        'PaymentSettled',
+      ]);
+      await expectSettledOnChain(stack, auth.nonce, { txHash: theirs });
+      await expectChargedOnce(payer.address, auth.nonce);
+      expect(await chain.balanceOf(stack.payTo)).toBe(before + PRICE);
+      expect(await chain.publicClient.getTransactionCount({ address: facilitator })).toBe(sentBefore);
+      // The same payment presented again gets the same answer, charged nothing more.
+      const again = await present(stack, header);
+      expect(again.status).toBe(200);
+      expect(again.headers.get('x-payment-replayed')).toBe('true');
+      expect(await reconcilerOf(stack).runOnce()).toMatchObject({ settled: 0 });
+    } finally {
+      await stack.stop();
+    }
+  });
+
+  for (const { use, act } of [
+    {
+      use: 'spent its nonce on a transfer to themselves',
+      act: async (payer: { key: Hex; address: Hex }, auth: Awaited<ReturnType<typeof signed>>['auth']) => {
+        const toSelf = { ...auth, to: payer.address };
+        return submitAsPayer(payer, toSelf, await signAuthorization(payer.key, toSelf));
+      },
+    },
+    {
+      use: 'cancelled it',
+      act: async (payer: { key: Hex; address: Hex }, auth: Awaited<ReturnType<typeof signed>>['auth']) =>
+        callAsPayer(payer, 'cancelAuthorization', [
+          payer.address,
+          auth.nonce,
+          await signCancellation(payer.key, auth.nonce),
+        ]),
+    },
+  ]) {
+    it(`the payer ${use}: still 402 nonce already used, nothing recorded or served`, async () => {
+      const stack = await startX402Stack({}, chain);
+      try {
+        const payer = await chain.fundedPayer(1_000_000n);
+        const before = await chain.balanceOf(stack.payTo);
+        const { auth, signature } = await signed(payer, stack);
+        await act(payer, auth);
+        const res = await present(stack, v1Header(auth, signature));
+        const body = (await res.json()) as Record<string, unknown>;
+        expect(res.status, JSON.stringify(body)).toBe(402);
+        expect(body).toMatchObject({ code: 'invalid_exact_evm_nonce_already_used' });
+        expect(body).not.toHaveProperty('regime');
+        expect(await stack.paymentEvents(auth.nonce, payer.address)).toEqual([]);
+        expect(await chain.balanceOf(stack.payTo)).toBe(before);
+      } finally {
+        await stack.stop();
+      }
+    });
+  }
+});

@@ -117,6 +117,20 @@ export const ConfigSchema = z
       )
       .default(''),
     /**
+     * Connections the HTTP listener holds open at once; past it Node closes each new one at once,
+     * so slow or idle sockets cannot take every descriptor the process needs (its event store,
+     * NATS, Redis, outbound webhooks). Unset: the soft open-files limit less a reserve (a quarter
+     * of it, at most 4,096), read from /proc/self/limits (no cap where that cannot be read);
+     * 0: no cap.
+     */
+    HTTP_MAX_CONNECTIONS: nonNegativeInt.optional(),
+    /**
+     * Connections one client address (an IPv6 address by its /64) holds open at once; one more is
+     * closed as it arrives. Peers TRUST_PROXY believes are not counted (with a hop count, every
+     * peer: the cap is off). 0: off.
+     */
+    HTTP_MAX_CONNECTIONS_PER_ADDRESS: nonNegativeInt.default(256),
+    /**
      * How long SIGTERM waits for in-flight requests and checkpoints; then the process ends
      * whatever is still pending (a write stuck on a lock included).
      */

@@ -18,6 +18,7 @@ import type { Metrics } from '../shared/metrics.ts';
 import type { Readiness } from '../shared/readiness.ts';
 import type { HistogramSeries } from '../shared/series-histogram.ts';
 import { answerAtTurnEnd } from './answer-at-turn-end.ts';
+import { capConnections, defaultMaxConnections, trustedProxy } from './connection-caps.ts';
 import { SERVICE_VERSION } from './discovery/catalog.ts';
 import { RepeatedHeaderError, useApiErrors } from './errors.ts';
 import { registerJsonParser } from './json-body.ts';
@@ -27,7 +28,16 @@ import { OneLinePerRequest, requestLoggers } from './request-log.ts';
 
 export interface AppDeps {
   config: Pick<Config, 'BODY_LIMIT_BYTES'> &
-    Partial<Pick<Config, 'REQUEST_TIMEOUT_MS' | 'TRUST_PROXY' | 'PUBLIC_BASE_URL'>>;
+    Partial<
+      Pick<
+        Config,
+        | 'REQUEST_TIMEOUT_MS'
+        | 'TRUST_PROXY'
+        | 'PUBLIC_BASE_URL'
+        | 'HTTP_MAX_CONNECTIONS'
+        | 'HTTP_MAX_CONNECTIONS_PER_ADDRESS'
+      >
+    >;
   logger: Logger;
   readiness: Readiness;
   metrics: Metrics | null;
@@ -73,6 +83,13 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     forceCloseConnections: 'idle',
   });
 
+  // Unset: derived from the fd limit; 0: no total cap. Per address 256 unless configured (0: off).
+  const maxConnections = deps.config.HTTP_MAX_CONNECTIONS ?? defaultMaxConnections();
+  capConnections(app.server, {
+    total: maxConnections === 0 ? null : maxConnections,
+    perAddress: deps.config.HTTP_MAX_CONNECTIONS_PER_ADDRESS ?? 256,
+    exempt: trustedProxy(deps.config.TRUST_PROXY ?? ''),
+  });
   askInFlightToClose(app);
   app.addHook('onSend', answerAtTurnEnd);
 

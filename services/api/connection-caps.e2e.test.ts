@@ -1,0 +1,122 @@
+import { connect, type Socket } from 'node:net';
+import type { FastifyInstance } from 'fastify';
+import { pino } from 'pino';
+import { afterEach, describe, expect, it } from 'vitest';
+import { Readiness } from '../shared/readiness.ts';
+import { buildApp } from './app.ts';
+import { defaultMaxConnections } from './connection-caps.ts';
+
+/**
+ * Connection caps on a real listener: raw sockets from 127.0.0.1 and, bound to another loopback
+ * address, from 127.0.0.2 (Linux routes all of 127/8 to lo). A socket past a cap is closed
+ * without an answer; the ones within it are answered and kept alive.
+ */
+const logger = pino({ level: 'silent' });
+let app: FastifyInstance | null = null;
+const sockets: Socket[] = [];
+afterEach(async () => {
+  for (const socket of sockets.splice(0)) socket.destroy();
+  await app?.close();
+  app = null;
+});
+
+async function start(config: {
+  HTTP_MAX_CONNECTIONS?: number;
+  HTTP_MAX_CONNECTIONS_PER_ADDRESS?: number;
+  TRUST_PROXY?: string;
+}): Promise<number> {
+  app = await buildApp({
+    config: { BODY_LIMIT_BYTES: 1024, ...config },
+    logger,
+    readiness: new Readiness(),
+    metrics: null,
+  });
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  return (app.server.address() as { port: number }).port;
+}
+
+/** A connected socket from `from` (a loopback address). */
+function open(port: number, from = '127.0.0.1'): Promise<Socket> {
+  return new Promise((resolve) => {
+    const socket = connect({ host: '127.0.0.1', port, localAddress: from });
+    sockets.push(socket);
+    socket.on('error', () => undefined);
+    socket.once('connect', () => resolve(socket));
+    socket.once('close', () => resolve(socket));
+  });
+}
+
+/** GET /healthz on `socket`: 'answered' when a 200 comes back (the socket stays open), else 'closed'. */
+function ask(socket: Socket): Promise<'answered' | 'closed'> {
+  return new Promise((resolve) => {
+    if (socket.destroyed) {
+      resolve('closed');
+      return;
+    }
+    let received = '';
+    const onData = (chunk: Buffer) => {
+      received += chunk.toString();
+      if (received.includes('\r\n\r\n')) {
+        socket.off('data', onData);
+        resolve(received.startsWith('HTTP/1.1 200') ? 'answered' : 'closed');
+      }
+    };
+    socket.on('data', onData);
+    socket.once('close', () => resolve('closed'));
+    socket.write('GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n');
+  });
+}
+
+async function outcomes(port: number, count: number, from = '127.0.0.1') {
+  const opened: Socket[] = [];
+  for (let i = 0; i < count; i++) opened.push(await open(port, from));
+  const answers: string[] = [];
+  for (const socket of opened) answers.push(await ask(socket));
+  return answers;
+}
+
+describe('connection caps', () => {
+  it('closes a client address past its cap while another address is answered', async () => {
+    const port = await start({ HTTP_MAX_CONNECTIONS: 0, HTTP_MAX_CONNECTIONS_PER_ADDRESS: 4 });
+    const answers = await outcomes(port, 6);
+    expect(answers.filter((a) => a === 'answered')).toHaveLength(4);
+    expect(answers.filter((a) => a === 'closed')).toHaveLength(2);
+    // 127.0.0.1 still holds its 4 (kept alive): one more is closed, another address is answered.
+    expect(await ask(await open(port))).toBe('closed');
+    expect(await outcomes(port, 2, '127.0.0.2')).toEqual(['answered', 'answered']);
+    // A connection of 127.0.0.1 closed frees its place (once the server has seen the close).
+    const held = sockets.find((s) => !s.destroyed && s.localAddress === '127.0.0.1')!;
+    const gone = new Promise((resolve) => held.once('close', resolve));
+    held.end();
+    await gone;
+    let answer: string;
+    do answer = await ask(await open(port));
+    while (answer !== 'answered');
+  });
+
+  it('closes every connection past the total cap, whatever its address', async () => {
+    const port = await start({ HTTP_MAX_CONNECTIONS: 3, HTTP_MAX_CONNECTIONS_PER_ADDRESS: 0 });
+    expect(await outcomes(port, 3)).toEqual(['answered', 'answered', 'answered']);
+    expect(await ask(await open(port))).toBe('closed');
+    expect(await ask(await open(port, '127.0.0.2'))).toBe('closed');
+  });
+
+  it('does not count the peers TRUST_PROXY believes (their clients are many)', async () => {
+    const port = await start({
+      HTTP_MAX_CONNECTIONS: 0,
+      HTTP_MAX_CONNECTIONS_PER_ADDRESS: 2,
+      TRUST_PROXY: '127.0.0.1/32',
+    });
+    expect(await outcomes(port, 4)).toEqual(['answered', 'answered', 'answered', 'answered']);
+    expect(await outcomes(port, 3, '127.0.0.2')).toEqual(['answered', 'answered', 'closed']);
+  });
+
+  it('derives the default total from the soft open-files limit, less a reserve', () => {
+    const limits = (soft: string) =>
+      `Limit                     Soft Limit           Hard Limit           Units     \nMax open files            ${soft}                1048576              files     \n`;
+    expect(defaultMaxConnections(limits('20000'))).toBe(15_904);
+    expect(defaultMaxConnections(limits('1024'))).toBe(768);
+    expect(defaultMaxConnections(limits('unlimited'))).toBeNull();
+    expect(defaultMaxConnections(null)).toBeNull();
+  });
+});

@@ -45,6 +45,8 @@ export function selfSignedCert(ips: string[] = ['127.0.0.1']): { key: string; ce
 }
 
 export interface ReceivedRequest {
+  /** The request's path (and query). */
+  path: string;
   headers: Record<string, string>;
   body: string;
   at: number;
@@ -101,7 +103,12 @@ export async function startReceiver(tls: { key: string; cert: string }): Promise
       const headers: Record<string, string> = {};
       for (const [k, v] of Object.entries(req.headers))
         headers[k] = Array.isArray(v) ? v.join(',') : String(v);
-      const request = { headers, body: Buffer.concat(chunks).toString('utf8'), at: Date.now() };
+      const request = {
+        path: req.url ?? '',
+        headers,
+        body: Buffer.concat(chunks).toString('utf8'),
+        at: Date.now(),
+      };
       const index = receiver.received.push(request) - 1;
       for (const wake of waiters.splice(0)) wake();
       const behaviour = receiver.behave(request, index);

@@ -35,7 +35,6 @@ function parts(
   overrides?: Partial<WebhookSettings>,
   shared?: ProjectionRunner<WebhookState>,
   registry?: Registry,
-  role: 'dispatcher' | 'api' = 'api',
 ) {
   const settings = { ...webhookSettings(config), ...overrides };
   const secrets = secretBoxFromConfig(config);
@@ -53,13 +52,13 @@ function parts(
   const agent: Agent = guardedAgent({
     addresses: settings.urlPolicy.addresses,
     connectTimeoutMs: settings.connectTimeoutMs,
-    // The dispatcher's connections to a host are bounded by its slots: WEBHOOK_ENDPOINT_CONCURRENCY
-    // per API key there (EndpointQueues.keyOf), and WEBHOOK_ORIGIN_CONCURRENCY over every key there,
-    // shared out per key so one key's hung requests never hold another's. The pool's own bound is
-    // that cap, a backstop the slots never reach: a pool of WEBHOOK_ENDPOINT_CONCURRENCY per origin
-    // would be shared by every key on the host, one key's hung requests holding the others'. The
-    // api role's agent (test sends and resends) keeps the per-origin bound.
-    connectionsPerOrigin: role === 'dispatcher' ? settings.originConcurrency : settings.endpointConcurrency,
+    // Connections to a host are bounded by the worker's slots, in either role (deliveries; the api
+    // role's resends and test sends): WEBHOOK_ENDPOINT_CONCURRENCY per API key there
+    // (EndpointQueues.keyOf), and WEBHOOK_ORIGIN_CONCURRENCY over every key there, shared out per
+    // key so one key's hung requests never hold another's. The pool's own bound is that cap, a
+    // backstop the slots never reach: a pool of WEBHOOK_ENDPOINT_CONCURRENCY per origin would be
+    // shared by every key on the host, one key's hung requests holding the others'.
+    connectionsPerOrigin: settings.originConcurrency,
     ...(settings.urlPolicy.resolve ? { resolve: settings.urlPolicy.resolve } : {}),
     ...(settings.tls ? { tls: settings.tls } : {}),
   });
@@ -133,7 +132,6 @@ export function dispatcherComponent(deps: {
     deps.settings,
     deps.runner,
     deps.registry,
-    'dispatcher',
   );
   const ownVerdicts = deps.verdicts
     ? null

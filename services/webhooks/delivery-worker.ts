@@ -761,6 +761,17 @@ export class DeliveryWorker {
     if (this.abandoned) this.queues.flush();
   }
 
+  /**
+   * A request outside the delivery log (the api role's test send), run in a slot of the
+   * subscription's endpoint, as its deliveries are: within the key's slots and its share of the
+   * origin's cap, so another key's hung requests on the same host never hold it.
+   */
+  sendOutside(subscription: SubscriptionRecord, send: () => Promise<SendResult>): Promise<SendResult> {
+    return new Promise((resolve, reject) => {
+      this.queues.push(EndpointQueues.keyOf(subscription), { run: () => send().then(resolve, reject) });
+    });
+  }
+
   /** A queued attempt's claim at its turn (see QueuedAttempt.take, which asks for it once). */
   async turnOf(queued: QueuedAttempt, aheadMs: number): Promise<DeliveryJob | null> {
     const { waiting } = queued;

@@ -130,4 +130,55 @@ describe('WEBHOOK_ORIGIN_CONCURRENCY', () => {
       expect(receiver.connections.peak).toBeLessThanOrEqual(2);
     });
   });
+
+  describe("the api role's test sends, another key's receiver hung on the same origin", () => {
+    let stack: WebhookStack;
+    let receiver: Receiver;
+
+    beforeAll(async () => {
+      stack = await startWebhookStack({
+        bus: 'memory',
+        // One slot per key: the api role's pool held one connection per origin, every key's.
+        env: { WEBHOOK_ENDPOINT_CONCURRENCY: '1', WEBHOOK_TIMEOUT_MS: '20000' },
+        settings: { tls: { ca: tls.cert } },
+      });
+      receiver = await startReceiver(tls);
+    });
+    afterAll(async () => {
+      await receiver?.close();
+      await stack?.close();
+    });
+
+    it("answer this key's test send while the other key's is still hung", async () => {
+      receiver.behave = (request) => (request.path.startsWith('/tenant-b/') ? 'hang' : { status: 200 });
+      const origin = new URL(receiver.url).origin;
+      const subscribe = async (owner: string, path: string) => {
+        const key = await stack.issue(owner);
+        const sub = await stack.request('POST', '/api/webhooks', key, {
+          url: `${origin}${path}`,
+          events: ['trade_call'],
+          assets: ['BTC'],
+        });
+        expect(sub.status).toBe(201);
+        return (): ReturnType<WebhookStack['request']> =>
+          stack.request('POST', `/api/webhooks/${sub.body.id}/test`, key);
+      };
+      const testA = await subscribe('tenant-a', '/tenant-a/hook');
+      const testB = await subscribe('tenant-b', '/tenant-b/dead');
+      let bAnswered = false;
+      const b = testB().then((answer) => {
+        bAnswered = true;
+        return answer;
+      });
+      await receiver.waitFor(1);
+      const a = await testA();
+      expect(a.status).toBe(200);
+      expect(a.body.delivered).toBe(true);
+      // Answered while B's test send was still hung (sharing the origin's pool, after its timeout).
+      expect(bAnswered).toBe(false);
+      expect(receiver.received.map((r) => r.path)).toEqual(['/tenant-b/dead', '/tenant-a/hook']);
+      await receiver.close();
+      expect((await b).body.delivered).toBe(false);
+    });
+  });
 });

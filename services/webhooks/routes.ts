@@ -304,16 +304,19 @@ async function create(deps: WebhookRoutesDeps, keyId: string, request: CreateWeb
 async function sendSample(deps: WebhookRoutesDeps, sub: SubscriptionRecord) {
   const envelope = sampleEnvelope(sub, deps.settings.verifyBaseUrl, deps.feed);
   const secrets = deps.worker.openSecrets(sub, Date.now());
-  const result = await sendSigned(deps.agent, {
-    url: sub.url,
-    secret: secrets.current,
-    previousSecret: secrets.previous,
-    eventVersion: sub.eventVersion ?? 1,
-    event: envelope.event,
-    deliveryId: envelope.delivery_id,
-    body: JSON.stringify(envelope),
-    timeoutMs: deps.settings.timeoutMs,
-  });
+  // In a slot of the key's endpoint, as resends are: the api role's pool is shared by every key.
+  const result = await deps.worker.sendOutside(sub, () =>
+    sendSigned(deps.agent, {
+      url: sub.url,
+      secret: secrets.current,
+      previousSecret: secrets.previous,
+      eventVersion: sub.eventVersion ?? 1,
+      event: envelope.event,
+      deliveryId: envelope.delivery_id,
+      body: JSON.stringify(envelope),
+      timeoutMs: deps.settings.timeoutMs,
+    }),
+  );
   return resultView(envelope.delivery_id, result);
 }
 

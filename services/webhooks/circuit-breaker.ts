@@ -9,6 +9,12 @@
  * through (half-open). An answer of any kind closes the breaker; another timeout re-opens it for
  * the schedule's next delay. Any answer (even a 500) or a fast connection error is not a
  * timeout: those endpoints do not hold slots and are left to the retry schedule.
+ *
+ * A breaker is kept only while it says something: an endpoint that answers has none, and one whose
+ * last requests timed out is forgotten once nothing has been asked of it for `idleMs` (a key's
+ * subscription removed, or no event for it): closed, or open with its open period over by as long
+ * (nothing came to be probed). An open breaker is never forgotten while it is open, nor while its
+ * probe is out: removing and adding a subscription again does not reset it.
  */
 
 export type BreakerDecision =
@@ -22,7 +28,12 @@ interface Breaker {
   opens: number;
   openUntil: number | null;
   probing: boolean;
+  /** When it was last asked (decide) or told an outcome (record). */
+  lastAt: number;
 }
+
+/** How long a breaker nothing is asked of is kept (see CircuitBreakers). */
+export const BREAKER_IDLE_MS = 3_600_000;
 
 export type BreakerState = 'closed' | 'open' | 'half_open';
 
@@ -35,7 +46,12 @@ export class CircuitBreakers {
     private readonly probeDelays: number[],
     /** While a probe is out, others wait this long (its answer or timeout is in by then). */
     private readonly probeWaitMs = 15_000,
+    /** A breaker nothing is asked of for this long is forgotten, unless open (see above). */
+    private readonly idleMs = BREAKER_IDLE_MS,
   ) {}
+
+  /** When the breakers were last looked over for ones to forget. */
+  private sweptAt = Number.NEGATIVE_INFINITY;
 
   /**
    * Without changing anything: when and why the endpoint is closed to new work, or null when a
@@ -52,6 +68,7 @@ export class CircuitBreakers {
   decide(endpoint: string, now: number): BreakerDecision {
     const b = this.breakers.get(endpoint);
     if (!b || b.openUntil === null) return { kind: 'send' };
+    b.lastAt = now;
     if (now >= b.openUntil && !b.probing) {
       b.probing = true;
       return { kind: 'probe' };
@@ -75,9 +92,12 @@ export class CircuitBreakers {
       return;
     }
     if (!b) {
-      b = { timeouts: 0, opens: 0, openUntil: null, probing: false };
+      // The one place the map grows: the idle ones go first.
+      this.sweep(now);
+      b = { timeouts: 0, opens: 0, openUntil: null, probing: false, lastAt: now };
       this.breakers.set(endpoint, b);
     }
+    b.lastAt = now;
     b.timeouts++;
     if (b.probing || (b.openUntil === null && b.timeouts >= this.threshold)) {
       b.openUntil = now + this.delay(b.opens);
@@ -92,11 +112,31 @@ export class CircuitBreakers {
     return b.probing ? 'half_open' : 'open';
   }
 
-  /** Endpoints by state, for the metrics. */
-  counts(): Record<BreakerState, number> {
+  /** Endpoints by state, for the metrics (idle ones forgotten first). */
+  counts(now = Date.now()): Record<BreakerState, number> {
+    this.sweep(now);
     const counts: Record<BreakerState, number> = { closed: 0, open: 0, half_open: 0 };
     for (const key of this.breakers.keys()) counts[this.state(key)]++;
     return counts;
+  }
+
+  /** Breakers kept (endpoints whose last requests timed out, and not yet forgotten). */
+  get size(): number {
+    return this.breakers.size;
+  }
+
+  /**
+   * Forgets the breakers nothing was asked of for `idleMs`, except open ones before their open
+   * period has been over for as long, and those probing. Looks them over at most once per tenth
+   * of `idleMs`, so the map's walk costs nothing per request.
+   */
+  private sweep(now: number): void {
+    if (now - this.sweptAt < this.idleMs / 10) return;
+    this.sweptAt = now;
+    for (const [endpoint, b] of this.breakers) {
+      if (b.probing || now - b.lastAt < this.idleMs) continue;
+      if (b.openUntil === null || now - b.openUntil >= this.idleMs) this.breakers.delete(endpoint);
+    }
   }
 
   private delay(opens: number): number {

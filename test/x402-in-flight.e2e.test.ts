@@ -1,8 +1,6 @@
 import { generatePaymentId, PAYMENT_IDENTIFIER } from '@x402/extensions/payment-identifier';
 import type { Hex } from 'viem';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { MemoryEventStore } from '../adapters/event-store/memory.ts';
-import type { NewEvent } from '../contracts/envelope.ts';
 import {
   type AuthorizationFields,
   authorizationJson,
@@ -13,6 +11,7 @@ import {
   toBase64Json,
   type X402Stack,
 } from './chain/x402-app.ts';
+import { HoldingStore } from './holding-store.ts';
 
 /**
  * A paid request presented while another request under the same payment (its authorisation, or
@@ -24,39 +23,6 @@ const PATH = '/x402/get_market_regime';
 const BODY = { coin: 'BTC', timeframe: '1h' };
 const OTHER_BODY = { coin: 'ETH', timeframe: '1h' };
 const PRICE = 20_000n;
-
-/**
- * The memory store, whose next append of a given event type waits until released: a paid call
- * held between its reservation and its hand-off (the tool has run, its answer is not kept yet),
- * as a slow write leaves it.
- */
-class HoldingStore extends MemoryEventStore {
-  private hold: { type: string; arrived: () => void; until: Promise<void> } | null = null;
-
-  /** Holds the next append carrying `type`; resolves `arrived` once it is held. */
-  holdNext(type: string): { arrived: Promise<void>; release: () => void } {
-    let arrived: () => void = () => undefined;
-    let release: () => void = () => undefined;
-    const arrival = new Promise<void>((resolve) => {
-      arrived = resolve;
-    });
-    const until = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    this.hold = { type, arrived, until };
-    return { arrived: arrival, release };
-  }
-
-  override async append(...args: Parameters<MemoryEventStore['append']>) {
-    const hold = this.hold;
-    if (hold && args[1].some((e: NewEvent) => e.type === hold.type)) {
-      this.hold = null;
-      hold.arrived();
-      await hold.until;
-    }
-    return super.append(...args);
-  }
-}
 
 let stack: X402Stack;
 let accepted: Record<string, unknown>;

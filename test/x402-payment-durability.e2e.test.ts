@@ -1,6 +1,7 @@
 import { generatePaymentId, PAYMENT_IDENTIFIER } from '@x402/extensions/payment-identifier';
-import { type Hex, nonceManager } from 'viem';
+import { createWalletClient, type Hex, http, nonceManager } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
+import { base } from 'viem/chains';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createMemoryCache } from '../adapters/cache/memory.ts';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
@@ -16,10 +17,12 @@ import {
   freshAuthorization,
   fromBase64Json,
   signAuthorization,
+  signCancellation,
   startX402Stack,
   toBase64Json,
   type X402Stack,
 } from './chain/x402-app.ts';
+import { HoldingStore } from './holding-store.ts';
 
 /**
  * A paid answer and a payment id outlive the process that served them (restart, kill -9), on
@@ -84,8 +87,10 @@ function restart(old: X402Stack, store: EventStore = old.store, env: Record<stri
 }
 
 /** The log as a kill -9 leaves it: every event appended so far, and nothing the old process writes after. */
-async function crashCopy(store: EventStore): Promise<MemoryEventStore> {
-  const copy = new MemoryEventStore();
+async function crashCopy<S extends MemoryEventStore>(
+  store: EventStore,
+  copy: S = new MemoryEventStore() as S,
+): Promise<S> {
   for (const e of await store.readAll({ after: 0, maxCount: 1_000_000 })) {
     await copy.append(e.stream, [
       {
@@ -119,7 +124,7 @@ async function paymentTypes(store: EventStore, payer: Hex, nonce: Hex): Promise<
  * under way), then the process killed: the log as it stood then, on a new stack reading the chain
  * directly. The request that never got its answer is left hanging on the old stack.
  */
-async function killedWhileSending(validFor = 120n) {
+async function killedWhileSending(validFor = 120n, next: { env?: Record<string, string> } = {}) {
   // A settlement held on its way: the relay to anvil never answers (nor passes on) its send.
   const relay = await countingRpcRelay(chain.rpcUrl, ['eth_sendRawTransaction']);
   const old = await startX402Stack(
@@ -133,17 +138,19 @@ async function killedWhileSending(validFor = 120n) {
   const header = await paymentHeader(payer.key, auth);
   const lost = post(old, BODY, { 'payment-signature': header }).catch(() => null);
   await relay.firstHeld;
-  const store = await crashCopy(old.store);
+  const store = await crashCopy(old.store, new HoldingStore());
   // A new process numbers its transactions from the chain again (the held one never reached it).
   nonceManager.reset({ address: privateKeyToAccount(FACILITATOR_KEY).address, chainId: 8453 });
-  const next = await restart(old, store);
+  const restarted = await restart(old, store, next.env);
   return {
     payer,
     auth,
     header,
-    next,
+    next: restarted,
+    /** The new process's log, whose next append of a type can be held. */
+    store,
     async cleanup() {
-      await next.stop();
+      await restarted.stop();
       await relay.close();
       await lost;
       await old.stop();
@@ -380,6 +387,51 @@ describe('a kill -9 between the answer and the settlement', () => {
     });
     const state = foldPayment(await store.readStream(stream));
     expect(state).toMatchObject({ status: 'pending', txHash: told, served: true });
+  });
+
+  it('released by the reconciler between the replay reading it and recording its hand-over: not served, the release stands, nothing charged', async () => {
+    // The replay polls the log for the transaction for the answer's budget (none: the send was
+    // held): 1 s, not 10.
+    const killed = await killedWhileSending(120n, { env: { X402_SETTLE_CONFIRM_TIMEOUT_MS: '1000' } });
+    try {
+      const { payer, auth, header, next, store } = killed;
+      // The payer cancels the authorisation on chain (our send never reached it): its answer had
+      // reached no one, so the reconciler releases the payment.
+      await chain.testClient.setBalance({ address: payer.address, value: 10n ** 18n });
+      const wallet = createWalletClient({
+        account: privateKeyToAccount(payer.key),
+        chain: base,
+        transport: http(chain.rpcUrl),
+      });
+      await chain.publicClient.waitForTransactionReceipt({
+        hash: await wallet.writeContract({
+          address: BASE_USDC,
+          abi: chain.usdcAbi,
+          functionName: 'cancelAuthorization',
+          args: [payer.address, auth.nonce, await signCancellation(payer.key, auth.nonce)],
+        }),
+      });
+      // The replay has read the payment handed off (pending, its answer kept) and decided that its
+      // answer is served; its record is held while the reconciler releases the payment.
+      const held = store.holdNext('PaymentAnswerServed');
+      const replay = post(next, BODY, { 'payment-signature': header });
+      await held.arrived;
+      expect(await reconcilerOn(next).runOnce()).toMatchObject({ released: 1, lost: 0 });
+      held.release();
+      const res = await replay;
+      const body = (await res.json()) as Record<string, unknown>;
+      expect(res.status, JSON.stringify(body)).toBe(402);
+      expect(body).toMatchObject({ code: 'invalid_exact_evm_nonce_already_used' });
+      expect(res.headers.get('x-payment-replayed')).toBeNull();
+      expect(await paymentTypes(next.store, payer.address, auth.nonce)).toEqual([
+        'PaymentAuthorized',
+        'PaymentSettlementPending',
+        'PaymentReleased',
+      ]);
+      expect(await chain.balanceOf(payer.address)).toBe(100_000n);
+    } finally {
+      await killed.cleanup();
+    }
   });
 
   // Last: it moves the chain's clock past the authorisation's expiry.

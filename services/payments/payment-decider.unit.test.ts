@@ -149,3 +149,66 @@ describe('payment decider: steps after the reservation', () => {
       .thenThrows(refusedWith('payment_transition_refused'));
   });
 });
+
+describe('payment decider: an answer given again while the reconciler ends the payment', () => {
+  // The answer is kept at the hand-off; the same payment presented again (a replay) records that
+  // it was served, decided on the state it read, while the reconciler may release (expired, its
+  // answer reached no one) or fail it. Recorded first, the reconciler's step stands.
+  const answer = { regime: 'ranging' };
+  const handedOff: PaymentEvent = {
+    type: 'PaymentSettlementPending',
+    data: { ...ref, submittedAt, answer },
+    correlationId: 'q',
+  };
+  const served: PaymentEvent = {
+    type: 'PaymentAnswerServed',
+    data: { ...ref, requestId: 'r' },
+    correlationId: 'q',
+  };
+  const serve = { kind: 'serve', requestId: 'r' } as const;
+
+  it('serves a handed-off payment once', () => {
+    spec.given([authorized, handedOff]).when(serve).thenEmits([served]);
+    spec.given([authorized, handedOff, served]).when(serve).thenNothing();
+    spec
+      .given([authorized, handedOff, served, settledWith(T)])
+      .when(serve)
+      .thenNothing();
+  });
+
+  it.each([
+    ['released by the reconciler', [authorized, handedOff, released]],
+    ['failed', [authorized, handedOff, failed]],
+    ['reserved again after its release', [authorized, handedOff, released, authorized]],
+  ])(
+    'refuses to serve a payment %s after the replay read it pending (decided again on the stream as it is)',
+    (_, given) => {
+      // The replay decided on [authorized, handedOff] and appended at that revision; the store
+      // refused it (the reconciler's event came first), and it is decided again on the stream now.
+      spec.given([authorized, handedOff]).when(serve).thenEmits([served]);
+      spec
+        .given([...given])
+        .when(serve)
+        .thenThrows(refusedWith('payment_transition_refused'));
+    },
+  );
+
+  it('refuses a plain failure of a payment whose kept answer was served; the seller’s loss is recorded', () => {
+    spec
+      .given([authorized, handedOff, served])
+      .when({ kind: 'fail', reason: 'reverted' })
+      .thenThrows(refusedWith('payment_already_served'));
+    spec
+      .given([authorized, handedOff, served])
+      .when({ kind: 'fail', reason: 'expired', reconciled: true, sellerLoss: true })
+      .thenEmits([
+        {
+          type: 'PaymentSettlementFailed',
+          data: { ...ref, reason: 'expired', reconciled: true, sellerLoss: true },
+          correlationId: 'q',
+        },
+      ]);
+    // Not served yet, the request's refusal fails it.
+    spec.given([authorized, handedOff]).when({ kind: 'fail', reason: 'reverted' }).thenEmits([failed]);
+  });
+});

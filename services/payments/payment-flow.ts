@@ -27,6 +27,7 @@ import {
   decideReservation,
   identityKey,
   type PaymentIdentity,
+  PaymentRuleError,
   type PaymentState,
   paymentStream,
 } from './payment-state.ts';
@@ -406,8 +407,15 @@ async function answerAgain(
   const answer = state.answer;
   if (answer === null) return used;
   const sent = (await settledEnough(deps, identity)) ?? state;
-  if (!(await recordServed(deps, handle, call.requestId, sent.txHash))) return SERVED_UNRECORDED;
-  return replay({ response: answer }, sent);
+  const served = await recordServed(deps, handle, call.requestId, sent.txHash);
+  // Released or failed since it was read (the reconciler): it charged nothing, so its answer does
+  // not go out; the caller goes on as for a new payment.
+  if (served === 'refused') return null;
+  if (served === 'unrecorded') return SERVED_UNRECORDED;
+  // As the log stood when the hand-over was recorded (settled meanwhile, say), naming the
+  // transaction this process saw broadcast when the log does not name one yet.
+  const recorded = handle.known.state ?? sent;
+  return replay({ response: answer }, { ...recorded, txHash: recorded.txHash ?? sent.txHash });
 }
 
 /**
@@ -428,7 +436,9 @@ function conflictOf(by: { kind: 'signature' } | { kind: 'payment_id'; id: string
 /**
  * Records that a caller has the paid answer (and the transaction it was told), before it is
  * answered: a payment whose authorisation then expires unsettled cost the seller the answer. Not
- * recorded, the reconciler would read the answer as never served; the answer goes out anyway.
+ * recorded, the reconciler would read the answer as never served, so the answer is not sent.
+ * `refused`: the payment no longer charges (released or failed meanwhile, see the decider), and
+ * its answer must not be given.
  */
 async function recordServed(
   deps: PaymentFlowDeps,
@@ -436,17 +446,24 @@ async function recordServed(
   requestId: string,
   txHash: `0x${string}` | null,
   answer?: Record<string, unknown>,
-): Promise<boolean> {
+): Promise<'recorded' | 'refused' | 'unrecorded'> {
   try {
     await deps.ledger.transition(
       handle,
       { kind: 'serve', requestId, ...(txHash ? { txHash } : {}), ...(answer ? { answer } : {}) },
       { converge: true },
     );
-    return true;
+    return 'recorded';
   } catch (err) {
+    if (err instanceof PaymentRuleError) {
+      deps.logger.warn(
+        { requestId, reason: err.message },
+        'the payment was released or failed before its answer was handed over; not served',
+      );
+      return 'refused';
+    }
     deps.logger.error({ err, requestId }, 'that the paid answer was served could not be recorded');
-    return false;
+    return 'unrecorded';
   }
 }
 
@@ -834,7 +851,7 @@ async function servePaidByThePayer(
         'the payment was reconciled while the request ran; nothing was charged by this request, retry with the same payment',
     };
   }
-  if (!(await recordServed(deps, handle, call.requestId, txHash))) return SERVED_UNRECORDED;
+  if ((await recordServed(deps, handle, call.requestId, txHash)) !== 'recorded') return SERVED_UNRECORDED;
   try {
     await deps.ledger.transition(
       handle,
@@ -1026,13 +1043,13 @@ async function settle(deps: PaymentFlowDeps, call: PaidCall, paid: Served): Prom
     // Served while it may still be charged: recorded as served, with the transaction named.
     if (decided.settled.kind === 'pending') {
       const sent = (decided.settled.settle.transaction || null) as `0x${string}` | null;
-      if (!(await recordServed(deps, handle, call.requestId, sent))) return SERVED_UNRECORDED;
+      if ((await recordServed(deps, handle, call.requestId, sent)) !== 'recorded') return SERVED_UNRECORDED;
     }
     return outcomeOf(decided.settled, paid);
   }
   const recorded = await recordServed(deps, handle, call.requestId, decided.hash);
   markServedRecorded();
-  if (!recorded) return SERVED_UNRECORDED;
+  if (recorded !== 'recorded') return SERVED_UNRECORDED;
   return {
     kind: 'served',
     result: paid.result,
@@ -1093,6 +1110,15 @@ async function settleAndRecord(
     try {
       return await deps.ledger.transition(handle, step, { converge: true });
     } catch (err) {
+      if (err instanceof PaymentRuleError && err.reason === 'payment_already_served') {
+        // Served meanwhile by the same payment presented again (another replica): it stays
+        // pending, for reconciliation to settle it from the chain or book the seller's loss.
+        deps.logger.warn(
+          { requestId: call.requestId, step: step.kind },
+          'the payment was served meanwhile; its failure is left to reconciliation',
+        );
+        return 'unrecorded';
+      }
       deps.logger.error(
         { err, requestId: call.requestId, step: step.kind },
         'settlement outcome could not be recorded; left to reconciliation',

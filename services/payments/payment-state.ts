@@ -271,11 +271,14 @@ function decidePayment(command: PaymentCommand, state: PaymentState | null): Pay
         { type: 'PaymentSettled', data: { ...ref, ...(data as After<'PaymentSettled'>) }, correlationId },
       ];
     case 'serve': {
+      // Only a payment that charges (or may still charge) is served: one released or failed meanwhile
+      // (the reconciler, a replay racing it) paid for nothing, so its answer must not go out, and
+      // a replay that decided on the pending state it read is refused, not converged into a no-op.
+      if (state.status !== 'pending' && state.status !== 'settled') refuse(command, state);
       // Recorded once per payment while it may still be charged (settled, nothing is at stake),
       // or to keep an answer the log did not hold yet.
-      const charged = state.status === 'pending' || state.status === 'settled';
       const first = state.status === 'pending' && !state.served;
-      const keeps = charged && command.answer !== undefined && state.answer === null;
+      const keeps = command.answer !== undefined && state.answer === null;
       if (!first && !keeps) return [];
       return [
         {
@@ -288,6 +291,17 @@ function decidePayment(command: PaymentCommand, state: PaymentState | null): Pay
     case 'fail':
       if (state.status === 'settled' || state.status === 'failed') return [];
       if (state.status !== 'pending') refuse(command, state);
+      // Once its kept answer was handed over (the same payment presented again may be served while
+      // its settlement fails) a payment fails only as the seller's loss; a plain failure (the
+      // request's refusal) is refused and the payment stays pending, for reconciliation to settle
+      // it from the chain or book the loss. (A hand-off that kept no answer, made before answers
+      // were kept, counts as served without anyone having been given anything here.)
+      if (state.served && state.answer !== null && command.sellerLoss !== true) {
+        throw new PaymentRuleError(
+          'payment_already_served',
+          "this payment's answer was served; it fails only as the seller's loss",
+        );
+      }
       return [
         {
           type: 'PaymentSettlementFailed',

@@ -285,6 +285,31 @@ describe.runIf(reachable)('webhook management API', () => {
     }
   });
 
+  it('refuses the 11th test send of a key within the minute, 429 with Retry-After; another key is not affected', async () => {
+    const key = await stack.issue();
+    const { body } = await stack.request('POST', '/api/webhooks', key, base());
+    const send = (k: string, id: string) =>
+      fetch(`${stack.url}/api/webhooks/${id}/test`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${k}` },
+      });
+    for (let i = 0; i < 10; i++) expect((await send(key, body.id)).status, `send ${i + 1}`).toBe(200);
+    const before = receiver.received.length;
+    const refused = await send(key, body.id);
+    expect(refused.status).toBe(429);
+    const seconds = Number(refused.headers.get('retry-after'));
+    expect(seconds).toBeGreaterThanOrEqual(1);
+    expect(seconds).toBeLessThanOrEqual(60);
+    expect(await refused.json()).toMatchObject({ code: 'RATE_LIMITED', retryable: true });
+    expect(receiver.received.length).toBe(before);
+    // Another key, on its own subscription, still sends.
+    const other = await stack.issue();
+    const theirs = await stack.request('POST', '/api/webhooks', other, base());
+    const sent = await send(other, theirs.body.id);
+    expect(sent.status).toBe(200);
+    expect(await sent.json()).toMatchObject({ delivered: true, status: 200 });
+  });
+
   // Last: it leaves the key registry stopped.
   it('answers 503 KEY_UNVERIFIABLE, retryable, before the body, while keys cannot be checked', async () => {
     const key = await stack.issue();

@@ -47,6 +47,7 @@ import {
   subscriptionsOfKey,
   toView,
 } from './subscription-fold.ts';
+import { TEST_SENDS_PER_WINDOW, TestSendBudget } from './test-budget.ts';
 import type { WebhookState } from './webhook-projection.ts';
 
 export interface WebhookRoutesDeps {
@@ -194,6 +195,9 @@ const DOCS = {
       200: { description: 'The attempt', schema: SendResultView },
       400: fail('INVALID_FIELD: the route takes no body field'),
       404: fail('NOT_FOUND'),
+      429: fail(
+        `RATE_LIMITED: the key's test sends are ${TEST_SENDS_PER_WINDOW} a minute per api process (nothing sent); Retry-After says when the next may go`,
+      ),
     },
   }),
   deliveries: keyed({
@@ -388,6 +392,7 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
   const { store, runner, settings } = deps;
   const { owned, settled, create, sendSample, deliveriesAfter, latestDeliveries, resend } =
     webhookActions(deps);
+  const testSends = new TestSendBudget();
   return async (plain) => {
     const app = plain.withTypeProvider<ZodTypeProvider>();
     plain.get(SAMPLE_VERIFY_PATH, { config: DOCS.sample }, async () => SAMPLE_VERIFY_BODY);
@@ -419,9 +424,18 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
       await settled(await deleteSubscription(store, apiKeyId, params.id));
       return served(request, { id: params.id, deleted: true as const });
     });
-    app.post('/api/webhooks/:id/test', { ...DOCS.test, preValidation: authenticated }, async (request) =>
-      served(request, sendSample(owned(keyOf(request), request.params.id))),
-    );
+    app.post('/api/webhooks/:id/test', { ...DOCS.test, preValidation: authenticated }, async (request) => {
+      const apiKeyId = keyOf(request);
+      const sub = owned(apiKeyId, request.params.id);
+      // Each test send is a signed POST to a host of the caller's choosing: a budget of its own.
+      const seconds = testSends.take(apiKeyId, Date.now());
+      if (seconds !== null) {
+        throw new ServiceError('RATE_LIMITED', { limit: testSends.limit, seconds }, undefined, {
+          headers: { 'retry-after': String(seconds) },
+        });
+      }
+      return served(request, sendSample(sub));
+    });
     app.get(
       '/api/webhooks/:id/deliveries',
       { ...DOCS.deliveries, preValidation: authenticated },

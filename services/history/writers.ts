@@ -33,6 +33,15 @@ import { packRows, STORED_PLAN, type StoredRef } from './stored-columns.ts';
  * file is read from its footer, so a client gains nothing from an earlier first row group.
  */
 const ROW_GROUP_ROWS = 8_192;
+/**
+ * Rows handed to the writer at a time when the export is encoded on the event loop (no encoder
+ * worker free): building and encoding a whole row group there was one synchronous block of tens of
+ * milliseconds or more (full inputs), which every other request waited behind. encodeHere lets
+ * the event loop turn before each slice; the writer still closes a row group every
+ * ROW_GROUP_ROWS rows, so the file is the same bytes as a worker's. `batchRows` is changed only by
+ * the bench (bench/history.bench.ts, fairness), to measure whole row groups against slices.
+ */
+export const parquetHere = { batchRows: 1_024 };
 /** Bytes per NDJSON write: fewer, larger writes to the socket. */
 const NDJSON_CHUNK = 128 * 1024;
 const TEXT_CHUNK = 64 * 1024;
@@ -338,7 +347,9 @@ export function parquetStream<T>(
    * group holds its values, not a group's worth of pages of decoded events (those outlived
    * young-generation collections and were promoted, to be swept later at a higher cost).
    */
-  let columns = HISTORY_COLUMNS.map(() => new Array<unknown>(ROW_GROUP_ROWS));
+  /** Rows per hand-over to the writer: a row group on a worker, a slice of one here (parquetHere). */
+  let batchRows = ROW_GROUP_ROWS;
+  let columns = HISTORY_COLUMNS.map(() => new Array<unknown>(batchRows));
   let filled = 0;
   let carry: T[] = [];
   let sentLast = false;
@@ -346,7 +357,7 @@ export function parquetStream<T>(
   /** The next row group; null once the last one has been given. */
   const nextRowGroup = async (): Promise<RowGroup | null> => {
     if (sentLast) return null;
-    while (filled < ROW_GROUP_ROWS) {
+    while (filled < batchRows) {
       let items = carry;
       carry = [];
       if (items.length === 0) {
@@ -357,8 +368,8 @@ export function parquetStream<T>(
         }
         items = next.value;
       }
-      // Whole row groups go to the writer; what is over starts the next one.
-      const room = ROW_GROUP_ROWS - filled;
+      // Whole batches go to the writer; what is over starts the next one.
+      const room = batchRows - filled;
       if (items.length > room) {
         carry = items.slice(room);
         items = items.slice(0, room);
@@ -370,7 +381,7 @@ export function parquetStream<T>(
     if (filled === 0 && groups > 0) return null;
     for (const values of columns) values.length = filled;
     const group = build(columns);
-    columns = HISTORY_COLUMNS.map(() => new Array<unknown>(ROW_GROUP_ROWS));
+    columns = HISTORY_COLUMNS.map(() => new Array<unknown>(batchRows));
     filled = 0;
     groups++;
     if (done) sentLast = true;
@@ -388,6 +399,8 @@ export function parquetStream<T>(
   };
   const onWorker = encoders?.encode(settings, nextRowGroup, cancel);
   if (onWorker) return onWorker;
+  batchRows = Math.min(ROW_GROUP_ROWS, parquetHere.batchRows);
+  columns = HISTORY_COLUMNS.map(() => new Array<unknown>(batchRows));
   return encodeHere(settings, nextRowGroup, cancel);
 }
 

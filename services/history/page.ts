@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { pagePolicy } from '../shared/content-security-policy.ts';
 
 /**
  * The public track-record page: plain HTML, one script, uPlot from /track-record/assets (served
@@ -21,13 +21,6 @@ export function trackRecordPage(): string {
  */
 export function trackRecordPolicy(): string {
   return POLICY;
-}
-
-function hashesOf(html: string, tag: 'script' | 'style'): string {
-  const inline = new RegExp(`<${tag}>([\\s\\S]*?)</${tag}>`, 'g');
-  return [...html.matchAll(inline)]
-    .map((m) => `'sha256-${createHash('sha256').update(m[1]!, 'utf8').digest('base64')}'`)
-    .join(' ');
 }
 
 function page(): string {
@@ -461,13 +454,9 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
 }
 
 const PAGE = page();
-const POLICY = [
-  "default-src 'none'",
-  `script-src 'self' ${hashesOf(PAGE, 'script')}`,
-  `style-src 'self' ${hashesOf(PAGE, 'style')}`,
-  "connect-src 'self'",
-  "img-src 'self' data:",
-  "base-uri 'none'",
-  "form-action 'none'",
-  "frame-ancestors 'none'",
-].join('; ');
+const POLICY = pagePolicy(PAGE, {
+  script: ["'self'"],
+  style: ["'self'"],
+  connect: ["'self'"],
+  img: ["'self'", 'data:'],
+});

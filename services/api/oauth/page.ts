@@ -3,6 +3,7 @@
  * to show comes in, the page goes out. The person signs in with an API key they hold (that key
  * is the one the host will act as) or with their wallet (then picks one of the wallet's keys).
  */
+import { pagePolicy } from '../../shared/content-security-policy.ts';
 
 export interface ConsentView {
   uid: string;
@@ -19,6 +20,12 @@ export interface ConsentView {
   error?: string;
   /** The field the refusal is about (a key not accepted): marked invalid and described by it. */
   errorField?: 'api_key';
+  /**
+   * Where the flow ends, as a CSP source: the redirect_uri's origin, or an app's scheme (`cursor:`).
+   * The forms post here, and the last post is redirected there: a browser that applies form-action
+   * to that redirect must find it allowed. None: the forms may post to this service only.
+   */
+  redirectSource?: string;
   /** After a wallet sign-in: the wallet and its keys to choose from. */
   wallet?: { address: string; keys: { keyId: string; prefix: string; plan: string }[] };
 }
@@ -107,6 +114,29 @@ ${view.wallet.keys
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
 <meta name="referrer" content="no-referrer"><link rel="icon" href="data:,"><title>Sign in — allow an MCP host</title><style>${STYLE}</style></head>
 <body><h1>Allow an MCP host</h1>${who}${error}${body}${deny}</body></html>`;
+}
+
+/** A page and the Content-Security-Policy it is sent with. */
+export interface HtmlDocument {
+  html: string;
+  policy: string;
+}
+
+/**
+ * The consent page with its policy: its inline script and style by hash, the wallet script's
+ * nonce fetch to this origin, the favicon (a data: URL), forms posted here and redirected on to
+ * the host, never framed.
+ */
+export function consentDocument(view: ConsentView): HtmlDocument {
+  const html = consentPage(view);
+  const formAction = ["'self'", ...(view.redirectSource ? [view.redirectSource] : [])];
+  return { html, policy: pagePolicy(html, { connect: ["'self'"], img: ['data:'], formAction }) };
+}
+
+/** The error page with its policy: its style by hash, the favicon, no form, never framed. */
+export function errorDocument(title: string, detail: string): HtmlDocument {
+  const html = errorPage(title, detail);
+  return { html, policy: pagePolicy(html, { img: ['data:'] }) };
 }
 
 /** A page that ends the flow with an error (an interaction that expired, a cookie that is missing). */

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { type ConsentView, consentPage, errorPage } from './page.ts';
+import { type ConsentView, consentDocument, consentPage, errorPage } from './page.ts';
 
 const VIEW: ConsentView = {
   uid: 'u1',
@@ -48,5 +48,13 @@ describe('the OAuth sign-in pages', () => {
     for (const html of [consentPage(VIEW), errorPage('Sign-in expired', 'Start again from your MCP host.')]) {
       expect(html).toContain('<link rel="icon" href="data:,">');
     }
+  });
+
+  it("the consent page's forms may post here and be redirected on to the host's origin or app scheme only", () => {
+    const policy = (redirectSource?: string) =>
+      consentDocument({ ...VIEW, ...(redirectSource ? { redirectSource } : {}) }).policy;
+    expect(policy('cursor:')).toContain("form-action 'self' cursor:;");
+    expect(policy('https://host.example')).toContain("form-action 'self' https://host.example;");
+    expect(policy()).toContain("form-action 'self';");
   });
 });

@@ -14,7 +14,7 @@ import {
   guardedFetch,
   type OutboundPolicy,
 } from './client-document.ts';
-import { errorPage } from './page.ts';
+import { errorDocument } from './page.ts';
 import type { OAuthStore } from './store.ts';
 
 export interface ProviderOptions {
@@ -296,11 +296,14 @@ export function createProvider(options: ProviderOptions): OAuthProvider {
     interactions: { url: (_ctx, interaction) => interactionPath(interaction.uid) },
     // An error the browser is shown (a redirect URI that is not registered, a bad request): our page, not the library's.
     renderError: async (ctx, out) => {
-      ctx.type = 'html';
-      ctx.body = errorPage(
+      const { html, policy } = errorDocument(
         'This sign-in request cannot be served',
         `${out.error}: ${out.error_description ?? 'the request is invalid'}. Start again from your MCP host.`,
       );
+      ctx.set('content-security-policy', policy);
+      ctx.set('x-frame-options', 'DENY');
+      ctx.type = 'html';
+      ctx.body = html;
     },
   };
   try {

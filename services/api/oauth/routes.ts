@@ -26,7 +26,7 @@ import { consumeNonce, issueNonce } from '../keys/nonces.ts';
 import { checkSignIn, siweOrigins } from '../keys/siwe-check.ts';
 import { documented, type ResponseDoc, type ResponseHeader } from '../openapi.ts';
 import { originCacheControl } from '../public-origin.ts';
-import { type ConsentView, consentPage, errorPage } from './page.ts';
+import { type ConsentView, consentDocument, errorDocument, type HtmlDocument } from './page.ts';
 import { OAUTH_ROUTES } from './provider.ts';
 
 /** The authorization server and protected resource one origin names. */
@@ -89,7 +89,11 @@ const toSignInOrHost: ResponseDoc = {
 /** The library's answers: never cached (tokens, codes), and varying with the Origin it allows. */
 const LIBRARY_HEADERS: readonly ResponseHeader[] = ['Cache-Control', 'Vary'];
 /** Our pages: never cached, never framed. */
-const PAGE_HEADERS: readonly ResponseHeader[] = ['Cache-Control', 'X-Frame-Options'];
+const PAGE_HEADERS: readonly ResponseHeader[] = [
+  'Cache-Control',
+  'X-Frame-Options',
+  'Content-Security-Policy',
+];
 
 const resourceDoc = documented({
   summary: 'OAuth protected resource metadata of /mcp/signin (RFC 9728)',
@@ -117,6 +121,10 @@ const errorPageDoc: ResponseDoc = {
   ...html,
   description:
     'The request cannot be served and cannot be sent back (an unregistered redirect_uri, an unknown client, an expired interaction): an HTML page naming the error',
+  headers: {
+    'content-security-policy': "Nothing but the page's own hashed style; no form, never in a frame",
+    'x-frame-options': 'DENY: the page is never shown in a frame',
+  },
 };
 const endpointDoc = (summary: string, responses: Record<number, ResponseDoc>, description?: string) =>
   documented({
@@ -312,15 +320,16 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
     await of(request).callback(request.raw, reply.raw);
   };
 
-  const page = (reply: FastifyReply, status: number, body: string) =>
+  const page = (reply: FastifyReply, status: number, document: HtmlDocument) =>
     reply
       .code(status)
       .headers({
         'cache-control': 'no-store',
         'x-frame-options': 'DENY',
+        'content-security-policy': document.policy,
         'content-type': 'text/html; charset=utf-8',
       })
-      .send(body);
+      .send(document.html);
 
   /** The interaction of the request's cookie, or an error page when it is gone. */
   const interaction = async (
@@ -336,7 +345,7 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
       page(
         reply,
         400,
-        errorPage(
+        errorDocument(
           'This sign-in has expired',
           'The sign-in request is no longer valid (it expired, or was opened in another browser). Start again from your MCP host.',
         ),
@@ -356,6 +365,7 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
     const redirectUri = String(details.params.redirect_uri ?? '');
     let redirectHost = redirectUri;
     let redirectApp = false;
+    let redirectSource: string | undefined;
     try {
       const to = new URL(redirectUri);
       // An app's own scheme names the app (cursor://anysphere.cursor-mcp), worded as an app: a
@@ -366,6 +376,7 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
         : to.host
           ? `${to.protocol}//${to.host}`
           : to.protocol;
+      redirectSource = redirectApp ? to.protocol : to.origin;
     } catch {}
     return {
       uid: details.uid,
@@ -373,6 +384,7 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
       clientId,
       redirectHost,
       ...(redirectApp ? { redirectApp } : {}),
+      ...(redirectSource ? { redirectSource } : {}),
       resource: site.resource,
       ...extra,
     };
@@ -479,7 +491,7 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
         return page(
           reply,
           200,
-          consentPage(
+          consentDocument(
             await view(
               request,
               details,
@@ -498,7 +510,7 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
           issued = await issueNonce(options.cache, options.nonceTtlMs);
         } catch (err) {
           if (!(err instanceof CacheUnavailableError)) throw err;
-          return page(reply, 503, errorPage('Sign-in is unavailable', 'Please try again shortly.'));
+          return page(reply, 503, errorDocument('Sign-in is unavailable', 'Please try again shortly.'));
         }
         return reply.headers({ 'cache-control': 'no-store', 'x-frame-options': 'DENY' }).send({
           nonce: issued.nonce,
@@ -519,7 +531,7 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
             return page(
               reply,
               400,
-              consentPage(await view(request, details, { error, errorField: 'api_key' })),
+              consentDocument(await view(request, details, { error, errorField: 'api_key' })),
             );
           }
           let lookup: Awaited<ReturnType<KeyResolver['resolve']>>;
@@ -530,7 +542,7 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
             return page(
               reply,
               503,
-              consentPage(
+              consentDocument(
                 await view(request, details, {
                   error: 'The key cannot be checked right now; try again shortly.',
                 }),
@@ -545,7 +557,7 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
             return page(
               reply,
               401,
-              consentPage(await view(request, details, { error, errorField: 'api_key' })),
+              consentDocument(await view(request, details, { error, errorField: 'api_key' })),
             );
           }
           return finish(request, reply, details, lookup.record.keyId);
@@ -571,7 +583,7 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
             return page(
               reply,
               400,
-              consentPage(await view(request, details, { error: invalidForm(form.error.issues) })),
+              consentDocument(await view(request, details, { error: invalidForm(form.error.issues) })),
             );
           }
           const check = await checkSignIn({
@@ -582,12 +594,12 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
             now: new Date(),
           });
           if (!check.ok)
-            return page(reply, 401, consentPage(await view(request, details, { error: check.message })));
+            return page(reply, 401, consentDocument(await view(request, details, { error: check.message })));
           if (!(await consumeNonce(options.cache, check.nonce, options.nonceTtlMs))) {
             return page(
               reply,
               401,
-              consentPage(
+              consentDocument(
                 await view(request, details, {
                   error: 'The sign-in nonce was already used or expired; sign again.',
                 }),
@@ -611,7 +623,7 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
               );
             } catch (err) {
               if (!(err instanceof CacheUnavailableError)) throw err;
-              return page(reply, 503, errorPage('Sign-in is unavailable', 'Please try again shortly.'));
+              return page(reply, 503, errorDocument('Sign-in is unavailable', 'Please try again shortly.'));
             }
             if ('refused' in outcome && outcome.refused === 'budget') {
               const seconds = outcome.retryAfterSeconds;
@@ -619,7 +631,7 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
               return page(
                 reply,
                 429,
-                consentPage(
+                consentDocument(
                   await view(request, details, {
                     error: errorMessage('FREE_KEY_LIMIT_REACHED', { limit: outcome.limit, seconds }),
                   }),
@@ -634,7 +646,7 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
           return page(
             reply,
             200,
-            consentPage(
+            consentDocument(
               await view(request, details, { wallet: { address: check.address, keys: keyChoices(held) } }),
             ),
           );
@@ -649,7 +661,11 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
           if (details === null) return reply;
           const wallet = (details.result as { wallet?: string } | undefined)?.wallet;
           if (wallet === undefined) {
-            return page(reply, 401, consentPage(await view(request, details, { error: 'Sign in first.' })));
+            return page(
+              reply,
+              401,
+              consentDocument(await view(request, details, { error: 'Sign in first.' })),
+            );
           }
           const form = KeyChoiceForm.safeParse(request.body ?? {});
           const held = options.walletKeys(wallet);
@@ -658,7 +674,7 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
             return page(
               reply,
               400,
-              consentPage(
+              consentDocument(
                 await view(request, details, {
                   error: 'Choose one of the keys listed.',
                   wallet: { address: wallet, keys: keyChoices(held) },

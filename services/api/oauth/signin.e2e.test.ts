@@ -84,6 +84,59 @@ describe.runIf(present || process.env.CI === 'true')('OAuth sign-in with the off
     }
   });
 
+  it('sends a strict Content-Security-Policy with the sign-in page and the error pages; Chromium reports no violation', async () => {
+    const host = new MemoryHost(receiver.url);
+    await expect(
+      new Client({ name: 'oauth-host', version: '1.0.0' }).connect(
+        new StreamableHTTPClientTransport(new URL(`${base}/mcp/signin`), { authProvider: host }),
+      ),
+    ).rejects.toThrow(UnauthorizedError);
+    await browser.clearCookies();
+    const page = await browser.newPage();
+    await page.addInitScript(`window.ethereum = { request: async ({ method }) => {
+      if (method === 'eth_requestAccounts') return ['0x0000000000000000000000000000000000000001'];
+      if (method === 'eth_chainId') return '0x1';
+      throw new Error('signing declined');
+    } };`);
+    const problems: string[] = [];
+    page.on('console', (m) => {
+      if (m.type() === 'error') problems.push(m.text());
+    });
+    try {
+      const signin = page.waitForResponse((r) => r.url().includes('/oauth/interaction/'));
+      await page.goto(String(host.authorizationUrl!));
+      const headers = (await signin).headers();
+      const policy = headers['content-security-policy']!;
+      expect(policy).toMatch(/^default-src 'none'; script-src 'sha256-[^ ;]+'; style-src 'sha256-[^ ;]+';/);
+      expect(policy).toContain("connect-src 'self'");
+      // Its forms post here; the last is redirected to the host's redirect_uri, which is allowed too.
+      expect(policy).toContain(`form-action 'self' ${new URL(receiver.url).origin};`);
+      expect(policy).toContain("frame-ancestors 'none'");
+      expect(policy).not.toContain('unsafe-inline');
+      expect(headers).toMatchObject({ 'x-frame-options': 'DENY', 'cache-control': 'no-store' });
+      // The wallet script runs under the policy and its nonce fetch is allowed: it gets as far as
+      // the signature, which this stand-in wallet declines.
+      await page.click('#wallet-button');
+      await expect.poll(() => page.locator('#wallet-status').textContent()).toBe('signing declined');
+      expect(problems).toEqual([]);
+    } finally {
+      await page.close();
+    }
+    // Error pages: an interaction that is gone (ours) and a request the library refuses (rendered by ours).
+    for (const url of [
+      `${base}/oauth/interaction/not-an-interaction`,
+      `${base}/oauth/authorize?client_id=not-a-client&response_type=code`,
+    ]) {
+      const res = await fetch(url);
+      expect([url, res.status]).toEqual([url, 400]);
+      expect(res.headers.get('content-type')).toMatch(/^text\/html/);
+      expect(res.headers.get('x-frame-options')).toBe('DENY');
+      expect(res.headers.get('content-security-policy')).toMatch(
+        /^default-src 'none'; style-src 'sha256-[^ ;]+'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'$/,
+      );
+    }
+  });
+
   it('signs in through the consent page and calls tools as the chosen key', async () => {
     const host = new MemoryHost(receiver.url);
     const url = new URL(`${base}/mcp/signin`);

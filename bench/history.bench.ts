@@ -14,15 +14,21 @@
  *    latest-verdicts fold over N VerdictRecorded events (both validate every event).
  *  - track-record query: GET /api/track-record over the folded state of N outcomes against
  *    GET /healthz on the same server (latency ratio).
+ *  - fairness: another key's p99 on a cheap route (GET /api/verdicts?limit=1) beside 4 export
+ *    loops, in alternating phases of the same process: NDJSON with the scan's wait for the end of
+ *    the turn between pages and without it (scan.ts pageTurn); Parquet with the rows encoded on
+ *    the event loop handed to the writer in slices and in whole row groups (writers.ts
+ *    parquetHere). The ratio of the p99s.
  *
  * The verdicts carry inputs as many and as long as the engine's (~1 KB of JSON each, as in the
  * deployed log); `--inputs=small` gives the seven short ones earlier runs of this bench used.
  *
  *   npx tsx bench/history.bench.ts [--verdicts=1000000] [--outcomes=100000] [--runs=3]
- *     [--profile=ndjson|parquet] [--inputs=full|small]
+ *     [--profile=ndjson|parquet] [--inputs=full|small] [--phases=4] [--only=fairness]
  */
+import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { pathToFileURL } from 'node:url';
@@ -37,6 +43,9 @@ import { outcomeStream } from '../contracts/history.ts';
 import { latestVerdictsProjection } from '../projections/latest-verdicts.ts';
 import { OUTCOMES_DB, VERDICTS_DB } from '../services/history/export-row-store.ts';
 import { trackRecordProjection } from '../services/history/projections.ts';
+import { MAX_EXPORTS_PER_KEY } from '../services/history/routes.ts';
+import { pageTurn } from '../services/history/scan.ts';
+import { parquetHere } from '../services/history/writers.ts';
 import {
   SYNTHETIC_MARKETS,
   startHistoryServer,
@@ -159,6 +168,111 @@ async function drain(url: string, headers: Record<string, string>) {
   };
 }
 
+/**
+ * The export loops of the fairness figure, in a process of their own (its reading of the bodies is
+ * not the server's work): `loops` exports per key, each one after another (`query`), the bodies
+ * read as they come and discarded; answers the bytes read so far when asked.
+ */
+const EXPORT_LOOPS = `
+const [url, query, loops, ...keys] = process.argv.slice(1);
+let read = 0;
+process.on('message', () => process.send(read));
+const loop = async (key) => {
+  for (;;) {
+    const res = await fetch(url + '/api/verdicts?' + query, { headers: { authorization: 'Bearer ' + key } });
+    if (res.status === 429) { await res.arrayBuffer(); await new Promise((r) => setTimeout(r, 50)); continue; }
+    if (res.status !== 200) throw new Error('export answered ' + res.status);
+    const reader = res.body.getReader();
+    for (let next = await reader.read(); !next.done; next = await reader.read()) {
+      read += next.value.length;
+    }
+  }
+};
+for (const key of keys) for (let i = 0; i < Number(loops); i++) loop(key);
+`;
+
+/** One side of a fairness comparison: its name, and what it sets before its phases. */
+type Variant = { name: string; apply: () => void };
+
+/**
+ * Another key's latency on a cheap route (GET /api/verdicts?limit=1, one request at a time, 5 ms
+ * apart) beside 4 export loops (two keys, as many each as MAX_EXPORTS_PER_KEY lets stream at once,
+ * read by another process), in phases that alternate two variants of the server's code, so drift
+ * in the machine's load falls on both.
+ */
+async function fairness(
+  url: string,
+  exportKeys: string[],
+  otherKey: string,
+  options: { phases: number; phaseMs: number; query: string; label: string; variants: [Variant, Variant] },
+) {
+  const percentile = (xs: number[], p: number) =>
+    [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
+  const results = options.variants.map(() => ({
+    latencies: [] as number[],
+    bytes: 0,
+    seconds: 0,
+    p99s: [] as number[],
+  }));
+  const loads: string[] = [];
+  for (let phase = 0; phase < 2 * options.phases; phase++) {
+    const v = phase % 2;
+    options.variants[v]!.apply();
+    const loops = spawn(
+      process.execPath,
+      ['-e', EXPORT_LOOPS, url, options.query, String(MAX_EXPORTS_PER_KEY), ...exportKeys],
+      { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] },
+    );
+    const exported = () =>
+      new Promise<number>((resolve) => {
+        loops.once('message', (n) => resolve(Number(n)));
+        loops.send('bytes?');
+      });
+    // The exports under way before the probe starts.
+    await new Promise((r) => setTimeout(r, 1_000));
+    const bytesBefore = await exported();
+    const started = performance.now();
+    const latencies: number[] = [];
+    while (performance.now() - started < options.phaseMs) {
+      const t = performance.now();
+      const res = await request(`${url}/api/verdicts?limit=1`, {
+        headers: { authorization: `Bearer ${otherKey}` },
+      });
+      await res.body.text();
+      if (res.statusCode !== 200) throw new Error(`probe answered ${res.statusCode}`);
+      latencies.push(performance.now() - t);
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    const seconds = (performance.now() - started) / 1000;
+    const bytes = (await exported()) - bytesBefore;
+    const gone = new Promise((r) => loops.once('exit', r));
+    loops.kill();
+    await gone;
+    const r = results[v]!;
+    r.latencies.push(...latencies);
+    r.bytes += bytes;
+    r.seconds += seconds;
+    r.p99s.push(percentile(latencies, 99));
+    loads.push(loadavg()[0]!.toFixed(2));
+  }
+  const row = (r: (typeof results)[number]) => ({
+    probes: r.latencies.length,
+    'p50 ms': Number(percentile(r.latencies, 50).toFixed(1)),
+    'p99 ms': Number(percentile(r.latencies, 99).toFixed(1)),
+    'p99 ms per phase': r.p99s.map((x) => x.toFixed(0)).join(' / '),
+    'max ms': Number(Math.max(...r.latencies).toFixed(1)),
+    'exported MB/s': Number((r.bytes / 1e6 / r.seconds).toFixed(1)),
+  });
+  const [a, b] = results as [(typeof results)[number], (typeof results)[number]];
+  const ratio = percentile(b.latencies, 99) / percentile(a.latencies, 99);
+  console.log(
+    `fairness: another key's GET /api/verdicts?limit=1 beside ${exportKeys.length * MAX_EXPORTS_PER_KEY} ${options.label} export loops (?${options.query}, read by another process), ${options.phases} phases of each, ${(options.phaseMs / 1000).toFixed(0)} s, alternated; load (1 min) after each phase ${loads.join(' ')}`,
+  );
+  console.table(Object.fromEntries(options.variants.map((v, i) => [v.name, row(results[i]!)])));
+  console.log(`p99 ${options.variants[1].name} / ${options.variants[0].name}: ${ratio.toFixed(1)}`);
+  return { ratio, p99: percentile(a.latencies, 99) };
+}
+
 export async function run(): Promise<Record<string, number>> {
   const verdicts = arg('verdicts', 1_000_000);
   const outcomes = Math.min(verdicts, arg('outcomes', 100_000));
@@ -255,6 +369,53 @@ export async function run(): Promise<Record<string, number>> {
     // The first keyed request of a fresh process rebuilds the quota counters from the log (the
     // quota meter's start-up, not the export): done once here, outside the first-row figures.
     await (await request(`${server.url}/api/verdicts?limit=1`, { headers, reset: true })).body.text();
+    // ---- fairness: another key beside 4 NDJSON exports, with and without the wait between pages ----
+    const exportKeys = [key, await server.issue()];
+    const otherKey = await server.issue();
+    for (const k of [...exportKeys.slice(1), otherKey])
+      await (
+        await request(`${server.url}/api/verdicts?limit=1`, {
+          headers: { authorization: `Bearer ${k}` },
+          reset: true,
+        })
+      ).body.text();
+    const phases = arg('phases', 4);
+    const wait = pageTurn.wait;
+    const fair = await fairness(server.url, exportKeys, otherKey, {
+      phases,
+      phaseMs: 8_000,
+      query: `limit=${Math.min(verdicts, 50_000)}`,
+      label: 'NDJSON',
+      variants: [
+        { name: 'wait between pages', apply: () => (pageTurn.wait = wait) },
+        // A resolved promise: the same chain of promise jobs, no turn of the event loop.
+        { name: 'no wait', apply: () => (pageTurn.wait = () => Promise.resolve()) },
+      ],
+    });
+    pageTurn.wait = wait;
+    // Parquet: 2 exports on the encoder workers, 2 on the event loop (no worker free), whose rows
+    // reach the writer a slice at a time (parquetHere) or a whole row group at a time.
+    const slice = parquetHere.batchRows;
+    const fairParquet = await fairness(server.url, exportKeys, otherKey, {
+      phases,
+      phaseMs: 8_000,
+      query: `format=parquet&limit=${Math.min(verdicts, 50_000)}`,
+      label: 'Parquet',
+      variants: [
+        { name: `${slice}-row slices`, apply: () => (parquetHere.batchRows = slice) },
+        { name: 'whole row groups', apply: () => (parquetHere.batchRows = Number.POSITIVE_INFINITY) },
+      ],
+    });
+    parquetHere.batchRows = slice;
+    if (process.argv.includes('--only=fairness')) {
+      await server.close();
+      return {
+        fairnessP99Ratio: fair.ratio,
+        fairnessP99Ms: fair.p99,
+        parquetFairnessP99Ratio: fairParquet.ratio,
+        parquetFairnessP99Ms: fairParquet.p99,
+      };
+    }
     const profiled = process.argv.find((a) => a.startsWith('--profile'))?.split('=')[1];
     if (profiled !== undefined) {
       const format = profiled === 'parquet' ? 'parquet' : 'ndjson';
@@ -422,6 +583,10 @@ export async function run(): Promise<Record<string, number>> {
       ndjsonLiveHeapMb: ndLive / 1e6,
       trackRecordMs: trAll,
       foldPerSec: n / foldS,
+      fairnessP99Ratio: fair.ratio,
+      fairnessP99Ms: fair.p99,
+      parquetFairnessP99Ratio: fairParquet.ratio,
+      parquetFairnessP99Ms: fairParquet.p99,
     };
   } finally {
     await store.close();

@@ -39,6 +39,7 @@ import {
   v1Header,
   type X402Stack,
 } from './chain/x402-app.ts';
+import { HoldingStore } from './holding-store.ts';
 import { holdWriteLock } from './lmdb-lock-holder.ts';
 
 const PATH = '/x402/get_market_regime';
@@ -258,8 +259,9 @@ type SettleContext = Parameters<Parameters<x402Facilitator['onBeforeSettle']>[0]
 async function startRaced(
   race: (payer: { key: Hex; address: Hex }, context: SettleContext) => Promise<void>,
   env: Record<string, string> = {},
+  shared: Parameters<typeof startX402Stack>[3] = {},
 ) {
-  const stack = await startX402Stack(env, chain);
+  const stack = await startX402Stack(env, chain, undefined, shared);
   try {
     const payer = await chain.fundedPayer(1_000_000n);
     beforeSettle(stack, (context) => race(payer, context));
@@ -561,6 +563,50 @@ describe('an authorisation used on chain by someone else before the settlement',
       expect(events.map((e) => e.type)).not.toContain('PaymentSettled');
       expect(events.at(-1)).toMatchObject({ type: 'PaymentSettlementFailed', data: { sellerLoss: true } });
     } finally {
+      await stack.stop();
+    }
+  });
+
+  it('the same, its answer given to no one (its request stopped before answering): released, not booked as the loss', async () => {
+    // The request's record that its answer was served is held, as an api killed between the
+    // hand-off and its answer leaves the payment for the reconciler.
+    const store = new HoldingStore();
+    const served = store.holdNext('PaymentAnswerServed');
+    const { stack, payer } = await startRaced(usedWithoutLogThenCut, {}, { store });
+    try {
+      const request = paidRequest(stack, payer.key, payer.address, 12n);
+      await served.arrived;
+      const authorized = (await store.readAll()).find((e) => e.type === 'PaymentAuthorized');
+      const nonce = (authorized?.data as { nonce: Hex }).nonce;
+      const validBefore = BigInt((authorized?.data as { validBefore: string }).validBefore);
+      const handedOff = (await stack.paymentEvents(nonce)).map((e) => e.type);
+      expect(handedOff.at(-1)).toBe('PaymentSettlementPending');
+      expect(handedOff).not.toContain('PaymentAnswerServed');
+      expect(await chain.authorizationState(payer.address, nonce)).toBe(true);
+      while (nowSeconds() <= validBefore + 1n) await new Promise((resolve) => setTimeout(resolve, 250));
+      await chain.testClient.mine({ blocks: 3, interval: 0 });
+      const reconciler = new PaymentReconciler({
+        store: stack.store,
+        chains: chainReadersFor([{ network: 'eip155:8453', rpcUrl: chain.rpcUrl } as never], 2n),
+        olderThanMs: 0,
+      });
+      expect(await reconciler.runOnce()).toMatchObject({ settled: 0, lost: 0, released: 1, stillPending: 0 });
+
+      expect((await stack.paymentEvents(nonce)).at(-1)).toMatchObject({
+        type: 'PaymentReleased',
+        data: { reason: expect.stringContaining('its answer reached no one') },
+      });
+      // The held record then meets a released payment: the answer is not given, nothing is booked.
+      served.release();
+      const { res } = await request;
+      expect(res.status).not.toBe(200);
+      await res.body?.cancel();
+      const types = (await stack.paymentEvents(nonce)).map((e) => e.type);
+      expect(types).not.toContain('PaymentSettlementFailed');
+      expect(types).not.toContain('PaymentAnswerServed');
+    } finally {
+      // A failed assertion above must not leave the request held: the stack's stop waits for it.
+      served.release();
       await stack.stop();
     }
   });

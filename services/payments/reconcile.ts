@@ -81,7 +81,7 @@ const CATCH_UP_TIMEOUT_MS = 60_000;
  * transfer) it is recorded failed, the seller's loss once served. Used with no transaction of
  * its use visible, it waits a round for the logs, unless the authorisation expired before the
  * oldest block the log lookback reads (its use can never be seen there): then it is recorded
- * failed as the seller's loss once served (released if never handed off). A pending one
+ * failed as the seller's loss once served (released if its answer reached no one). A pending one
  * was handed off after its answer was kept, so the payer was (or can be) served: while its
  * authorisation is valid and no transaction of it is on its way (none was sent, the node forgot
  * it, or it reverted), it is broadcast again; once the authorisation expired unused it is
@@ -191,8 +191,12 @@ export class PaymentReconciler {
         const how =
           'the authorisation was used before the log lookback, by no transaction seen paying the seller';
         const context = { stream, payer, nonce, amount: auth.amount, network: auth.network };
-        if (state.status === 'authorized') {
-          await record({ kind: 'release', reason: `${how}; nothing was charged by this service` });
+        // Never handed off, or handed off with its answer given to no one: nothing was sold.
+        if (state.status === 'authorized' || !state.served) {
+          await record({
+            kind: 'release',
+            reason: `${how}; nothing was charged by this service${state.status === 'pending' ? ', and its answer reached no one' : ''}`,
+          });
           this.options.logger?.error(context, `${how}; released`);
           return 'released';
         }

@@ -16,9 +16,9 @@
  *    GET /healthz on the same server (latency ratio).
  *  - fairness: another key's p99 on a cheap route (GET /api/verdicts?limit=1) beside 4 export
  *    loops, in alternating phases of the same process: NDJSON with the scan's wait for the end of
- *    the turn between pages and without it (scan.ts pageTurn); Parquet with the rows encoded on
- *    the event loop handed to the writer in slices and in whole row groups (writers.ts
- *    parquetHere). The ratio of the p99s.
+ *    the turn between pages and without it (scan.ts pageTurn); Parquet with the exports past the
+ *    busy encoder workers waiting for one, and encoded on the event loop in 1,024-row slices
+ *    (parquet-encoders.ts whenBusy). The ratio of the p99s.
  *
  * The verdicts carry inputs as many and as long as the engine's (~1 KB of JSON each, as in the
  * deployed log); `--inputs=small` gives the seven short ones earlier runs of this bench used.
@@ -42,10 +42,10 @@ import { type EventData, newEvent } from '../contracts/events.ts';
 import { outcomeStream } from '../contracts/history.ts';
 import { latestVerdictsProjection } from '../projections/latest-verdicts.ts';
 import { OUTCOMES_DB, VERDICTS_DB } from '../services/history/export-row-store.ts';
+import { sharedParquetEncoders } from '../services/history/parquet-encoders.ts';
 import { trackRecordProjection } from '../services/history/projections.ts';
 import { MAX_EXPORTS_PER_KEY } from '../services/history/routes.ts';
 import { pageTurn } from '../services/history/scan.ts';
-import { parquetHere } from '../services/history/writers.ts';
 import {
   SYNTHETIC_MARKETS,
   startHistoryServer,
@@ -393,20 +393,20 @@ export async function run(): Promise<Record<string, number>> {
       ],
     });
     pageTurn.wait = wait;
-    // Parquet: 2 exports on the encoder workers, 2 on the event loop (no worker free), whose rows
-    // reach the writer a slice at a time (parquetHere) or a whole row group at a time.
-    const slice = parquetHere.batchRows;
+    // Parquet: 2 exports on the encoder workers; the other 2 wait for one, or are encoded on the
+    // event loop (handed to the writer in 1,024-row slices), as the service did before.
+    const encoders = sharedParquetEncoders();
     const fairParquet = await fairness(server.url, exportKeys, otherKey, {
       phases,
       phaseMs: 8_000,
       query: `format=parquet&limit=${Math.min(verdicts, 50_000)}`,
       label: 'Parquet',
       variants: [
-        { name: `${slice}-row slices`, apply: () => (parquetHere.batchRows = slice) },
-        { name: 'whole row groups', apply: () => (parquetHere.batchRows = Number.POSITIVE_INFINITY) },
+        { name: 'wait for a worker', apply: () => (encoders.whenBusy = 'wait') },
+        { name: 'on the event loop', apply: () => (encoders.whenBusy = 'here') },
       ],
     });
-    parquetHere.batchRows = slice;
+    encoders.whenBusy = 'wait';
     if (process.argv.includes('--only=fairness')) {
       await server.close();
       return {

@@ -195,16 +195,98 @@ describe('Parquet encoding on worker threads', () => {
     expect(await read(bytes)).toEqual([]);
   });
 
-  it('encodes on the calling thread when every worker is busy, and both files are whole', async () => {
+  it('waits for a free worker when every worker is busy, in turn, and both files are whole', async () => {
     const all = rows(9_000);
     const encoders = pool(1);
+    const firstSource = pages(all);
+    const secondSource = pages(all);
+    const first = parquetStream(firstSource.iterable, undefined, undefined, encoders);
+    const second = parquetStream(secondSource.iterable, undefined, undefined, encoders);
+    // One worker: the second export waits for it rather than encode on the event loop.
+    expect(encoders.workers).toBe(1);
+    expect(encoders.queued).toBe(1);
+    const order: string[] = [];
+    const collect = async (name: string, stream: NodeJS.ReadableStream) => {
+      const chunks: Buffer[] = [];
+      for await (const chunk of stream) {
+        if (chunks.length === 0) order.push(`${name} first bytes`);
+        chunks.push(chunk as Buffer);
+      }
+      order.push(`${name} end`);
+      return Buffer.concat(chunks);
+    };
+    const [a, b] = await Promise.all([collect('first', first), collect('second', second)]);
+    expect(order).toEqual(['first first bytes', 'first end', 'second first bytes', 'second end']);
+    expect(a.equals(b)).toBe(true);
+    expect(await read(b)).toHaveLength(9_000);
+    expect(encoders.workers).toBe(1);
+    expect(encoders.queued).toBe(0);
+  });
+
+  it("with whenBusy 'here', an export past the busy workers is encoded on the calling thread, whole", async () => {
+    const all = rows(9_000);
+    const encoders = pool(1);
+    encoders.whenBusy = 'here';
     const first = parquetStream(pages(all).iterable, undefined, undefined, encoders);
     const second = parquetStream(pages(all).iterable, undefined, undefined, encoders);
-    // Only one worker was started: the second export did not wait for it.
     expect(encoders.workers).toBe(1);
+    expect(encoders.queued).toBe(0);
     const [a, b] = await Promise.all([bytesOf(first), bytesOf(second)]);
     expect(a.equals(b)).toBe(true);
     expect(await read(b)).toHaveLength(9_000);
+  });
+
+  it('a waiting export whose reader goes away leaves the queue and closes its rows source unread', async () => {
+    const encoders = pool(1);
+    const first = parquetStream(pages(rows(9_000)).iterable, undefined, undefined, encoders);
+    // A scan's iterator, told to return before it gave anything (a generator not yet started
+    // would not run its finally).
+    const waiting = { nexts: 0, returned: false };
+    const source: AsyncIterable<HistoryRow[]> = {
+      [Symbol.asyncIterator]: () => ({
+        next: async () => {
+          waiting.nexts++;
+          return { done: false, value: rows(500) };
+        },
+        return: async () => {
+          waiting.returned = true;
+          return { done: true, value: undefined };
+        },
+      }),
+    };
+    const second = parquetStream(source, undefined, undefined, encoders);
+    expect(encoders.queued).toBe(1);
+    second.destroy();
+    await expect.poll(() => waiting.returned).toBe(true);
+    expect(waiting.nexts).toBe(0);
+    expect(encoders.queued).toBe(0);
+    expect(await read(await bytesOf(first))).toHaveLength(9_000);
+    expect(encoders.workers).toBe(1);
+  });
+
+  it('closing the encoders fails the exports still waiting, with a clear error', async () => {
+    const encoders = pool(1);
+    const first = parquetStream(pages(rows(9_000)).iterable, undefined, undefined, encoders);
+    const second = parquetStream(pages(rows(10)).iterable, undefined, undefined, encoders);
+    const failed = bytesOf(second).catch((err: Error) => err);
+    await encoders.close();
+    expect(await failed).toMatchObject({ message: 'parquet encoders closed' });
+    // The busy one still ends whole, then its worker stops.
+    expect(await read(await bytesOf(first))).toHaveLength(9_000);
+    await expect.poll(() => encoders.workers).toBe(0);
+  });
+
+  it('a failed export hands its place to the next one in line, on a fresh worker', async () => {
+    const encoders = pool(1);
+    const failing = (async function* () {
+      yield rows(10_000);
+      throw new Error('the log went away');
+    })();
+    const first = parquetStream(failing, undefined, undefined, encoders);
+    const second = parquetStream(pages(rows(100)).iterable, undefined, undefined, encoders);
+    await expect(bytesOf(first)).rejects.toThrow('the log went away');
+    expect(await read(await bytesOf(second))).toHaveLength(100);
+    expect(encoders.workers).toBe(1);
   });
 
   it('a reader that goes away stops the worker and closes the rows source', async () => {

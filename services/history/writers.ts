@@ -34,14 +34,13 @@ import { packRows, STORED_PLAN, type StoredRef } from './stored-columns.ts';
  */
 const ROW_GROUP_ROWS = 8_192;
 /**
- * Rows handed to the writer at a time when the export is encoded on the event loop (no encoder
- * worker free): building and encoding a whole row group there was one synchronous block of tens of
- * milliseconds or more (full inputs), which every other request waited behind. encodeHere lets
- * the event loop turn before each slice; the writer still closes a row group every
- * ROW_GROUP_ROWS rows, so the file is the same bytes as a worker's. `batchRows` is changed only by
- * the bench (bench/history.bench.ts, fairness), to measure whole row groups against slices.
+ * Rows handed to the writer at a time when an export is encoded on the calling thread (encoders
+ * null or closed, or all busy with `whenBusy: 'here'`): a whole row group there was one
+ * synchronous block of tens of milliseconds or more (full inputs), which every other request
+ * waited behind. encodeHere lets the event loop turn before each slice; the writer still closes a
+ * row group every ROW_GROUP_ROWS rows, so the file is the same bytes as a worker's.
  */
-export const parquetHere = { batchRows: 1_024 };
+const HERE_BATCH_ROWS = 1_024;
 /** Bytes per NDJSON write: fewer, larger writes to the socket. */
 const NDJSON_CHUNK = 128 * 1024;
 const TEXT_CHUNK = 64 * 1024;
@@ -347,7 +346,7 @@ export function parquetStream<T>(
    * group holds its values, not a group's worth of pages of decoded events (those outlived
    * young-generation collections and were promoted, to be swept later at a higher cost).
    */
-  /** Rows per hand-over to the writer: a row group on a worker, a slice of one here (parquetHere). */
+  /** Rows per hand-over to the writer: a row group on a worker, a slice of one here (HERE_BATCH_ROWS). */
   let batchRows = ROW_GROUP_ROWS;
   let columns = HISTORY_COLUMNS.map(() => new Array<unknown>(batchRows));
   let filled = 0;
@@ -399,12 +398,12 @@ export function parquetStream<T>(
   };
   const onWorker = encoders?.encode(settings, nextRowGroup, cancel);
   if (onWorker) return onWorker;
-  batchRows = Math.min(ROW_GROUP_ROWS, parquetHere.batchRows);
+  batchRows = HERE_BATCH_ROWS;
   columns = HISTORY_COLUMNS.map(() => new Array<unknown>(batchRows));
   return encodeHere(settings, nextRowGroup, cancel);
 }
 
-/** The same encoding on this thread: when no worker is free, and for `encoders: null`. */
+/** The same encoding on this thread: for `encoders: null`, once they are closed, or busy with `whenBusy: 'here'`. */
 function encodeHere(
   settings: ParquetSettings,
   next: () => Promise<RowGroup | null>,

@@ -580,70 +580,34 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
     const known = decideReservation(current.state);
     if (!known.ok) return { kind: 'payment_rejected', reason: known.reason, message: known.message };
 
-    /**
-     * A verification refused only because the authorisation's nonce is used, by a transaction of
-     * the payer (their wallet submitted it) that paid the agreed transfer: the quoted amount from
-     * the payer to payTo, read from the token's AuthorizationUsed log and the Transfer it
-     * authorised. The seller is paid, so the payment is served and recorded settled in that
-     * transaction, as when that transaction lands after verification (usedElsewhere). The exact
-     * scheme checks the nonce last (signature, recipient, validity window and amount first), so
-     * the refusal also says the rest of the authorisation verified. Used any other way
-     * (cancelled, spent elsewhere, not seen, or unreadable): null, the refusal stands.
-     */
-    const paidByThePayer = async (reason: string): Promise<`0x${string}` | null> => {
-      if (reason !== NONCE_ALREADY_USED) return null;
-      const read = deps.authorizationOutcome(identity);
-      if (!read) return null;
-      try {
-        const outcome = await read({
-          payTo: requirement.payTo as `0x${string}`,
-          amount: BigInt(requirement.amount),
-        });
-        return outcome.kind === 'paid' ? outcome.txHash : null;
-      } catch (err) {
-        deps.logger.warn({ err, requestId: call.requestId }, 'the use of an authorisation could not be read');
-        return null;
-      }
-    };
-
-    // The payer's own transaction of this authorisation that paid the agreed transfer, mined before
-    // verification: then there is nothing to settle, only the answer to give (see paidByThePayer).
-    let paidBy: `0x${string}` | null = null;
     try {
       const verified = await deps.server.verifyPayment(payload, requirement);
       if (!verified.isValid) {
         const reason = verified.invalidReason ?? 'invalid_payment';
-        const meanwhile = await recordedMeanwhile();
-        if (meanwhile) return meanwhile;
-        paidBy = await paidByThePayer(reason);
-        if (paidBy === null) {
-          return {
+        return (
+          (await recordedMeanwhile()) ?? {
             kind: 'payment_rejected',
             reason,
             message: describeReason(reason, verified.invalidMessage),
-          };
-        }
+          }
+        );
       }
     } catch (err) {
       if (err instanceof VerifyError && err.invalidReason) {
-        const meanwhile = await recordedMeanwhile();
-        if (meanwhile) return meanwhile;
-        paidBy = await paidByThePayer(err.invalidReason);
-        if (paidBy === null) {
-          return {
+        return (
+          (await recordedMeanwhile()) ?? {
             kind: 'payment_rejected',
             reason: err.invalidReason,
             message: describeReason(err.invalidReason, err.invalidMessage),
-          };
-        }
-      } else {
-        deps.logger.warn({ err, requestId: call.requestId }, 'payment verification could not run');
-        return {
-          kind: 'unavailable',
-          reason: 'facilitator_unavailable',
-          message: 'the payment could not be verified right now; nothing was charged, retry shortly',
-        };
+          }
+        );
       }
+      deps.logger.warn({ err, requestId: call.requestId }, 'payment verification could not run');
+      return {
+        kind: 'unavailable',
+        reason: 'facilitator_unavailable',
+        message: 'the payment could not be verified right now; nothing was charged, retry shortly',
+      };
     }
     /**
      * A refused verification of a payment another request (on another replica) reserved and
@@ -677,8 +641,7 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
 
     const account = identityKey({ ...identity, nonce: '' });
     let release: () => void = () => undefined;
-    // Paid already by the payer's own transaction: nothing is in flight to hold against the balance.
-    const readBalance = paidBy === null ? deps.balanceOf(identity) : null;
+    const readBalance = deps.balanceOf(identity);
     if (readBalance !== null) {
       let decision: Awaited<ReturnType<PayerExposure['admit']>>;
       try {
@@ -780,7 +743,6 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
       return { kind: 'refused', refusal, error: err };
     }
 
-    if (paidBy !== null) return servePaidByThePayer(deps, call, handle, requirement, result, paidBy);
     return settle(deps, call, {
       handle,
       payload,
@@ -810,76 +772,6 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
   } finally {
     if (running.get(stream) === mine) running.delete(stream);
   }
-}
-
-/**
- * A payment whose authorisation the payer's own transaction used to pay the agreed transfer
- * before this request verified it (paidByThePayer): nothing is sent. Its answer is kept and the
- * hand-off recorded pending in that transaction, the answer recorded served, then the payment
- * recorded settled in it, in the order a settlement records them; a settled record another
- * writer (the reconciler) made first converges. Not recorded settled, the reconciler settles it
- * from the chain.
- */
-async function servePaidByThePayer(
-  deps: PaymentFlowDeps,
-  call: PaidCall,
-  handle: PaymentHandle,
-  requirement: PaymentRequirements,
-  result: unknown,
-  txHash: `0x${string}`,
-): Promise<PaidOutcome> {
-  const payer = handle.payer;
-  const answer =
-    typeof result === 'object' && result !== null && !Array.isArray(result)
-      ? (result as Record<string, unknown>)
-      : undefined;
-  try {
-    await deps.ledger.transition(handle, {
-      kind: 'markPending',
-      submittedAt: new Date().toISOString(),
-      txHash,
-      reason:
-        "the payer's own transaction used the authorisation before verification, paying the agreed transfer",
-      ...(answer ? { answer } : {}),
-    });
-  } catch (err) {
-    if (!(err instanceof WrongExpectedRevisionError)) throw err;
-    return {
-      kind: 'unavailable',
-      reason: 'payment_state_changed',
-      message:
-        'the payment was reconciled while the request ran; nothing was charged by this request, retry with the same payment',
-    };
-  }
-  if ((await recordServed(deps, handle, call.requestId, txHash)) !== 'recorded') return SERVED_UNRECORDED;
-  try {
-    await deps.ledger.transition(
-      handle,
-      { kind: 'settle', payer, amount: requirement.amount, txHash },
-      { converge: true },
-    );
-  } catch (err) {
-    deps.logger.error(
-      { err, requestId: call.requestId, transaction: txHash },
-      "a payment paid by the payer's own transaction could not be recorded settled; left to reconciliation",
-    );
-  }
-  deps.logger.info(
-    { requestId: call.requestId, payer, transaction: txHash },
-    "an authorisation the payer's own transaction used to pay us before verification: served, settled in it",
-  );
-  return {
-    kind: 'served',
-    result,
-    receipt: receiptOf(requirement, payer, 'settled', txHash),
-    settle: {
-      success: true,
-      transaction: txHash,
-      network: requirement.network as SettleResponse['network'],
-      payer,
-    },
-    replayed: false,
-  };
 }
 
 interface Served {

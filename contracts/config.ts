@@ -127,9 +127,11 @@ export const ConfigSchema = z
     /**
      * Connections one client address (an IPv6 address by its /64) holds open at once; one more is
      * closed as it arrives. Peers TRUST_PROXY believes are not counted (with a hop count, every
-     * peer: the cap is off). 0: off.
+     * peer: the cap is off). 1,024 by default: far above what one user holds (an MCP stream, a
+     * long poll, a few calls), low enough that a handful of addresses cannot take the total; a
+     * shared egress (a hosted agent platform, a carrier NAT) may need more. 0: off.
      */
-    HTTP_MAX_CONNECTIONS_PER_ADDRESS: nonNegativeInt.default(256),
+    HTTP_MAX_CONNECTIONS_PER_ADDRESS: nonNegativeInt.default(1_024),
     /**
      * How long SIGTERM waits for in-flight requests and checkpoints; then the process ends
      * whatever is still pending (a write stuck on a lock included).

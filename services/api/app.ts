@@ -83,12 +83,17 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     forceCloseConnections: 'idle',
   });
 
-  // Unset: derived from the fd limit; 0: no total cap. Per address 256 unless configured (0: off).
+  // Unset: derived from the fd limit; 0: no total cap. Per address as configured (loadConfig: 1,024; 0 or unset here: off).
   const maxConnections = deps.config.HTTP_MAX_CONNECTIONS ?? defaultMaxConnections();
   capConnections(app.server, {
     total: maxConnections === 0 ? null : maxConnections,
-    perAddress: deps.config.HTTP_MAX_CONNECTIONS_PER_ADDRESS ?? 256,
+    perAddress: deps.config.HTTP_MAX_CONNECTIONS_PER_ADDRESS ?? 0,
     exempt: trustedProxy(deps.config.TRUST_PROXY ?? ''),
+    onRefused: (scope, held) =>
+      app.log.warn(
+        { address: scope, held, cap: deps.config.HTTP_MAX_CONNECTIONS_PER_ADDRESS },
+        'connection closed: this address holds HTTP_MAX_CONNECTIONS_PER_ADDRESS already (a shared egress or a balancer without TRUST_PROXY may need more)',
+      ),
   });
   askInFlightToClose(app);
   app.addHook('onSend', answerAtTurnEnd);

@@ -20,14 +20,17 @@ afterEach(async () => {
   app = null;
 });
 
-async function start(config: {
-  HTTP_MAX_CONNECTIONS?: number;
-  HTTP_MAX_CONNECTIONS_PER_ADDRESS?: number;
-  TRUST_PROXY?: string;
-}): Promise<number> {
+async function start(
+  config: {
+    HTTP_MAX_CONNECTIONS?: number;
+    HTTP_MAX_CONNECTIONS_PER_ADDRESS?: number;
+    TRUST_PROXY?: string;
+  },
+  log = logger,
+): Promise<number> {
   app = await buildApp({
     config: { BODY_LIMIT_BYTES: 1024, ...config },
-    logger,
+    logger: log,
     readiness: new Readiness(),
     metrics: null,
   });
@@ -76,6 +79,19 @@ async function outcomes(port: number, count: number, from = '127.0.0.1') {
 }
 
 describe('connection caps', () => {
+  it('says which address it refused, once a minute per address, in a warning naming the setting', async () => {
+    const lines: { level: number; msg: string; address?: string; cap?: number }[] = [];
+    const capture = pino({ level: 'warn' }, { write: (line: string) => lines.push(JSON.parse(line)) });
+    const port = await start({ HTTP_MAX_CONNECTIONS: 0, HTTP_MAX_CONNECTIONS_PER_ADDRESS: 1 }, capture);
+    expect(await outcomes(port, 3)).toEqual(['answered', 'closed', 'closed']);
+    expect(await outcomes(port, 2, '127.0.0.2')).toEqual(['answered', 'closed']);
+    const refusals = lines.filter((l) => l.msg.includes('HTTP_MAX_CONNECTIONS_PER_ADDRESS'));
+    expect(refusals.map((l) => [l.level, l.address, l.cap])).toEqual([
+      [40, '127.0.0.1', 1],
+      [40, '127.0.0.2', 1],
+    ]);
+  });
+
   it('closes a client address past its cap while another address is answered', async () => {
     const port = await start({ HTTP_MAX_CONNECTIONS: 0, HTTP_MAX_CONNECTIONS_PER_ADDRESS: 4 });
     const answers = await outcomes(port, 6);

@@ -10,7 +10,12 @@ export interface ConnectionCaps {
   perAddress: number;
   /** Peers the per-address cap does not count (trusted proxies, whose clients are many). */
   exempt: (address: string) => boolean;
+  /** Told of a connection closed by the per-address cap: at most once a minute per address. */
+  onRefused?: (scope: string, held: number) => void;
 }
+
+/** How often one address's refusals are told (onRefused). */
+const REFUSAL_NOTICE_MS = 60_000;
 
 /**
  * Caps the server's open connections so that one client cannot take every file descriptor the
@@ -23,6 +28,8 @@ export function capConnections(server: Server, caps: ConnectionCaps): void {
   if (caps.total !== null && caps.total > 0) server.maxConnections = caps.total;
   if (caps.perAddress <= 0) return;
   const open = new Map<string, number>();
+  /** When each address's last refusal was told; entries older than the notice period are dropped. */
+  const told = new Map<string, number>();
   server.on('connection', (socket) => {
     const address = socket.remoteAddress;
     if (address === undefined || caps.exempt(address)) return;
@@ -30,6 +37,12 @@ export function capConnections(server: Server, caps: ConnectionCaps): void {
     const held = open.get(scope) ?? 0;
     if (held >= caps.perAddress) {
       socket.destroy();
+      const now = Date.now();
+      if (caps.onRefused && now - (told.get(scope) ?? 0) >= REFUSAL_NOTICE_MS) {
+        for (const [other, at] of told) if (now - at >= REFUSAL_NOTICE_MS) told.delete(other);
+        told.set(scope, now);
+        caps.onRefused(scope, held);
+      }
       return;
     }
     open.set(scope, held + 1);

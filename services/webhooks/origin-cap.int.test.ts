@@ -138,8 +138,10 @@ describe('WEBHOOK_ORIGIN_CONCURRENCY', () => {
     beforeAll(async () => {
       stack = await startWebhookStack({
         bus: 'memory',
-        // One slot per key: the api role's pool held one connection per origin, every key's.
-        env: { WEBHOOK_ENDPOINT_CONCURRENCY: '1', WEBHOOK_TIMEOUT_MS: '20000' },
+        // One slot per key: the api role's pool held one connection per origin, every key's. B's
+        // hung send must outlast the case on any host (it ends when the receiver closes), so
+        // "A answered while B hangs" cannot turn on B's timeout running out under load.
+        env: { WEBHOOK_ENDPOINT_CONCURRENCY: '1', WEBHOOK_TIMEOUT_MS: '100000' },
         settings: { tls: { ca: tls.cert } },
       });
       receiver = await startReceiver(tls);

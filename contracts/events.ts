@@ -122,6 +122,11 @@ export const VerdictOutcomeResolved = z.object({
     .nullable()
     .optional(),
   /**
+   * The looped lap of a replay the verdict or its labels fell in, as its inputs record it
+   * (contracts/history.ts REPLAY_LAP_INPUT): such an outcome is no track record. Absent otherwise.
+   */
+  replayLap: z.number().int().positive().optional(),
+  /**
    * The outcome's own link in its market's outcome chain (contracts/verdict-hash.ts `outcomeHash`):
    * sha256 over the labels an export carries, this outcome's verdict hash and `prevHash`, the
    * previous chained outcome of the same verdict stream (null: the chain's first). Absent on

@@ -153,6 +153,44 @@ export const RiskRecord = z.object({
 });
 export type RiskRecord = z.infer<typeof RiskRecord>;
 
+/**
+ * A replay verdict's `inputs` key that marks a looping replay's later lap: the lap (1, 2, …) of
+ * the data served again after its end (adapters/market/replay-laps.ts) that the verdict's candle
+ * or the candles labelling its outcome (its close plus OUTCOME_AFTER_CANDLES candles) fall in.
+ * Absent on live verdicts and on replay verdicts labelled from the data as it is. The verdict's
+ * hash covers it; its outcome copies it (`replayLap`) and the track record counts no such verdict.
+ */
+export const REPLAY_LAP_INPUT = 'replay_lap';
+
+/** The looped lap a verdict's inputs mark (REPLAY_LAP_INPUT), 0 for none. */
+export function replayLapOf(inputs: Record<string, unknown>): number {
+  const lap = inputs[REPLAY_LAP_INPUT];
+  return typeof lap === 'number' && Number.isInteger(lap) && lap > 0 ? lap : 0;
+}
+
+/**
+ * Which feed a line's resolved verdicts (calls and HOLDs) came from. Every figure of the line is
+ * made of the `live` and `replay` ones; `replayLooped` are not counted in any figure.
+ */
+export const TrackRecordFeeds = z.object({
+  live: z.number().int().describe('Resolved verdicts counted from the live feed (venues as they trade)'),
+  replay: z
+    .number()
+    .int()
+    .describe('Resolved verdicts counted from the replay feed: recorded market data served as if live'),
+  replayLooped: z
+    .number()
+    .int()
+    .describe(
+      "Replay verdicts left out of every figure: their candle or their outcome's fell in a looped lap, the replay's data served again (shifted in time) after it ended, which can include the months the model was fitted on",
+    ),
+});
+export type TrackRecordFeeds = z.infer<typeof TrackRecordFeeds>;
+
+/** What a whole track record answer is built from: 'none' when it counts no resolved verdict. */
+export const TrackRecordFeed = z.enum(['live', 'replay', 'mixed', 'none']);
+export type TrackRecordFeed = z.infer<typeof TrackRecordFeed>;
+
 export const TrackRecordLine = z.object({
   exchange: z.union([Exchange, z.literal('ALL')]),
   timeframe: z.union([Timeframe, z.literal('ALL')]),
@@ -174,6 +212,8 @@ export const TrackRecordLine = z.object({
   buckets: z.array(ConfidenceBucketLine),
   /** The risk forecast's record over every resolved verdict of the line, HOLD included. */
   risk: RiskRecord,
+  /** The feeds its resolved verdicts came from, and the looped-lap replay verdicts left out. */
+  feeds: TrackRecordFeeds,
 });
 export type TrackRecordLine = z.infer<typeof TrackRecordLine>;
 
@@ -235,6 +275,12 @@ export const TrackRecordResponse = z.object({
       "The log position the figures are folded to: every outcome they count is at or before it (an export row's `outcome_position`). `history score --as-of <asOf> --as-of-position <asOfPosition>` reproduces them from any later export, whatever was labelled since",
     ),
   window: TrackRecordWindow,
+  feed: TrackRecordFeed.describe(
+    "The feed the figures come from: 'live' (venues as they trade), 'replay' (recorded market data served as if live: not a live track record), 'mixed' (both; each line's `feeds` counts them) or 'none' (no resolved verdict in the window)",
+  ),
+  feedNote: z
+    .string()
+    .describe('The same in words, with the counts, and the looped-lap replay verdicts left out if any'),
   feeBps: z.number(),
   horizonCandles: z.number().int(),
   overall: TrackRecordLine,

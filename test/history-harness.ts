@@ -61,8 +61,10 @@ export async function recordHistory(options: {
   settleHours?: number;
   /** The markets asked at each step (MARKETS unless given). */
   markets?: typeof MARKETS;
+  /** Feed time of the first step (FIXTURE_START unless given). */
+  start?: number;
 }) {
-  const feed: ReplayFeed = await openReplayFeed({ run: false, start: FIXTURE_START });
+  const feed: ReplayFeed = await openReplayFeed({ run: false, start: options.start ?? FIXTURE_START });
   const store = options.store ?? new MemoryEventStore();
   const engine: SignalEngine = await createSignalEngine({ feed, store, calibration: HISTORY_CALIBRATION });
   for (let step = 0; step < options.steps; step++) {

@@ -114,6 +114,16 @@ describe('get_track_record over MCP (official client)', () => {
     // Defaulted: the whole history.
     const plain = await client.callTool({ name: 'get_track_record', arguments: {} });
     expect(withoutService(plain.structuredContent)).toEqual(narrowed(expected));
+    // Built from the replay feed, and the agent is told so: in a field, in words, counted per line.
+    const told = withoutService(plain.structuredContent) as TrackRecordResponse;
+    expect(told.feed).toBe('replay');
+    expect(told.feedNote).toContain('not a live track record');
+    expect(told.overall.feeds).toEqual({
+      live: 0,
+      replay: expected.overall.calls + expected.overall.holds,
+      replayLooped: 0,
+    });
+    expect(told.lines.every((l) => l.feeds.live === 0 && l.feeds.replay === l.calls + l.holds)).toBe(true);
     // One venue, one timeframe: its line with its confidence buckets, its cell's baselines.
     const spot = await client.callTool({
       name: 'get_track_record',

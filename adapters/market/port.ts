@@ -23,6 +23,13 @@ export interface MarketFeed {
   /** The feed's clock, Unix ms: wall time live, the replay clock in replay. */
   now(): number;
 
+  /**
+   * A looping replay's lap at feed time `t`: 0 while it serves its data as it is, then 1, 2, …
+   * for the data served again after its end (adapters/market/replay-laps.ts). Absent on a feed
+   * that never loops (live, or a replay told not to).
+   */
+  lapAt?(t: number): number;
+
   /** Venues this feed can answer for (others throw UnsupportedExchangeError). */
   exchanges(): Exchange[];
 

@@ -259,6 +259,11 @@ export class ReplayFeed implements MarketFeed {
     return factor;
   }
 
+  /** The lap feed time `t` falls in: 0 up to the end of the data (always, when not looping). */
+  lapAt(t: number): number {
+    return this.laps === null ? 0 : lapOf(this.laps, t);
+  }
+
   /** Data time that feed time `t` replays (t itself when not looping). */
   #local(t: number): number {
     return this.laps === null ? t : dataTime(this.laps, t);

@@ -7,9 +7,9 @@ import {
   UnsupportedTimeframeError,
 } from '../../adapters/market/errors.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
+import { OUTCOME_AFTER_CANDLES, REPLAY_LAP_INPUT } from '../../contracts/history.ts';
 import {
   type Exchange,
-  type FeedKind,
   type MarketInfo,
   type MarketKey,
   marketKey,
@@ -323,7 +323,7 @@ export class SignalEngine implements EngineOperations {
       if (state.missingForVerdict().length > 0) continue;
       options.signal?.throwIfAborted();
       const verdict = computeVerdict(state, undefined, this.calibration, { includeReasoning: false });
-      await recordVerdict(this.store, verdictDraft(market, verdict, this.feed.kind, 'schedule', true));
+      await recordVerdict(this.store, verdictDraft(market, verdict, this.feed, 'schedule', true));
       recorded++;
     }
     if (recorded > 0) {
@@ -388,7 +388,7 @@ export class SignalEngine implements EngineOperations {
         );
       }
     }
-    const recorded = await recordVerdict(this.store, verdictDraft(input, verdict, this.feed.kind, trigger), {
+    const recorded = await recordVerdict(this.store, verdictDraft(input, verdict, this.feed, trigger), {
       correlationId: ctx.requestId,
     });
     const call = toTradeCall(recorded, verdict, this.publicBaseUrl, this.calibration);
@@ -561,11 +561,17 @@ export function scheduledCoins(markets: MarketInfo[], topN: number): MarketInfo[
 function verdictDraft(
   market: MarketKey,
   verdict: Verdict,
-  feed: FeedKind,
+  feed: MarketFeed,
   trigger: Trigger,
   backfilled = false,
 ): VerdictDraft {
   const inputs = inputsSummary(verdict);
+  // A looping replay's later lap serves its data again after its end: a verdict whose candle or
+  // whose outcome's (24 candles on) falls there says so, and the track record leaves it out.
+  const lap = feed.lapAt?.(
+    verdict.candle_close_time + OUTCOME_AFTER_CANDLES * TIMEFRAME_MS[market.timeframe],
+  );
+  if (lap !== undefined && lap > 0) inputs[REPLAY_LAP_INPUT] = lap;
   return {
     exchange: market.exchange,
     coin: market.coin,
@@ -576,7 +582,7 @@ function verdictDraft(
     regime: verdict.regime,
     price: verdict.price,
     candleCloseTime: verdict.candle_close_time,
-    feed,
+    feed: feed.kind,
     engineVersion: ENGINE_VERSION,
     inputs: backfilled ? { ...inputs, backfilled: true } : inputs,
     trigger,

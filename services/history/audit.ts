@@ -1,6 +1,7 @@
 import { deterministicId } from '../../contracts/deterministic-id.ts';
 import {
   type HistoryRow,
+  replayLapOf,
   revealTime,
   type TrackRecordResponse,
   type TrackRecordWindow,
@@ -420,6 +421,7 @@ export async function scoreRows(
     if (asOfPosition !== undefined) {
       if (row.outcome_position === null || row.outcome_position > asOfPosition) continue;
     } else if (!dueBy({ candleCloseTime: row.candle_close_time!, timeframe: row.timeframe }, asOf)) continue;
+    const inputs = JSON.parse(row.inputs_json ?? '{}');
     addPoint(
       state,
       {
@@ -434,7 +436,9 @@ export async function scoreRows(
         price: row.price!,
         return1: row.return_1!,
         return24: row.return_24!,
-        volatility: servedForecast(JSON.parse(row.inputs_json ?? '{}'), row.timeframe),
+        volatility: servedForecast(inputs, row.timeframe),
+        feed: row.feed ?? 'replay',
+        replayLap: replayLapOf(inputs),
       },
       row.outcome_position ?? 0,
     );

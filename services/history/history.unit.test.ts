@@ -142,9 +142,68 @@ function point(p: Partial<ScoredPoint>): ScoredPoint {
     price: 100,
     return1: 0,
     return24: 0,
+    feed: 'replay',
     ...p,
   };
 }
+
+describe('track record: the feed it is built from', () => {
+  const at = (state: TrackRecordState) => trackRecord(state, 'all', T0 + HOUR);
+
+  it('a record of replay verdicts says replay, in a field and in words, with its counts per line', () => {
+    const state: TrackRecordState = {};
+    addPoint(state, point({}), 1);
+    addPoint(state, point({ call: 'HOLD', result: 'no-call', netCentiBps: null }), 2);
+    const tr = at(state);
+    expect(tr.feed).toBe('replay');
+    expect(tr.feedNote).toMatch(/wholly from the replay feed/);
+    expect(tr.feedNote).toMatch(/not a live track record/);
+    expect(tr.overall.feeds).toEqual({ live: 0, replay: 2, replayLooped: 0 });
+    expect(tr.lines[0]!.feeds).toEqual({ live: 0, replay: 2, replayLooped: 0 });
+  });
+
+  it('a mixed record gives both counts, per line and overall', () => {
+    const state: TrackRecordState = {};
+    addPoint(state, point({ feed: 'live' }), 1);
+    addPoint(state, point({ feed: 'live', timeframe: '4h' }), 2);
+    addPoint(state, point({ feed: 'replay' }), 3);
+    const tr = at(state);
+    expect(tr.feed).toBe('mixed');
+    expect(tr.feedNote).toMatch(/partly from the replay feed/);
+    expect(tr.overall.feeds).toEqual({ live: 2, replay: 1, replayLooped: 0 });
+    expect(tr.lines.map((l) => [l.timeframe, l.feeds.live, l.feeds.replay])).toEqual([
+      ['1h', 1, 1],
+      ['4h', 1, 0],
+    ]);
+    const live: TrackRecordState = {};
+    addPoint(live, point({ feed: 'live' }), 1);
+    expect(at(live)).toMatchObject({ feed: 'live' });
+    expect(at({})).toMatchObject({
+      feed: 'none',
+      overall: { feeds: { live: 0, replay: 0, replayLooped: 0 } },
+    });
+  });
+
+  it("a looped lap's verdicts count in no figure, only apart as replayLooped", () => {
+    const state: TrackRecordState = {};
+    addPoint(state, point({}), 1);
+    addPoint(state, point({ replayLap: 1, result: 'miss', netCentiBps: -11_000, return6: -0.01 }), 2);
+    addPoint(state, point({ replayLap: 2, call: 'HOLD', result: 'no-call', netCentiBps: null }), 3);
+    const tr = at(state);
+    expect(tr.overall).toMatchObject({ calls: 1, holds: 0, hits: 1 });
+    expect(tr.overall.risk.unscored).toBe(1);
+    expect(tr.overall.feeds).toEqual({ live: 0, replay: 1, replayLooped: 2 });
+    expect(tr.feed).toBe('replay');
+    expect(tr.feedNote).toMatch(
+      /2 resolved verdicts of the replay's looped laps .* are left out of every figure/,
+    );
+    // Folded to the looped outcomes all the same: the answer counts up to them.
+    expect(tr.asOfPosition).toBe(3);
+    const looped: TrackRecordState = {};
+    addPoint(looped, point({ replayLap: 1 }), 1);
+    expect(at(looped)).toMatchObject({ feed: 'none', overall: { calls: 0, holds: 0 } });
+  });
+});
 
 describe('track record', () => {
   const state: TrackRecordState = {};

@@ -1,5 +1,5 @@
 import type { EventData } from '../../contracts/events.ts';
-import { FEE_BPS, HORIZON_CANDLES, OUTCOME_AFTER_CANDLES } from '../../contracts/history.ts';
+import { FEE_BPS, HORIZON_CANDLES, OUTCOME_AFTER_CANDLES, replayLapOf } from '../../contracts/history.ts';
 import { type Candle, TIMEFRAME_MS, type Timeframe } from '../../contracts/market.ts';
 import type { CalibrationTable } from '../../contracts/signals.ts';
 import { outcomeContent, outcomeHash } from '../../contracts/verdict-hash.ts';
@@ -98,6 +98,8 @@ export function resolveOutcome(
     lean,
     leanNetCentiBps: lean === null ? null : netCentiBps(direction[lean], r6),
     volatility: servedForecast(verdict.inputs, verdict.timeframe),
+    // The verdict's own mark (its hash covers it): the track record counts no looped lap.
+    ...(replayLapOf(verdict.inputs) > 0 ? { replayLap: replayLapOf(verdict.inputs) } : {}),
     prevHash: ref.prevHash ?? null,
   };
   return { ...outcome, hash: outcomeHash(outcomeContent(outcome)) };

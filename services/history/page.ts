@@ -47,6 +47,8 @@ function page(): string {
   .chart h3 { margin: 0.5rem 0; }
   .note { color: #666; max-width: 60rem; overflow-wrap: anywhere; }
   .empty { color: #444; border: 1px dashed #ccc; padding: 0.75rem; }
+  .feed { max-width: 60rem; border-left: 4px solid #a34f00; background: #fff4e5; padding: 0.5rem 0.75rem; }
+  .feed[data-feed=live] { border-left-color: #2c7a2c; background: none; }
   .visually-hidden { position: absolute; width: 1px; height: 1px; overflow: hidden; clip-path: inset(50%); white-space: nowrap; }
   .u-legend { white-space: normal; }
   .u-legend [role=button] { cursor: pointer; }
@@ -68,12 +70,13 @@ the same points. <code>npm run history -- score</code> recomputes them from an e
   <option value="90d">90 days</option><option value="all" selected>all</option>
 </select></label>
 <span id="asof"></span>
+<p class="feed" id="feed-note" hidden></p>
 <p class="note" id="window-note" hidden></p>
 <p class="note" id="status" role="status"></p>
 <h2>Direction calls</h2>
 <div class="table-wrap" tabindex="0" role="region" aria-labelledby="lines-caption"><table id="lines">
 <caption id="lines-caption">Direction calls per venue and timeframe: hit rates against the baselines'</caption><thead><tr>
-  <th>exchange</th><th>timeframe</th><th>calls</th><th>HOLD share</th><th>hit rate [95 % CI]</th>
+  <th>exchange</th><th>timeframe</th><th>calls</th><th>HOLD share</th><th>feed: live / replay</th><th>hit rate [95 % CI]</th>
   <th>always-BUY</th><th>always-SELL</th><th>random</th><th>mean net bps</th><th>Brier (base rate)</th>
 </tr></thead><tbody></tbody></table></div>
 <div class="charts">
@@ -145,8 +148,10 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
   function row(l) {
     var f = l.following;
     var ci = f.interval ? ' [' + pct(f.interval.low) + ', ' + pct(f.interval.high) + ']' : '';
+    var looped = l.feeds.replayLooped ? ' (' + l.feeds.replayLooped + ' looped, not counted)' : '';
     return '<tr><td>' + l.exchange + '</td><td>' + l.timeframe + '</td><td>' + l.calls + '</td><td>' +
-      pct(l.holdShare) + '</td><td>' + pct(f.hitRate) + ci + '</td><td>' + pct(l.alwaysBuy.hitRate) +
+      pct(l.holdShare) + '</td><td>' + l.feeds.live + ' / ' + l.feeds.replay + looped + '</td><td>' +
+      pct(f.hitRate) + ci + '</td><td>' + pct(l.alwaysBuy.hitRate) +
       '</td><td>' + pct(l.alwaysSell.hitRate) + '</td><td>' + pct(l.random.hitRate) + '</td><td>' +
       num(f.meanNetBps, 2) + '</td><td>' + num(l.brier, 4) + ' (' + num(l.baseRateBrier, 4) + ')</td></tr>';
   }
@@ -363,6 +368,11 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
     carry(tr.carry);
     // asOfPosition: with asOf, what \`history score --as-of --as-of-position\` reproduces them from.
     document.getElementById('asof').textContent = ' as of ' + tr.asOf + ', log position ' + tr.asOfPosition;
+    // What the figures are built from (live venues, the replay of recorded data, or both), in words.
+    var feedNote = document.getElementById('feed-note');
+    feedNote.textContent = tr.feedNote;
+    feedNote.dataset.feed = tr.feed;
+    feedNote.hidden = false;
     document.querySelector('#lines tbody').innerHTML = [tr.overall].concat(tr.lines).map(row).join('');
     // Days from the first one with a resolved call: before it there is no rate to draw.
     var s = tr.series.filter(function (p) { return p.calls > 0; });

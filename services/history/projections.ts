@@ -11,7 +11,8 @@ export const trackRecordProjection: Projection<TrackRecordState> = defineProject
   // 2: every resolved verdict also scores the risk forecast it served.
   // 3: each cell keeps the latest time an outcome of it fell due (the record's asOf).
   // 4: and the log position of its latest outcome (the record's asOfPosition).
-  version: 4,
+  // 5: counts by feed, and a looped replay lap's outcomes apart (counted in no figure).
+  version: 5,
   eventTypes: ['VerdictOutcomeResolved'],
   initial: (): TrackRecordState => ({}),
   evolve(state, event) {

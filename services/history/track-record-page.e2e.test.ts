@@ -223,6 +223,17 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
       live.carry.buckets.reduce((n, b) => n + b.horizons.length, 0),
     );
     expect(await page.locator('#carry-note').textContent()).toContain('not tracked live');
+    // Built from the replay feed: the page says so in words, and counts each line's verdicts by feed.
+    const feedNote = page.locator('#feed-note');
+    expect(await feedNote.isVisible()).toBe(true);
+    expect(await feedNote.getAttribute('data-feed')).toBe('replay');
+    expect(await feedNote.textContent()).toContain('not a live track record');
+    const overall = (await (await fetch(`${server.url}/api/track-record?window=all`)).json()) as {
+      overall: { calls: number; holds: number };
+    };
+    expect(await page.locator('#lines tbody tr').first().textContent()).toContain(
+      `0 / ${overall.overall.calls + overall.overall.holds}`,
+    );
     // Polling faster than the API's max-age would only fetch the same cached bytes again.
     const api = await fetch(`${server.url}/api/track-record?window=all`);
     const maxAge = Number(/max-age=(\d+)/.exec(api.headers.get('cache-control') ?? '')?.[1]);

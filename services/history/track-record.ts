@@ -6,11 +6,12 @@ import {
   type RiskRecord,
   TRADE_CALL_TRACK_RECORD_WINDOW,
   type TrackRecordBrief,
+  type TrackRecordFeed,
   type TrackRecordLine,
   type TrackRecordResponse,
   type TrackRecordWindow,
 } from '../../contracts/history.ts';
-import type { Call, Exchange, Timeframe } from '../../contracts/market.ts';
+import type { Call, Exchange, FeedKind, Timeframe } from '../../contracts/market.ts';
 import { wilson } from '../engine/evaluate/stats.ts';
 import { defaultCarry } from '../engine/funding/default-carry.ts';
 import { defaultBaselines } from '../engine/signals/default-baselines.ts';
@@ -56,6 +57,10 @@ export interface Cell {
   lastDueAt: number;
   /** The log position of the latest outcome counted here (0: none): what the record is folded to (recordPosition). */
   lastPosition: number;
+  /** Resolved verdicts counted, by feed; and replay verdicts of a looped lap, counted in no figure. */
+  live: number;
+  replay: number;
+  looped: number;
 }
 
 export type TrackRecordState = Record<string, Cell>;
@@ -75,6 +80,9 @@ export interface ScoredPoint {
   return24: number;
   /** The risk forecast the verdict served; null or absent when it served none. */
   volatility?: ServedForecast | null | undefined;
+  feed: FeedKind;
+  /** The looped replay lap its verdict or labels fell in (contracts/history.ts REPLAY_LAP_INPUT); absent or 0: none. */
+  replayLap?: number | undefined;
 }
 
 export type ServedForecast = NonNullable<EventData<'VerdictOutcomeResolved'>['volatility']>;
@@ -108,6 +116,9 @@ function emptyCell(): Cell {
     riskUnscored: 0,
     lastDueAt: 0,
     lastPosition: 0,
+    live: 0,
+    replay: 0,
+    looped: 0,
   };
 }
 
@@ -157,6 +168,14 @@ export function addPoint(state: TrackRecordState, p: ScoredPoint, position: numb
   }
   cell.lastDueAt = Math.max(cell.lastDueAt, outcomeDueAt(p));
   cell.lastPosition = Math.max(cell.lastPosition, position);
+  // A looped lap's verdict is the replay's data served again after its end: no track record. It
+  // still moves what the record is folded to, and is counted apart so the answer says it left it out.
+  if ((p.replayLap ?? 0) > 0) {
+    cell.looped += 1;
+    return;
+  }
+  if (p.feed === 'live') cell.live += 1;
+  else cell.replay += 1;
   addRisk(cell, p);
   if (p.call === 'HOLD') {
     cell.holds += 1;
@@ -208,6 +227,9 @@ function merge(into: Cell, c: Cell): Cell {
   into.riskUnscored += c.riskUnscored;
   into.lastDueAt = Math.max(into.lastDueAt, c.lastDueAt);
   into.lastPosition = Math.max(into.lastPosition, c.lastPosition);
+  into.live += c.live;
+  into.replay += c.replay;
+  into.looped += c.looped;
   return into;
 }
 
@@ -289,7 +311,31 @@ function lineOf(exchange: Exchange | 'ALL', timeframe: Timeframe | 'ALL', c: Cel
       meanConfidence: b[0]! > 0 ? round(b[2]! / b[0]!, 4) : null,
     })),
     risk: riskOf(c),
+    feeds: { live: c.live, replay: c.replay, replayLooped: c.looped },
   };
+}
+
+/** What a record's counted verdicts came from, in a word and in a sentence. */
+function feedOf(c: Cell): { feed: TrackRecordFeed; feedNote: string } {
+  const n = (k: number) => `${k} resolved verdict${k === 1 ? '' : 's'}`;
+  const feed: TrackRecordFeed =
+    c.live > 0 && c.replay > 0 ? 'mixed' : c.replay > 0 ? 'replay' : c.live > 0 ? 'live' : 'none';
+  const said = {
+    live: `Built from live venue data: ${n(c.live)}.`,
+    replay:
+      `Built wholly from the replay feed, recorded market data served as if live, not from live venues: ${n(c.replay)}. ` +
+      'This is not a live track record.',
+    mixed:
+      `Built partly from the replay feed (recorded market data served as if live): ${n(c.replay)} replayed ` +
+      `and ${c.live} live; each line's feeds count them.`,
+    none: 'No resolved verdict is counted in this window.',
+  }[feed];
+  const looped =
+    c.looped > 0
+      ? ` ${n(c.looped)} of the replay's looped laps (its data served again after it ended, which can ` +
+        'include the months the model was fitted on) are left out of every figure.'
+      : '';
+  return { feed, feedNote: said + looped };
 }
 
 interface CellRef {
@@ -400,6 +446,7 @@ export function trackRecord(
     asOf: new Date(asOf).toISOString(),
     asOfPosition: recordPosition(state),
     window,
+    ...feedOf(overall),
     feeBps: FEE_BPS,
     horizonCandles: HORIZON_CANDLES,
     overall: lineOf('ALL', 'ALL', overall),

@@ -1,0 +1,75 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { EventData } from '../../contracts/events.ts';
+import { OUTCOME_AFTER_CANDLES, outcomeStream, TrackRecordResponse } from '../../contracts/history.ts';
+import { TIMEFRAME_MS } from '../../contracts/market.ts';
+import { HOUR, MARKETS, recordHistory, startHistoryServer } from '../../test/history-harness.ts';
+import { verdictStream } from '../engine/verdict-recorder.ts';
+
+/**
+ * The shipped replay loops at the end of its data: the data is served again, shifted forward in
+ * time, which can put the months the model was fitted on under later dates. A verdict whose
+ * candle or whose outcome's candles fall in such a lap is marked in its inputs (its hash covers
+ * the mark), and the track record counts none of them: it says how many it left out, and that
+ * what it counts came from the replay feed.
+ */
+let fx: Awaited<ReturnType<typeof recordHistory>>;
+let server: Awaited<ReturnType<typeof startHistoryServer>>;
+let dataEnd: number;
+
+beforeAll(async () => {
+  const probe = await recordHistory({ steps: 0 });
+  dataEnd = probe.feed.laps!.end;
+  await probe.engine.close();
+  // From 30 hours before the end of the data to 10 hours into the first looped lap, then
+  // 30 hours more for the outcomes to come due.
+  fx = await recordHistory({ steps: 40, start: dataEnd - 30 * HOUR, settleHours: 30 });
+  server = await startHistoryServer({ store: fx.store, feed: fx.feed });
+  await server.settle();
+});
+afterAll(async () => {
+  await server?.close();
+  await fx?.engine.close();
+});
+
+describe('a looping replay in the track record', () => {
+  it("marks the verdicts of a looped lap and counts none of them; the rest are said to be replay's", async () => {
+    const marked: number[] = [];
+    const counted: number[] = [];
+    let resolvedLooped = 0;
+    let resolvedCounted = 0;
+    for (const m of MARKETS) {
+      for (const e of await fx.store.readStream(verdictStream(m))) {
+        if (e.type !== 'VerdictRecorded') continue;
+        const v = e.data as EventData<'VerdictRecorded'>;
+        const due = v.candleCloseTime + OUTCOME_AFTER_CANDLES * TIMEFRAME_MS[v.timeframe];
+        // Marked exactly when its outcome's last candle is past the end of the data.
+        expect(v.inputs.replay_lap ?? 0, `${m.coin} ${m.timeframe} ${v.candleCloseTime}`).toBe(
+          due > dataEnd ? 1 : 0,
+        );
+        (due > dataEnd ? marked : counted).push(v.candleCloseTime);
+        const [outcome] = await fx.store.readStream(outcomeStream(e.id));
+        if (!outcome) continue;
+        const o = outcome.data as EventData<'VerdictOutcomeResolved'>;
+        expect(o.replayLap ?? 0).toBe(v.inputs.replay_lap ?? 0);
+        if (o.replayLap) resolvedLooped++;
+        else resolvedCounted++;
+      }
+    }
+    expect(marked.length).toBeGreaterThan(0);
+    expect(counted.length).toBeGreaterThan(0);
+    expect(resolvedLooped).toBeGreaterThan(0);
+    expect(resolvedCounted).toBeGreaterThan(0);
+
+    const res = await fetch(`${server.url}/api/track-record?window=all`);
+    expect(res.status).toBe(200);
+    const tr = TrackRecordResponse.parse(await res.json());
+    expect(tr.overall.feeds).toEqual({ live: 0, replay: resolvedCounted, replayLooped: resolvedLooped });
+    // Every figure is of the counted verdicts only.
+    expect(tr.overall.calls + tr.overall.holds).toBe(resolvedCounted);
+    expect(tr.overall.risk.points + tr.overall.risk.unscored).toBe(resolvedCounted);
+    expect(tr.lines.reduce((n, l) => n + l.feeds.replayLooped, 0)).toBe(resolvedLooped);
+    expect(tr.feed).toBe('replay');
+    expect(tr.feedNote).toContain('not a live track record');
+    expect(tr.feedNote).toContain(`${resolvedLooped} resolved verdicts of the replay's looped laps`);
+  });
+});

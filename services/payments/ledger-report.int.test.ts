@@ -103,8 +103,16 @@ describe('the payments ledger (npm run keys -- payments)', () => {
     // 4: released (the tool failed before anything was sold).
     const released = await reserve(4, '20000', 'get_market_regime');
     await ledger.transition(released, { kind: 'release', reason: 'tool_failed' });
-    // 5: still open.
-    await reserve(5, '30000', 'scan_trade_calls');
+    // 5: released (its tool failed), then reserved again by a later request, still open: one
+    // row, the new reservation's, with nothing of the release.
+    const again = await reserve(5, '30000', 'scan_trade_calls');
+    await ledger.transition(again, { kind: 'release', reason: 'tool_failed' });
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    const second = await ledger.reserve({
+      ...authorisation(5, '30000', 'scan_trade_calls'),
+      requestId: 'req-5b',
+    });
+    if (!second.ok) throw new Error(second.message);
     // A payment id's claim stream is not a payment.
     await ledger.claim(await ledger.readClaim(PAYER, 'pay_0001'), {
       nonce: nonce(1),
@@ -145,7 +153,8 @@ describe('the payments ledger (npm run keys -- payments)', () => {
       request_id: 'req-1',
     });
     expect(rows[3].reason).toBe('tool_failed');
-    expect(rows[4].closed_at).toBeNull();
+    expect(rows[4]).toMatchObject({ closed_at: null, reason: null, request_id: 'req-5b' });
+    expect(Date.parse(rows[4].authorized_at)).toBeGreaterThan(Date.parse(rows[3].authorized_at));
     expect(Date.parse(rows[0].closed_at)).toBeGreaterThanOrEqual(Date.parse(rows[0].authorized_at));
     expect(Object.keys(rows[0])).toEqual([...LEDGER_COLUMNS]);
   });

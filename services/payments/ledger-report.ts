@@ -103,10 +103,11 @@ function foldInto(payments: Map<string, Folding>, raw: RecordedEvent): void {
   const event = parseDomainEvent(raw);
   if (!event) return;
   let folding = payments.get(raw.stream);
-  if (!folding) {
-    if (event.type !== 'PaymentAuthorized') return;
+  if (event.type === 'PaymentAuthorized') {
+    // A released payment may be reserved again: the row is the new reservation's, from its own
+    // time, with nothing of the release before it (the fold's status starts over the same way).
     folding = {
-      state: null,
+      state: folding?.state ?? null,
       authorizedAt: raw.recordedAt,
       closedAt: null,
       reason: null,
@@ -115,6 +116,7 @@ function foldInto(payments: Map<string, Folding>, raw: RecordedEvent): void {
     };
     payments.set(raw.stream, folding);
   }
+  if (!folding) return;
   folding.state = evolveRecorded(folding.state, raw);
   switch (event.type) {
     case 'PaymentSettled':

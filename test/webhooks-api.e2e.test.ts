@@ -300,7 +300,11 @@ describe.runIf(reachable)('webhook management API', () => {
     const seconds = Number(refused.headers.get('retry-after'));
     expect(seconds).toBeGreaterThanOrEqual(1);
     expect(seconds).toBeLessThanOrEqual(60);
-    expect(await refused.json()).toMatchObject({ code: 'RATE_LIMITED', retryable: true });
+    const refusal = (await refused.json()) as { message: string; retry_after_ms: number };
+    expect(refusal).toMatchObject({ code: 'RATE_LIMITED', retryable: true });
+    expect(refusal.message).toMatch(/^test sends of this key are limited to 10 a minute per api process/);
+    expect(refusal.retry_after_ms).toBeGreaterThan((seconds - 1) * 1_000);
+    expect(refusal.retry_after_ms).toBeLessThanOrEqual(seconds * 1_000);
     expect(receiver.received.length).toBe(before);
     // Another key, on its own subscription, still sends.
     const other = await stack.issue();

@@ -223,6 +223,8 @@ export function errorBody(error: ServiceError): ErrorBody {
     message: error.message,
     ...(error.field ? { field: error.field } : {}),
     ...(error.retryable ? { retryable: true } : {}),
+    // What the refusal carries besides (a RATE_LIMITED's retry_after_ms).
+    ...error.body,
   };
 }
 

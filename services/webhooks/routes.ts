@@ -428,10 +428,15 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
       const apiKeyId = keyOf(request);
       const sub = owned(apiKeyId, request.params.id);
       // Each test send is a signed POST to a host of the caller's choosing: a budget of its own.
-      const seconds = testSends.take(apiKeyId, Date.now());
-      if (seconds !== null) {
-        throw new ServiceError('RATE_LIMITED', { limit: testSends.limit, seconds }, undefined, {
+      const waitMs = testSends.take(apiKeyId, Date.now());
+      if (waitMs !== null) {
+        // The request-rate refusal's shape (retry_after_ms beside Retry-After), saying it is this
+        // route's own budget: the key's other calls are not limited by it.
+        const seconds = Math.ceil(waitMs / 1_000);
+        throw new ServiceError('RATE_LIMITED', {}, undefined, {
           headers: { 'retry-after': String(seconds) },
+          message: `test sends of this key are limited to ${testSends.limit} a minute per api process (the key's other calls are not); retry in ${seconds} s`,
+          body: { retry_after_ms: waitMs },
         });
       }
       return served(request, sendSample(sub));

@@ -18,7 +18,7 @@ export class TestSendBudget {
     readonly windowMs = TEST_SEND_WINDOW_MS,
   ) {}
 
-  /** Takes one send of `key`'s budget: null when taken, else the seconds until the window ends. */
+  /** Takes one send of `key`'s budget: null when taken, else the milliseconds until the window ends. */
   take(key: string, now: number): number | null {
     let window = this.windows.get(key);
     if (window === undefined || now - window.start >= this.windowMs) {
@@ -26,8 +26,7 @@ export class TestSendBudget {
       window = { start: now, used: 0 };
       this.windows.set(key, window);
     }
-    if (window.used >= this.limit)
-      return Math.max(1, Math.ceil((window.start + this.windowMs - now) / 1_000));
+    if (window.used >= this.limit) return Math.max(1, window.start + this.windowMs - now);
     window.used++;
     return null;
   }

@@ -12,11 +12,11 @@ function pagePct(): (x: number | null) => string {
   return new Function(`${source}; return pct;`)() as (x: number | null) => string;
 }
 
-/** "72.7% [63.2, 81.3]" (the report) → ['72.7', '63.2', '81.3']. */
+/** "72.7% [63.2, 81.3]" (the report) → ['72.7', '63.2', '81.3']; "72.7% [–]" (no interval) → ['72.7', '–', '–']. */
 function reportShare(cell: string): string[] {
-  const m = cell.trim().match(/^([\d.]+)% \[([\d.]+), ([\d.]+)\]$/);
+  const m = cell.trim().match(/^([\d.]+)% (?:\[([\d.]+), ([\d.]+)\]|\[–\])$/);
   expect(m, cell).not.toBeNull();
-  return m!.slice(1);
+  return [m![1]!, m![2] ?? '–', m![3] ?? '–'];
 }
 
 const shown = (pct: (x: number | null) => string, l: Lift) =>
@@ -44,6 +44,7 @@ describe('the track-record page shows the risk baselines as the evaluation repor
     // Just below a half at the fourth decimal: 72.746 % is 72.7 % rounded once; 0.7275, then 72.8 %, twice.
     const score = {
       points: 900,
+      blocks: 40,
       sigmaRatio: lift(1),
       coverage: lift(0.72746),
       freeCoverage: lift(0.77551),

@@ -63,6 +63,12 @@ export interface DeskResult {
  */
 export const MIN_DESK_POINTS = 200;
 
+/**
+ * Fewest resampled blocks an interval is printed on: with one block the bootstrap returns the
+ * estimate itself (a zero-width interval), and with a handful its percentiles say little.
+ */
+export const MIN_INTERVAL_BLOCKS = 20;
+
 interface CoinFiles {
   coin: string;
   m5?: string;
@@ -258,10 +264,27 @@ const roundShareLift = (l: Lift) => ({
   high: roundShare(l.high),
 });
 
-/** The rows as the baselines table ships them (the track record serves them). */
+/** The score with no interval on a row of fewer than MIN_INTERVAL_BLOCKS blocks, as the report prints it. */
+function shownScore(s: DeskScore): DeskScore {
+  if (s.blocks >= MIN_INTERVAL_BLOCKS) return s;
+  const bare = (l: Lift): Lift => ({ value: l.value, low: null, high: null });
+  return {
+    ...s,
+    sigmaRatio: bare(s.sigmaRatio),
+    coverage: bare(s.coverage),
+    freeCoverage: bare(s.freeCoverage),
+    qlikeVs: { ewma: bare(s.qlikeVs.ewma), garch: bare(s.qlikeVs.garch), harRv: bare(s.qlikeVs.harRv) },
+    sizing: { service: bare(s.sizing.service), trailing: bare(s.sizing.trailing) },
+  };
+}
+
+/**
+ * The rows as the baselines table ships them (the track record serves them), without the intervals
+ * the report does not print (fewer than MIN_INTERVAL_BLOCKS blocks).
+ */
 export function deskBaselineRows(rows: readonly DeskRowReport[]): BaselinesTable['risk'] {
   return rows.map((r) => {
-    const s = r.score;
+    const s = shownScore(r.score);
     const desk: RiskDeskRow = {
       sigmaRatio: roundLift(s.sigmaRatio, 3),
       qlike: {
@@ -299,11 +322,21 @@ export function deskBaselineRows(rows: readonly DeskRowReport[]): BaselinesTable
 }
 
 const num = (x: number | null, digits = 3) => (x === null ? '–' : x.toFixed(digits));
-const iv = (l: Lift, digits = 3) => `${num(l.value, digits)} [${num(l.low, digits)}, ${num(l.high, digits)}]`;
-const pct = (l: Lift) =>
+/**
+ * An interval's bound: at `digits` decimals, unless that would print a bound that is not 0 as
+ * ±0.000 (which reads as touching 0); then at its first significant digit.
+ */
+const bound = (x: number | null, digits: number) =>
+  x !== null && x !== 0 && Math.abs(x) < 0.5 * 10 ** -digits ? x.toPrecision(1) : num(x, digits);
+/** The interval's brackets, or [–] when it rests on fewer than MIN_INTERVAL_BLOCKS blocks. */
+const brackets = (low: number | null, high: number | null, blocks: number, digits: number) =>
+  blocks < MIN_INTERVAL_BLOCKS ? '[–]' : `[${bound(low, digits)}, ${bound(high, digits)}]`;
+const iv = (l: Lift, blocks: number, digits = 3) =>
+  `${num(l.value, digits)} ${brackets(l.low, l.high, blocks, digits)}`;
+const pct = (l: Lift, blocks: number) =>
   l.value === null
     ? '–'
-    : `${(100 * l.value).toFixed(1)}% [${num(l.low === null ? null : 100 * l.low, 1)}, ${num(l.high === null ? null : 100 * l.high, 1)}]`;
+    : `${(100 * l.value).toFixed(1)}% ${brackets(l.low === null ? null : 100 * l.low, l.high === null ? null : 100 * l.high, blocks, 1)}`;
 
 /**
  * How many of the desk's rows meet each target: σ served ÷ realised within 0.9–1.1, coverage within ±3
@@ -318,7 +351,7 @@ export function deskCounts(rows: readonly DeskRowReport[], coverage: number) {
     beats: (k: 'ewma' | 'garch' | 'harRv') =>
       count((s) => s.qlikeVs[k].value !== null && s.qlikeVs[k].value! < 0),
     clearly: (k: 'ewma' | 'garch' | 'harRv') =>
-      count((s) => s.qlikeVs[k].high !== null && s.qlikeVs[k].high! < 0),
+      count((s) => s.blocks >= MIN_INTERVAL_BLOCKS && s.qlikeVs[k].high !== null && s.qlikeVs[k].high! < 0),
     sized: count((s) => within(s.sizing.service, 0.85, 1.15)),
     trailingSized: count((s) => within(s.sizing.trailing, 0.85, 1.15)),
   };
@@ -336,7 +369,7 @@ export function renderRiskDesk(
   const out = [
     "## The risk forecast against a risk desk's forecasters",
     '',
-    `Test months from ${meta.from}; every model and baseline fitted on the months before (${meta.fitted}). Every closed candle of every coin is a point (overlapping horizons); intervals resample blocks at least a day and two horizons long, all coins of a block together, 200 resamples.`,
+    `Test months from ${meta.from}; every model and baseline fitted on the months before (${meta.fitted}). Every closed candle of every coin is a point (overlapping horizons); intervals resample blocks at least a day and two horizons long, all coins of a block together, 200 resamples; a row with fewer than ${MIN_INTERVAL_BLOCKS} blocks gets no interval ([–]).`,
     '',
     `- Level: σ served ÷ realised (RMS of the forecast σ over RMS of the realised log return) within 0.9–1.1 on ${level} of ${n} rows.`,
     `- ${Math.round(100 * meta.coverage)} % band coverage within ±3 points on ${cover} of ${n} rows.`,
@@ -356,7 +389,7 @@ export function renderRiskDesk(
   for (const r of rows) {
     const s = r.score;
     out.push(
-      `| ${r.set} | ${r.timeframe} | ${r.key} (${r.candles}) | ${s.points} | ${iv(s.sigmaRatio)} | ${pct(s.coverage)} | ${pct(s.freeCoverage)} | ${num(s.qlike.service)} | ${num(s.qlike.ewma)} | ${num(s.qlike.garch)} | ${num(s.qlike.harRv)} | ${iv(s.qlikeVs.ewma)} | ${iv(s.qlikeVs.garch)} | ${iv(s.qlikeVs.harRv)} | ${num(s.mseLog.service, 2)} / ${num(s.mseLog.ewma, 2)} / ${num(s.mseLog.garch, 2)} / ${num(s.mseLog.harRv, 2)} | ${iv(s.sizing.service)} | ${iv(s.sizing.trailing)} |`,
+      `| ${r.set} | ${r.timeframe} | ${r.key} (${r.candles}) | ${s.points} | ${iv(s.sigmaRatio, s.blocks)} | ${pct(s.coverage, s.blocks)} | ${pct(s.freeCoverage, s.blocks)} | ${num(s.qlike.service)} | ${num(s.qlike.ewma)} | ${num(s.qlike.garch)} | ${num(s.qlike.harRv)} | ${iv(s.qlikeVs.ewma, s.blocks)} | ${iv(s.qlikeVs.garch, s.blocks)} | ${iv(s.qlikeVs.harRv, s.blocks)} | ${num(s.mseLog.service, 2)} / ${num(s.mseLog.ewma, 2)} / ${num(s.mseLog.garch, 2)} / ${num(s.mseLog.harRv, 2)} | ${iv(s.sizing.service, s.blocks)} | ${iv(s.sizing.trailing, s.blocks)} |`,
     );
   }
   return `${out.join('\n')}\n`;

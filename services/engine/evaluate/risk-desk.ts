@@ -549,6 +549,8 @@ export function bandScales(
 
 export interface DeskScore {
   points: number;
+  /** Blocks the intervals resample: below MIN_INTERVAL_BLOCKS the report prints no interval. */
+  blocks: number;
   sigmaRatio: Lift;
   coverage: Lift;
   freeCoverage: Lift;
@@ -670,6 +672,7 @@ export function scoreDesk(
   const vs = (k: number) => lift((t) => q(0)(t) - q(k)(t));
   return {
     points: all.n,
+    blocks: list.length,
     sigmaRatio: lift((t) => Math.sqrt(t.served2 / t.realised2)),
     coverage: lift((t) => t.inside / t.n),
     freeCoverage: lift((t) => t.freeInside / t.n),

@@ -237,7 +237,10 @@ export const RiskForecast = RegimeReading.pick({
     .describe("Rank (0–100) of the verdict-horizon forecast among the market's recent forecasts."),
   /** What the regime labels are worth against a free trailing-volatility label, in words. */
   label_evidence: z.string(),
-  /** How the bands and the ranking held up out of sample (docs/evaluation.md), in words. */
+  /**
+   * How the forecast held up on the test months (docs/evaluation-risk.md), counted from the shipped
+   * baselines; on a timeframe never scored (1m, 3m) that it was not evaluated and whose models it runs.
+   */
   evidence: z.string(),
 });
 export type RiskForecast = z.infer<typeof RiskForecast>;
@@ -606,7 +609,7 @@ export const TOOLS = {
     output: RiskForecast,
     title: 'Risk forecast',
     description:
-      'Expected move and its 80 % band for a coin on one timeframe and venue, over the next candle, six candles and one day (HAR-type volatility model fitted by QLIKE before the test months and scored out of sample against RiskMetrics EWMA, GARCH(1,1), HAR-RV and a free trailing band), each with sizing for a stated risk budget (riskBudgetUsd, default 100 USD): the notional whose one-σ move over the horizon is the budget, and the stops the band implies.',
+      'Expected move and its 80 % band for a coin on one timeframe and venue, over the next candle, six candles and one day (HAR-type volatility model fitted by QLIKE before the test months and scored on them against RiskMetrics EWMA, GARCH(1,1), HAR-RV and a free trailing band; 1m and 3m run the 5m models, unscored), each with sizing for a stated risk budget (riskBudgetUsd, default 100 USD): the notional whose one-σ move over the horizon is the budget, and the stops the band implies.',
     example: { coin: 'BTC', timeframe: '1h' },
     // Priced like a regime reading: the same computation over the same market state.
     price: { key: 'X402_PRICE_GET_MARKET_REGIME' },

@@ -48,8 +48,8 @@ import {
   ENGINE_VERSION,
   labelEvidenceText,
   type MarketState,
-  RISK_EVIDENCE,
   recordedMeaning,
+  riskEvidenceText,
 } from './signals/index.ts';
 import { sizedCopy, sizeFor } from './sizing.ts';
 import { PERP_VENUES, SCAN_CONCURRENCY } from './venues.ts';
@@ -204,7 +204,7 @@ export class SignalEngine implements EngineOperations {
         percentile: reading.volatility.percentile,
         regime: reading.regime,
         label_evidence: labelEvidenceText(state.volatility, input.timeframe),
-        evidence: RISK_EVIDENCE,
+        evidence: riskEvidenceText(state.volatility, input.timeframe),
       };
     });
     return sizedForecast(forecast, input.riskBudgetUsd);

@@ -30,7 +30,7 @@ export {
 export {
   computeRiskHorizons,
   labelEvidenceText,
-  RISK_EVIDENCE,
+  riskEvidenceText,
 } from './risk-forecast.ts';
 export {
   callFor,

@@ -1,5 +1,6 @@
 import { TIMEFRAME_MS, type Timeframe } from '../../../contracts/market.ts';
-import type { RiskHorizonKey, VolatilityTable } from '../../../contracts/signals.ts';
+import type { BaselinesTable, RiskHorizonKey, VolatilityTable } from '../../../contracts/signals.ts';
+import { defaultBaselines } from './default-baselines.ts';
 import { InsufficientHistoryError } from './errors.ts';
 import type { MarketState } from './market-state.ts';
 import { bandFor, isPerpVenue } from './volatility.ts';
@@ -65,5 +66,101 @@ export function labelEvidenceText(table: VolatilityTable, timeframe: Timeframe):
   return `On the ${tf} training months, ${vol}; ${trend}.`;
 }
 
-export const RISK_EVIDENCE =
-  'Fitted before the test months and scored out of sample on every closed candle against RiskMetrics EWMA, GARCH(1,1), HAR-RV and a free trailing band: σ served ÷ realised within 0.9–1.1 on 37 of 41 timeframe × horizon rows, 80 % band coverage 72.7–80.3 % (its width adapting to each market’s recent misses), QLIKE below EWMA and HAR-RV on 40 of 41 rows and below GARCH(1,1) on 23 (on 5 with its interval below 0, on none above) (docs/evaluation-risk.md).';
+/** The figures the risk evidence quotes, counted from the baselines table's risk rows. */
+export interface RiskEvidenceCounts {
+  rows: number;
+  /** σ served ÷ realised within 0.9–1.1. */
+  level: number;
+  coverageLow: number;
+  coverageHigh: number;
+  belowEwma: number;
+  belowHarRv: number;
+  belowGarch: number;
+  /** QLIKE − GARCH(1,1)'s with its 95 % interval wholly below 0 (upper bound < 0), and above. */
+  garchIntervalBelow: number;
+  garchIntervalAbove: number;
+  /** The largest upper bound of those below 0: how close the nearest comes to 0. */
+  garchNearestUpper: number | null;
+}
+
+/** Counts the desk's figures over every risk row that carries them (the rows of docs/evaluation-risk.md). */
+export function riskEvidenceCounts(baselines: BaselinesTable): RiskEvidenceCounts {
+  const desk = baselines.risk.flatMap((r) => (r.desk === undefined ? [] : [{ row: r, desk: r.desk }]));
+  const count = (ok: (d: (typeof desk)[number]) => boolean) => desk.filter(ok).length;
+  const below = (l: { value: number | null }) => l.value !== null && l.value < 0;
+  const coverage = desk.flatMap(({ row }) => (row.coverage.value === null ? [] : [row.coverage.value]));
+  const uppers = desk.flatMap(({ desk: d }) => {
+    const high = d.qlikeVs.garch.high;
+    return high !== null && high < 0 ? [high] : [];
+  });
+  return {
+    rows: desk.length,
+    level: count(
+      ({ desk: d }) => d.sigmaRatio.value !== null && d.sigmaRatio.value >= 0.9 && d.sigmaRatio.value <= 1.1,
+    ),
+    coverageLow: Math.min(...coverage),
+    coverageHigh: Math.max(...coverage),
+    belowEwma: count(({ desk: d }) => below(d.qlikeVs.ewma)),
+    belowHarRv: count(({ desk: d }) => below(d.qlikeVs.harRv)),
+    belowGarch: count(({ desk: d }) => below(d.qlikeVs.garch)),
+    garchIntervalBelow: uppers.length,
+    garchIntervalAbove: count(({ desk: d }) => d.qlikeVs.garch.low !== null && d.qlikeVs.garch.low > 0),
+    garchNearestUpper: uppers.length === 0 ? null : Math.max(...uppers),
+  };
+}
+
+const share = (x: number) => `${(100 * x).toFixed(1)}`;
+const times = (n: number) => (n === 0 ? 'none' : `${n}`);
+const minus = (x: number) => (x < 0 ? `−${-x}` : `${x}`);
+
+/** The risk desk's evidence in words, every figure counted from `baselines` (riskEvidenceCounts). */
+export function riskDeskEvidence(baselines: BaselinesTable): string {
+  const c = riskEvidenceCounts(baselines);
+  const qlike =
+    c.belowEwma === c.belowHarRv
+      ? `QLIKE below EWMA and HAR-RV on ${c.belowEwma} of ${c.rows} rows`
+      : `QLIKE below EWMA on ${c.belowEwma} and HAR-RV on ${c.belowHarRv} of ${c.rows} rows`;
+  const nearest =
+    c.garchNearestUpper === null ? '' : `, the closest to 0 ending at ${minus(c.garchNearestUpper)}`;
+  return (
+    'Fitted before the test months and scored on every closed candle of them against RiskMetrics EWMA, GARCH(1,1), HAR-RV and a free trailing band ' +
+    '(those months were also read for a few method choices, so they are not wholly out of sample): ' +
+    `σ served ÷ realised within 0.9–1.1 on ${c.level} of ${c.rows} venue × timeframe × horizon rows, ` +
+    `80 % band coverage ${share(c.coverageLow)}–${share(c.coverageHigh)} % (its width adapting to each market’s recent misses), ` +
+    `${qlike} and below GARCH(1,1) on ${c.belowGarch} (its 95 % interval below 0 on ${times(c.garchIntervalBelow)}${nearest}; above 0 on ${times(c.garchIntervalAbove)}) ` +
+    '(docs/evaluation-risk.md).'
+  );
+}
+
+const deskEvidence = new WeakMap<BaselinesTable, string>();
+
+/**
+ * What the risk forecast on `timeframe` is worth, in words. A timeframe the table fits its own risk
+ * models for quotes the evaluation's figures (`baselines`' risk rows, the shipped ones by default);
+ * one that borrows another timeframe's models (1m and 3m run the 5m models on their own candles)
+ * was never scored and says so, naming the models it runs.
+ */
+export function riskEvidenceText(
+  table: VolatilityTable,
+  timeframe: Timeframe,
+  baselines: BaselinesTable = defaultBaselines,
+): string {
+  const own = table.risk?.[timeframe] !== undefined;
+  const scored = baselines.risk.some((r) => r.timeframe === timeframe && r.desk !== undefined);
+  if (own && scored) {
+    let text = deskEvidence.get(baselines);
+    if (text === undefined) {
+      text = riskDeskEvidence(baselines);
+      deskEvidence.set(baselines, text);
+    }
+    return text;
+  }
+  const borrowed = own ? undefined : table.fallback[timeframe];
+  const runs =
+    borrowed !== undefined && table.risk?.[borrowed] !== undefined
+      ? `it runs the ${borrowed} models (fitted on ${borrowed} candles) on ${timeframe} candles`
+      : own
+        ? `its models were fitted on ${timeframe} candles but not scored on the test months`
+        : `it serves the ${table.horizonCandles}-candle volatility model on the verdict horizon alone`;
+  return `The risk forecast on ${timeframe} was not evaluated: ${runs}, and no figure of docs/evaluation-risk.md was measured on ${timeframe}. Treat its σ and band as unscored.`;
+}

@@ -323,9 +323,20 @@ export class PostgresEventStore implements EventStore {
       events,
       flushed: options.durability !== 'committed',
     };
-    const unrecorded = events.filter((e) => !this.recordedTypes.has(e.type) && isEventType(e.type));
-    if (unrecorded.length === 0) return this.writer.submit(member);
-    return this.recordTypes(unrecorded.map((e) => e.type)).then(() => this.writer.submit(member));
+    const unrecorded = this.unrecordedTypes(events);
+    if (unrecorded === null) return this.writer.submit(member);
+    return this.recordTypes(unrecorded).then(() => this.writer.submit(member));
+  }
+
+  /** The catalog types of `events` not yet recorded; null when none (every append but a type's first). */
+  private unrecordedTypes(events: NewEvent[]): string[] | null {
+    let unrecorded: string[] | null = null;
+    for (const { type } of events) {
+      if (this.recordedTypes.has(type) || !isEventType(type)) continue;
+      unrecorded ??= [];
+      unrecorded.push(type);
+    }
+    return unrecorded;
   }
 
   /**

@@ -67,8 +67,8 @@ export interface HistoryRoutesDeps {
 
 /**
  * Exports one key streams at once per process: as many as the Parquet encoder has workers, so one
- * key's exports never push a Parquet encoding onto the main thread, where a row group is one
- * unbroken wasm call that every other caller's request waits behind.
+ * key alone never waits for a worker behind its own exports (past the workers, exports wait for
+ * one in turn: parquet-encoders.ts), and one key's export loops hold a bounded share of the scan.
  */
 export const MAX_EXPORTS_PER_KEY = 2;
 /** Retry-After of TOO_MANY_EXPORTS: an export of the whole history takes about a second. */

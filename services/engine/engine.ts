@@ -620,7 +620,8 @@ function toTradeCall(
   const same = d.candleCloseTime === computed.candle_close_time;
   const indicators: Record<string, number | null> = {};
   for (const [k, v] of Object.entries(d.inputs)) {
-    if (NOT_INDICATORS.test(k)) continue;
+    // The replay lap is where the feed was, not a market reading.
+    if (NOT_INDICATORS.test(k) || k === REPLAY_LAP_INPUT) continue;
     if (typeof v === 'number' || v === null) indicators[k] = v;
   }
   const volatility = same ? computed.volatility : recordedVolatility(d.inputs, d.timeframe);

@@ -72,4 +72,16 @@ describe('a looping replay in the track record', () => {
     expect(tr.feedNote).toContain('not a live track record');
     expect(tr.feedNote).toContain(`${resolvedLooped} resolved verdicts of the replay's looped laps`);
   });
+
+  it("serves a looped lap's trade call without its lap among the indicators", async () => {
+    // The clock stands in the looped lap: the latest close's verdict is marked.
+    const m = MARKETS[0]!;
+    const call = await fx.engine.getTradeCall(m);
+    const [latest] = (await fx.store.readStream(verdictStream(m)))
+      .filter((e) => e.type === 'VerdictRecorded')
+      .slice(-1);
+    expect((latest!.data as EventData<'VerdictRecorded'>).inputs.replay_lap).toBe(1);
+    expect(call.indicators).not.toHaveProperty('replay_lap');
+    expect(Object.keys(call.indicators).length).toBeGreaterThan(0);
+  });
 });

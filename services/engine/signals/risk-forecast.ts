@@ -83,9 +83,16 @@ export interface RiskEvidenceCounts {
   garchNearestUpper: number | null;
 }
 
-/** Counts the desk's figures over every risk row that carries them (the rows of docs/evaluation-risk.md). */
-export function riskEvidenceCounts(baselines: BaselinesTable): RiskEvidenceCounts {
-  const desk = baselines.risk.flatMap((r) => (r.desk === undefined ? [] : [{ row: r, desk: r.desk }]));
+/**
+ * Counts the desk's figures over the risk rows that carry them (the rows of
+ * docs/evaluation-risk.md): every timeframe's, or `timeframe`'s alone.
+ */
+export function riskEvidenceCounts(baselines: BaselinesTable, timeframe?: Timeframe): RiskEvidenceCounts {
+  const desk = baselines.risk.flatMap((r) =>
+    r.desk === undefined || (timeframe !== undefined && r.timeframe !== timeframe)
+      ? []
+      : [{ row: r, desk: r.desk }],
+  );
   const count = (ok: (d: (typeof desk)[number]) => boolean) => desk.filter(ok).length;
   const below = (l: { value: number | null }) => l.value !== null && l.value < 0;
   const coverage = desk.flatMap(({ row }) => (row.coverage.value === null ? [] : [row.coverage.value]));
@@ -113,26 +120,32 @@ const share = (x: number) => `${(100 * x).toFixed(1)}`;
 const times = (n: number) => (n === 0 ? 'none' : `${n}`);
 const minus = (x: number) => (x < 0 ? `−${-x}` : `${x}`);
 
-/** The risk desk's evidence in words, every figure counted from `baselines` (riskEvidenceCounts). */
-export function riskDeskEvidence(baselines: BaselinesTable): string {
-  const c = riskEvidenceCounts(baselines);
+/**
+ * The risk desk's evidence on `timeframe` in words: the figures of its own rows (venue ×
+ * horizon), then the level and GARCH(1,1) counts over every timeframe's, each counted from
+ * `baselines` (riskEvidenceCounts).
+ */
+export function riskDeskEvidence(baselines: BaselinesTable, timeframe: Timeframe): string {
+  const c = riskEvidenceCounts(baselines, timeframe);
+  const all = riskEvidenceCounts(baselines);
   const qlike =
     c.belowEwma === c.belowHarRv
-      ? `QLIKE below EWMA and HAR-RV on ${c.belowEwma} of ${c.rows} rows`
-      : `QLIKE below EWMA on ${c.belowEwma} and HAR-RV on ${c.belowHarRv} of ${c.rows} rows`;
+      ? `QLIKE below EWMA and HAR-RV on ${c.belowEwma} of ${c.rows}`
+      : `QLIKE below EWMA on ${c.belowEwma} and HAR-RV on ${c.belowHarRv} of ${c.rows}`;
   const nearest =
     c.garchNearestUpper === null ? '' : `, the closest to 0 ending at ${minus(c.garchNearestUpper)}`;
   return (
     'Fitted before the test months and scored on every closed candle of them against RiskMetrics EWMA, GARCH(1,1), HAR-RV and a free trailing band ' +
-    '(those months were also read for a few method choices, so they are not wholly out of sample): ' +
-    `σ served ÷ realised within 0.9–1.1 on ${c.level} of ${c.rows} venue × timeframe × horizon rows, ` +
+    '(those months were also read for a few method choices, so they are not wholly out of sample). ' +
+    `On the ${c.rows} ${timeframe} rows (venue × horizon): σ served ÷ realised within 0.9–1.1 on ${c.level} of ${c.rows}, ` +
     `80 % band coverage ${share(c.coverageLow)}–${share(c.coverageHigh)} % (its width adapting to each market’s recent misses), ` +
-    `${qlike} and below GARCH(1,1) on ${c.belowGarch} (its 95 % interval below 0 on ${times(c.garchIntervalBelow)}${nearest}; above 0 on ${times(c.garchIntervalAbove)}) ` +
+    `${qlike} and below GARCH(1,1) on ${c.belowGarch} (its 95 % interval below 0 on ${times(c.garchIntervalBelow)}${nearest}; above 0 on ${times(c.garchIntervalAbove)}). ` +
+    `Over every timeframe's ${all.rows} rows: within 0.9–1.1 on ${all.level}, below GARCH(1,1) on ${all.belowGarch} ` +
     '(docs/evaluation-risk.md).'
   );
 }
 
-const deskEvidence = new WeakMap<BaselinesTable, string>();
+const deskEvidence = new WeakMap<BaselinesTable, Map<Timeframe, string>>();
 
 /**
  * What the risk forecast on `timeframe` is worth, in words. A timeframe the table fits its own risk
@@ -148,10 +161,15 @@ export function riskEvidenceText(
   const own = table.risk?.[timeframe] !== undefined;
   const scored = baselines.risk.some((r) => r.timeframe === timeframe && r.desk !== undefined);
   if (own && scored) {
-    let text = deskEvidence.get(baselines);
+    let texts = deskEvidence.get(baselines);
+    if (texts === undefined) {
+      texts = new Map();
+      deskEvidence.set(baselines, texts);
+    }
+    let text = texts.get(timeframe);
     if (text === undefined) {
-      text = riskDeskEvidence(baselines);
-      deskEvidence.set(baselines, text);
+      text = riskDeskEvidence(baselines, timeframe);
+      texts.set(timeframe, text);
     }
     return text;
   }

@@ -324,9 +324,9 @@ function feedOf(c: Cell): { feed: TrackRecordFeed; feedNote: string } {
     live: `Built from live venue data: ${n(c.live)}.`,
     replay:
       `Built wholly from the replay feed, recorded market data served as if live, not from live venues: ${n(c.replay)}. ` +
-      'This is not a live track record.',
+      'This is not a live track record, and the replayed months may include those the model was fitted on.',
     mixed:
-      `Built partly from the replay feed (recorded market data served as if live): ${n(c.replay)} replayed ` +
+      `Built partly from the replay feed (recorded market data served as if live, its months possibly among those the model was fitted on): ${n(c.replay)} replayed ` +
       `and ${c.live} live; each line's feeds count them.`,
     none: 'No resolved verdict is counted in this window.',
   }[feed];

@@ -308,5 +308,10 @@ export const TrackRecordBrief = z.object({
   hitRate: z.number().nullable(),
   interval: z.object({ low: z.number(), high: z.number() }).nullable(),
   randomHitRate: z.number().nullable(),
+  /**
+   * Which feed the line's resolved verdicts came from (as the full record's `feed`): a call on
+   * live venues may carry a line built from the replay. Optional for clients of earlier answers.
+   */
+  feed: TrackRecordFeed.optional(),
 });
 export type TrackRecordBrief = z.infer<typeof TrackRecordBrief>;

@@ -311,9 +311,11 @@ describe('track record', () => {
       hits: 1,
       hitRate: 0.5,
       randomHitRate: 0.375,
+      // Built from replayed verdicts, and says so as the full record does.
+      feed: 'replay',
     });
     const none = trackRecordBrief(state, { exchange: 'OKX', timeframe: '1h', confidence: 47 }, T0);
-    expect(none).toMatchObject({ calls: 0, hitRate: null, interval: null });
+    expect(none).toMatchObject({ calls: 0, hitRate: null, interval: null, feed: 'none' });
   });
 
   it('rides along on trade_call webhooks when the history slice supplies it', () => {

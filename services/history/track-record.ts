@@ -481,5 +481,6 @@ export function trackRecordBrief(
     hitRate: r.hitRate,
     interval: r.interval,
     randomHitRate: lineOf(call.exchange, call.timeframe, market).random.hitRate,
+    feed: feedOf(market).feed,
   };
 }

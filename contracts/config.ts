@@ -501,9 +501,12 @@ export const ConfigSchema = z
     /**
      * Requests in flight (so connections) per origin over every API key's endpoint there, per
      * process: each key with subscriptions there gets an even share of it (at least 1, at most
-     * WEBHOOK_ENDPOINT_CONCURRENCY): another key's hung requests hold their share, no more.
+     * WEBHOOK_ENDPOINT_CONCURRENCY): another key's hung requests hold their share, no more. 256 by
+     * default: every key keeps all its slots on a receiver up to 64 keys share (a popular one, a
+     * chat or automation platform's hooks host), where 64 cut a busy key to 1 slot past 64 keys
+     * and below 4 past 16, idle keys' shares held back unused.
      */
-    WEBHOOK_ORIGIN_CONCURRENCY: positiveInt.default(64),
+    WEBHOOK_ORIGIN_CONCURRENCY: positiveInt.default(256),
     /** Deliveries waiting per endpoint with their bytes in memory; more wait by id (never failed). */
     WEBHOOK_ENDPOINT_QUEUE_LIMIT: positiveInt.default(1_000),
     /**

@@ -1785,3 +1785,105 @@ describe('a paid answer presented again while its settlement is unconfirmed', ()
     }
   });
 });
+
+describe("the payer's own use of the authorisation mined before the request", () => {
+  // The payer (their wallet, say) submits the very authorisation they then pay with, and it is
+  // mined before the request: verification refuses it for its used nonce. Once mined, the
+  // transaction's calldata holds the whole payload, so whoever presents it may not be the payer:
+  // nothing is served. When that use paid the agreed transfer the seller is paid, and the payment
+  // is recorded settled in it, for the operator to refund; any other use records nothing.
+  async function signed(payer: { key: Hex; address: Hex }, stack: X402Stack) {
+    const now = nowSeconds();
+    const auth = {
+      from: payer.address,
+      to: stack.payTo,
+      value: PRICE,
+      validAfter: now - 600n,
+      validBefore: now + 120n,
+      nonce: randomNonce(),
+    };
+    return { auth, signature: await signAuthorization(payer.key, auth) };
+  }
+
+  function present(stack: X402Stack, header: string): Promise<Response> {
+    return fetch(`${stack.url}${PATH}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-payment': header },
+      body: JSON.stringify(BODY),
+    });
+  }
+
+  it('its transfer paid the quoted amount to payTo: refused, nothing served, recorded settled in the payer’s transaction (a refund due)', async () => {
+    const stack = await startX402Stack({}, chain);
+    try {
+      const payer = await chain.fundedPayer(1_000_000n);
+      const before = await chain.balanceOf(stack.payTo);
+      const { auth, signature } = await signed(payer, stack);
+      const theirs = await submitAsPayer(payer, auth, signature);
+      const header = v1Header(auth, signature);
+
+      const res = await present(stack, header);
+      const body = (await res.json()) as Record<string, unknown>;
+      expect(res.status, JSON.stringify(body)).toBe(402);
+      expect(body).toMatchObject({ code: 'invalid_exact_evm_nonce_already_used' });
+      expect(String(body.message)).toContain(`already used on chain (transaction ${theirs})`);
+      expect(String(body.message)).toContain('recorded for the seller to refund');
+      expect(body).not.toHaveProperty('regime');
+      const events = await stack.paymentEvents(auth.nonce, payer.address);
+      expect(events.map((e) => e.type)).toEqual(['PaymentAuthorized', 'PaymentSettled']);
+      expect(events[1]).toMatchObject({
+        data: { txHash: theirs, amount: PRICE.toString(), reconciled: true },
+      });
+      expect(await chain.balanceOf(stack.payTo)).toBe(before + PRICE);
+      // Presented again: the record answers, nothing is served, nothing more recorded.
+      const again = await present(stack, header);
+      expect(again.status).toBe(409);
+      expect(await again.json()).toMatchObject({ code: 'payment_already_used' });
+      expect((await stack.paymentEvents(auth.nonce, payer.address)).map((e) => e.type)).toEqual([
+        'PaymentAuthorized',
+        'PaymentSettled',
+      ]);
+      expect(await reconcilerOf(stack).runOnce()).toMatchObject({ settled: 0 });
+    } finally {
+      await stack.stop();
+    }
+  });
+
+  for (const { use, act } of [
+    {
+      use: 'spent its nonce on a transfer to themselves',
+      act: async (payer: { key: Hex; address: Hex }, auth: Awaited<ReturnType<typeof signed>>['auth']) => {
+        const toSelf = { ...auth, to: payer.address };
+        return submitAsPayer(payer, toSelf, await signAuthorization(payer.key, toSelf));
+      },
+    },
+    {
+      use: 'cancelled it',
+      act: async (payer: { key: Hex; address: Hex }, auth: Awaited<ReturnType<typeof signed>>['auth']) =>
+        callAsPayer(payer, 'cancelAuthorization', [
+          payer.address,
+          auth.nonce,
+          await signCancellation(payer.key, auth.nonce),
+        ]),
+    },
+  ]) {
+    it(`the payer ${use}: 402 nonce already used, nothing recorded or served`, async () => {
+      const stack = await startX402Stack({}, chain);
+      try {
+        const payer = await chain.fundedPayer(1_000_000n);
+        const before = await chain.balanceOf(stack.payTo);
+        const { auth, signature } = await signed(payer, stack);
+        await act(payer, auth);
+        const res = await present(stack, v1Header(auth, signature));
+        const body = (await res.json()) as Record<string, unknown>;
+        expect(res.status, JSON.stringify(body)).toBe(402);
+        expect(body).toMatchObject({ code: 'invalid_exact_evm_nonce_already_used' });
+        expect(String(body.message)).not.toContain('refund');
+        expect(await stack.paymentEvents(auth.nonce, payer.address)).toEqual([]);
+        expect(await chain.balanceOf(stack.payTo)).toBe(before);
+      } finally {
+        await stack.stop();
+      }
+    });
+  }
+});

@@ -100,6 +100,15 @@ describe('the payments ledger (npm run keys -- payments)', () => {
       reason: 'reverted: "transfer amount exceeds balance", nonce used',
       sellerLoss: true,
     });
+    // 6: settled by the payer's own transaction before any request: never served, a refund due.
+    const unserved = await reserve(6, '40000', 'get_trade_call');
+    await ledger.transition(unserved, {
+      kind: 'settle',
+      payer: PAYER,
+      amount: '40000',
+      txHash: tx(6),
+      reconciled: true,
+    });
     // 4: released (the tool failed before anything was sold).
     const released = await reserve(4, '20000', 'get_market_regime');
     await ledger.transition(released, { kind: 'release', reason: 'tool_failed' });
@@ -140,6 +149,7 @@ describe('the payments ledger (npm run keys -- payments)', () => {
       [nonce(1), 'settled', true, '0.020000', tx(1), false, false],
       [nonce(2), 'settled', true, '0.050000', tx(2), true, false],
       [nonce(3), 'failed', true, '0.050000', null, false, true],
+      [nonce(6), 'settled', false, '0.040000', tx(6), true, false],
       [nonce(4), 'released', false, '0.020000', null, false, false],
       [nonce(5), 'authorized', false, '0.030000', null, false, false],
     ]);
@@ -152,9 +162,9 @@ describe('the payments ledger (npm run keys -- payments)', () => {
       payment_id: 'pay_0001',
       request_id: 'req-1',
     });
-    expect(rows[3].reason).toBe('tool_failed');
-    expect(rows[4]).toMatchObject({ closed_at: null, reason: null, request_id: 'req-5b' });
-    expect(Date.parse(rows[4].authorized_at)).toBeGreaterThan(Date.parse(rows[3].authorized_at));
+    expect(rows[4].reason).toBe('tool_failed');
+    expect(rows[5]).toMatchObject({ closed_at: null, reason: null, request_id: 'req-5b' });
+    expect(Date.parse(rows[5].authorized_at)).toBeGreaterThan(Date.parse(rows[4].authorized_at));
     expect(Date.parse(rows[0].closed_at)).toBeGreaterThanOrEqual(Date.parse(rows[0].authorized_at));
     expect(Object.keys(rows[0])).toEqual([...LEDGER_COLUMNS]);
   });
@@ -171,11 +181,11 @@ describe('the payments ledger (npm run keys -- payments)', () => {
   it('sums per status by default, revenue being what settled', async () => {
     const { code, stdout } = await payments();
     expect(code).toBe(0);
-    expect(stdout).toMatch(/^settled\s+2\s+0\.070000 USDC$/m);
+    expect(stdout).toMatch(/^settled\s+3\s+0\.110000 USDC$/m);
     expect(stdout).toMatch(/^failed\s+1\s+0\.050000 USDC$/m);
     expect(stdout).toMatch(/^authorized\s+1\s+0\.030000 USDC$/m);
     expect(stdout).toContain(
-      '5 payments; revenue (settled): 0.070000 USDC; open (authorized or pending): 0.030000 USDC; answers served and never paid: 1',
+      '6 payments; revenue (settled): 0.110000 USDC; open (authorized or pending): 0.030000 USDC; answers served and never paid: 1; paid and never served (refund due): 1, 0.040000 USDC',
     );
   });
 

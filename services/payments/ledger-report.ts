@@ -202,11 +202,16 @@ export function ledgerTotals(rows: LedgerRow[]): string {
     return `${status.padEnd(10)} ${String(count).padStart(6)}  ${usdc(sumOf(rows, status)).padStart(14)} USDC`;
   });
   const losses = rows.filter((row) => row.seller_loss).length;
+  // Settled and never served: the payer's own transaction paid before the request (refused, since
+  // whoever presents a mined authorisation may not be the payer): the seller owes a refund.
+  const unserved = rows.filter((row) => row.status === 'settled' && !row.served);
+  const owed = unserved.reduce((total, row) => total + BigInt(row.amount_atomic), 0n);
   return [
     ...lines,
     `${rows.length} payments; revenue (settled): ${usdc(sumOf(rows, 'settled'))} USDC; ` +
       `open (authorized or pending): ${usdc(sumOf(rows, 'authorized') + sumOf(rows, 'pending'))} USDC; ` +
-      `answers served and never paid: ${losses}`,
+      `answers served and never paid: ${losses}; ` +
+      `paid and never served (refund due): ${unserved.length}, ${usdc(owed)} USDC`,
   ].join('\n');
 }
 

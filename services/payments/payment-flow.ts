@@ -580,12 +580,67 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
     const known = decideReservation(current.state);
     if (!known.ok) return { kind: 'payment_rejected', reason: known.reason, message: known.message };
 
+    /**
+     * A verification refused because the authorisation's nonce is used, by a transaction that paid
+     * the agreed transfer (the quoted amount from the payer to payTo): the payer's wallet, say,
+     * submitted it before presenting it. The seller is paid, so the payment is recorded settled in
+     * that transaction, never served: its calldata is public once mined, so whoever presents it
+     * may not be the payer (anyone could take the answer). The operator's ledger shows it paid and
+     * not served, a refund due; the caller is refused, told so. Used any other way, or unreadable:
+     * null, the plain refusal stands and nothing is recorded.
+     */
+    const paidUnserved = async (reason: string): Promise<PaidOutcome | null> => {
+      if (reason !== NONCE_ALREADY_USED) return null;
+      const read = deps.authorizationOutcome(identity);
+      if (!read) return null;
+      let txHash: `0x${string}`;
+      try {
+        const outcome = await read({
+          payTo: requirement.payTo as `0x${string}`,
+          amount: BigInt(requirement.amount),
+        });
+        if (outcome.kind !== 'paid') return null;
+        txHash = outcome.txHash;
+      } catch (err) {
+        deps.logger.warn({ err, requestId: call.requestId }, 'the use of an authorisation could not be read');
+        return null;
+      }
+      const refused: PaidOutcome = {
+        kind: 'payment_rejected',
+        reason: NONCE_ALREADY_USED,
+        message:
+          `this authorisation was already used on chain (transaction ${txHash}), paying the seller before this request: ` +
+          'nothing was served for it, and it is recorded for the seller to refund; sign a new one',
+      };
+      const reserved = await deps.ledger.reserve(
+        reservationOf(payment, requirement, {
+          url: call.url,
+          requestId: call.requestId,
+          tool: call.tool.name,
+        }),
+        current,
+      );
+      // Another request recorded it first (a copy presented at once): its record stands.
+      if (!reserved.ok) return refused;
+      await deps.ledger.transition(
+        reserved.handle,
+        { kind: 'settle', payer: auth.from, amount: requirement.amount, txHash, reconciled: true },
+        { converge: true },
+      );
+      deps.logger.warn(
+        { requestId: call.requestId, payer: auth.from, amount: requirement.amount, transaction: txHash },
+        "an authorisation the payer's own transaction used to pay us before verification: recorded settled, not served (refund due)",
+      );
+      return refused;
+    };
+
     try {
       const verified = await deps.server.verifyPayment(payload, requirement);
       if (!verified.isValid) {
         const reason = verified.invalidReason ?? 'invalid_payment';
         return (
-          (await recordedMeanwhile()) ?? {
+          (await recordedMeanwhile()) ??
+          (await paidUnserved(reason)) ?? {
             kind: 'payment_rejected',
             reason,
             message: describeReason(reason, verified.invalidMessage),
@@ -595,7 +650,8 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
     } catch (err) {
       if (err instanceof VerifyError && err.invalidReason) {
         return (
-          (await recordedMeanwhile()) ?? {
+          (await recordedMeanwhile()) ??
+          (await paidUnserved(err.invalidReason)) ?? {
             kind: 'payment_rejected',
             reason: err.invalidReason,
             message: describeReason(err.invalidReason, err.invalidMessage),

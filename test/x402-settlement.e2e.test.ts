@@ -54,17 +54,27 @@ afterAll(async () => {
   await chain?.stop();
 });
 
-async function paidRequest(stack: X402Stack, payerKey: Hex, payerAddress: Hex, validFor = 120n) {
+/** An authorisation of PRICE from the payer to the stack's payTo, valid for `validFor` s, signed. */
+async function signedAuthorization(payer: { key: Hex; address: Hex }, stack: X402Stack, validFor = 120n) {
   const now = nowSeconds();
   const auth = {
-    from: payerAddress,
+    from: payer.address,
     to: stack.payTo,
     value: PRICE,
     validAfter: now - 600n,
     validBefore: now + validFor,
     nonce: randomNonce(),
   };
-  const header = v1Header(auth, await signAuthorization(payerKey, auth));
+  return { auth, signature: await signAuthorization(payer.key, auth) };
+}
+
+async function paidRequest(stack: X402Stack, payerKey: Hex, payerAddress: Hex, validFor = 120n) {
+  const { auth, signature } = await signedAuthorization(
+    { key: payerKey, address: payerAddress },
+    stack,
+    validFor,
+  );
+  const header = v1Header(auth, signature);
   const res = await fetch(`${stack.url}${PATH}`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', 'x-payment': header },
@@ -1733,16 +1743,8 @@ describe('a paid answer presented again while its settlement is unconfirmed', ()
     const stack = await startX402Stack({ X402_SETTLE_CONFIRM_TIMEOUT_MS: '60000' }, chain);
     try {
       const payer = await chain.fundedPayer(1_000_000n);
-      const now = nowSeconds();
-      const auth = {
-        from: payer.address,
-        to: stack.payTo,
-        value: PRICE,
-        validAfter: now - 600n,
-        validBefore: now + 120n,
-        nonce: randomNonce(),
-      };
-      const header = v1Header(auth, await signAuthorization(payer.key, auth));
+      const { auth, signature } = await signedAuthorization(payer, stack);
+      const header = v1Header(auth, signature);
       const call = () =>
         fetch(`${stack.url}${PATH}`, {
           method: 'POST',
@@ -1792,18 +1794,6 @@ describe("the payer's own use of the authorisation mined before the request", ()
   // transaction's calldata holds the whole payload, so whoever presents it may not be the payer:
   // nothing is served. When that use paid the agreed transfer the seller is paid, and the payment
   // is recorded settled in it, for the operator to refund; any other use records nothing.
-  async function signed(payer: { key: Hex; address: Hex }, stack: X402Stack) {
-    const now = nowSeconds();
-    const auth = {
-      from: payer.address,
-      to: stack.payTo,
-      value: PRICE,
-      validAfter: now - 600n,
-      validBefore: now + 120n,
-      nonce: randomNonce(),
-    };
-    return { auth, signature: await signAuthorization(payer.key, auth) };
-  }
 
   function present(stack: X402Stack, header: string): Promise<Response> {
     return fetch(`${stack.url}${PATH}`, {
@@ -1818,7 +1808,7 @@ describe("the payer's own use of the authorisation mined before the request", ()
     try {
       const payer = await chain.fundedPayer(1_000_000n);
       const before = await chain.balanceOf(stack.payTo);
-      const { auth, signature } = await signed(payer, stack);
+      const { auth, signature } = await signedAuthorization(payer, stack);
       const theirs = await submitAsPayer(payer, auth, signature);
       const header = v1Header(auth, signature);
 
@@ -1852,14 +1842,20 @@ describe("the payer's own use of the authorisation mined before the request", ()
   for (const { use, act } of [
     {
       use: 'spent its nonce on a transfer to themselves',
-      act: async (payer: { key: Hex; address: Hex }, auth: Awaited<ReturnType<typeof signed>>['auth']) => {
+      act: async (
+        payer: { key: Hex; address: Hex },
+        auth: Awaited<ReturnType<typeof signedAuthorization>>['auth'],
+      ) => {
         const toSelf = { ...auth, to: payer.address };
         return submitAsPayer(payer, toSelf, await signAuthorization(payer.key, toSelf));
       },
     },
     {
       use: 'cancelled it',
-      act: async (payer: { key: Hex; address: Hex }, auth: Awaited<ReturnType<typeof signed>>['auth']) =>
+      act: async (
+        payer: { key: Hex; address: Hex },
+        auth: Awaited<ReturnType<typeof signedAuthorization>>['auth'],
+      ) =>
         callAsPayer(payer, 'cancelAuthorization', [
           payer.address,
           auth.nonce,
@@ -1872,7 +1868,7 @@ describe("the payer's own use of the authorisation mined before the request", ()
       try {
         const payer = await chain.fundedPayer(1_000_000n);
         const before = await chain.balanceOf(stack.payTo);
-        const { auth, signature } = await signed(payer, stack);
+        const { auth, signature } = await signedAuthorization(payer, stack);
         await act(payer, auth);
         const res = await present(stack, v1Header(auth, signature));
         const body = (await res.json()) as Record<string, unknown>;

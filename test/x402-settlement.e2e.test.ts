@@ -180,21 +180,20 @@ function hookAuthorization(context: { paymentPayload: { payload: unknown } }) {
   };
 }
 
+type Authorization = ReturnType<typeof hookAuthorization>['auth'];
+
+/** The token's transferWithAuthorization arguments for a signed authorisation. */
+function transferArgs(auth: Authorization, signature: Hex): readonly unknown[] {
+  return [auth.from, auth.to, auth.value, auth.validAfter, auth.validBefore, auth.nonce, signature];
+}
+
 /** The payer's own wallet submits a transferWithAuthorization and waits for it to be mined. */
 async function submitAsPayer(
   payer: { key: Hex; address: Hex },
-  auth: ReturnType<typeof hookAuthorization>['auth'],
+  auth: Authorization,
   signature: Hex,
 ): Promise<Hex> {
-  return callAsPayer(payer, 'transferWithAuthorization', [
-    auth.from,
-    auth.to,
-    auth.value,
-    auth.validAfter,
-    auth.validBefore,
-    auth.nonce,
-    signature,
-  ]);
+  return callAsPayer(payer, 'transferWithAuthorization', transferArgs(auth, signature));
 }
 
 /**
@@ -684,16 +683,7 @@ describe('a settlement that fails after its answer was served', () => {
       const { auth, ours, theirs } = await servedThenReverted(stack, payer, async (auth) => {
         const toSelf = { ...auth, to: payer.address };
         const signature = await signAuthorization(payer.key, toSelf);
-        const { from, to, value, validAfter, validBefore, nonce } = toSelf;
-        return sendAheadAsPayer(payer, 'transferWithAuthorization', [
-          from,
-          to,
-          value,
-          validAfter,
-          validBefore,
-          nonce,
-          signature,
-        ]);
+        return sendAheadAsPayer(payer, 'transferWithAuthorization', transferArgs(toSelf, signature));
       });
       // Served already: not a refusal, and not booked failed as if nothing was served.
       expect((await stack.paymentEvents(auth.nonce)).at(-1)).toMatchObject({
@@ -718,16 +708,7 @@ describe('a settlement that fails after its answer was served', () => {
       const before = await chain.balanceOf(stack.payTo);
       const { auth, theirs } = await servedThenReverted(stack, payer, async (auth) => {
         const signature = await signAuthorization(payer.key, auth);
-        const { from, to, value, validAfter, validBefore, nonce } = auth;
-        return sendAheadAsPayer(payer, 'transferWithAuthorization', [
-          from,
-          to,
-          value,
-          validAfter,
-          validBefore,
-          nonce,
-          signature,
-        ]);
+        return sendAheadAsPayer(payer, 'transferWithAuthorization', transferArgs(auth, signature));
       });
       expect(await chain.balanceOf(stack.payTo)).toBe(before + PRICE);
       expect((await stack.paymentEvents(auth.nonce)).at(-1)?.type).toBe('PaymentSettlementPending');
@@ -1683,15 +1664,7 @@ describe("the payer's use of the authorisation mined while the request looks for
   it('the payer submitted the same authorisation: served pending, then reconciled settled in their transaction', async () => {
     const { stack, payer, before, sent, stop } = await startMinedAfterFirstLook((payer, context) => {
       const { auth, signature } = hookAuthorization(context);
-      return sendAsPayer(payer, 'transferWithAuthorization', [
-        auth.from,
-        auth.to,
-        auth.value,
-        auth.validAfter,
-        auth.validBefore,
-        auth.nonce,
-        signature,
-      ]);
+      return sendAsPayer(payer, 'transferWithAuthorization', transferArgs(auth, signature));
     });
     try {
       const { res, auth } = await paidRequest(stack, payer.key, payer.address);

@@ -1,32 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { appendVerdict, startWebhookStack, type WebhookStack } from '../../test/webhooks-harness.ts';
-import { type Receiver, selfSignedCert, startReceiver } from '../../test/webhooks-receiver.ts';
-
-const tls = selfSignedCert();
-
-interface Attempt {
-  attempt: number | null;
-  outcome: string;
-}
-interface Delivery {
-  status: string;
-  attempts: Attempt[];
-}
-
-/** Waits for a condition on the delivery log (only a condition that never comes ends it: load 10-30). */
-async function until(read: () => Promise<Delivery[]>, done: (d: Delivery[]) => boolean): Promise<Delivery[]> {
-  const deadline = Date.now() + 120_000;
-  for (;;) {
-    const now = await read();
-    if (done(now)) return now;
-    if (Date.now() > deadline) throw new Error(JSON.stringify(now));
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
-
-const latest = (d: Delivery) => d.attempts[d.attempts.length - 1]!;
-const settled = (n: number) => (d: Delivery[]) =>
-  d.length === n && d.every((x) => x.attempts.length > 0 && latest(x).outcome !== 'pending');
+import { appendVerdict, type WebhookStack } from '../../test/webhooks-harness.ts';
+import type { Receiver } from '../../test/webhooks-receiver.ts';
+import {
+  closeBoth,
+  type Delivery,
+  latest,
+  settled,
+  stackBesideReceiver,
+  until,
+} from '../../test/webhooks-shared-origin.ts';
 
 /** One subscription per key on the receiver's origin (a path each), taking the key's own coin. */
 async function tenants(stack: WebhookStack, receiver: Receiver, coins: string[]) {
@@ -54,19 +36,13 @@ describe('WEBHOOK_ORIGIN_CONCURRENCY', () => {
     let receiver: Receiver;
 
     beforeAll(async () => {
-      stack = await startWebhookStack({
-        bus: 'memory',
+      ({ stack, receiver } = await stackBesideReceiver({
         env: { WEBHOOK_ENDPOINT_CONCURRENCY: '4', WEBHOOK_ORIGIN_CONCURRENCY: '4' },
-        settings: { tls: { ca: tls.cert } },
-      });
-      receiver = await startReceiver(tls);
+      }));
       // Slow but healthy: each request holds its connection a while, so a key's four overlap.
       receiver.behave = () => ({ status: 200, afterMs: 150 });
     });
-    afterAll(async () => {
-      await receiver?.close();
-      await stack?.close();
-    });
+    afterAll(() => closeBoth(stack, receiver));
 
     it('opens no more connections to the origin than the cap, and delivers every key its own', async () => {
       const coins = ['CAPA', 'CAPB', 'CAPC', 'CAPD'];
@@ -90,8 +66,7 @@ describe('WEBHOOK_ORIGIN_CONCURRENCY', () => {
     let receiver: Receiver;
 
     beforeAll(async () => {
-      stack = await startWebhookStack({
-        bus: 'memory',
+      ({ stack, receiver } = await stackBesideReceiver({
         env: {
           WEBHOOK_ENDPOINT_CONCURRENCY: '2',
           WEBHOOK_ORIGIN_CONCURRENCY: '2',
@@ -99,15 +74,9 @@ describe('WEBHOOK_ORIGIN_CONCURRENCY', () => {
           WEBHOOK_STUCK_AFTER_MS: '60000',
           WEBHOOK_DISABLE_AFTER_FAILED_DELIVERIES: '100',
         },
-        settings: { tls: { ca: tls.cert } },
-      });
-      receiver = await startReceiver(tls);
+      }));
     });
-    afterAll(async () => {
-      // The receiver first: its sockets end the hung requests, so the dispatcher stops at once.
-      await receiver?.close();
-      await stack?.close();
-    });
+    afterAll(() => closeBoth(stack, receiver));
 
     it("hold that key's share of the cap, not this key's deliveries", async () => {
       receiver.behave = (request) => (request.body.includes('"SHAREB"') ? 'hang' : { status: 200 });
@@ -136,20 +105,14 @@ describe('WEBHOOK_ORIGIN_CONCURRENCY', () => {
     let receiver: Receiver;
 
     beforeAll(async () => {
-      stack = await startWebhookStack({
-        bus: 'memory',
+      ({ stack, receiver } = await stackBesideReceiver({
         // One slot per key: the api role's pool held one connection per origin, every key's. B's
         // hung send must outlast the case on any host (it ends when the receiver closes), so
         // "A answered while B hangs" cannot turn on B's timeout running out under load.
         env: { WEBHOOK_ENDPOINT_CONCURRENCY: '1', WEBHOOK_TIMEOUT_MS: '100000' },
-        settings: { tls: { ca: tls.cert } },
-      });
-      receiver = await startReceiver(tls);
+      }));
     });
-    afterAll(async () => {
-      await receiver?.close();
-      await stack?.close();
-    });
+    afterAll(() => closeBoth(stack, receiver));
 
     it("answer this key's test send while the other key's is still hung", async () => {
       receiver.behave = (request) => (request.path.startsWith('/tenant-b/') ? 'hang' : { status: 200 });

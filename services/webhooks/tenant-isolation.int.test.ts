@@ -1,19 +1,15 @@
 import { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { appendVerdict, startWebhookStack, type WebhookStack } from '../../test/webhooks-harness.ts';
-import { type Receiver, selfSignedCert, startReceiver } from '../../test/webhooks-receiver.ts';
-
-const tls = selfSignedCert();
-
-interface Attempt {
-  attempt: number | null;
-  outcome: string;
-  error: string | null;
-}
-interface Delivery {
-  status: string;
-  attempts: Attempt[];
-}
+import { appendVerdict, type WebhookStack } from '../../test/webhooks-harness.ts';
+import type { Receiver } from '../../test/webhooks-receiver.ts';
+import {
+  closeBoth,
+  type Delivery,
+  latest,
+  settled,
+  stackBesideReceiver,
+  until,
+} from '../../test/webhooks-shared-origin.ts';
 
 /**
  * Two API keys with subscriptions on one origin (one HTTPS receiver, a path each): tenant B's path
@@ -44,46 +40,22 @@ async function twoTenants(stack: WebhookStack, receiver: Receiver, coins: { a: s
   };
 }
 
-/** Waits for a condition on the delivery log (only a condition that never comes ends it: load 10-30). */
-async function until(read: () => Promise<Delivery[]>, done: (d: Delivery[]) => boolean): Promise<Delivery[]> {
-  const deadline = Date.now() + 120_000;
-  for (;;) {
-    const now = await read();
-    if (done(now)) return now;
-    if (Date.now() > deadline) throw new Error(JSON.stringify(now));
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
-
-/** A delivery's latest attempt (`pending`: in flight, or queued). */
-const latest = (d: Delivery) => d.attempts[d.attempts.length - 1]!;
-/** Every one of `n` deliveries has its latest attempt's outcome in. */
-const settled = (n: number) => (d: Delivery[]) =>
-  d.length === n && d.every((x) => x.attempts.length > 0 && latest(x).outcome !== 'pending');
-
 describe('another key on the same origin', () => {
   describe('with a request hung in its only slot', () => {
     let stack: WebhookStack;
     let receiver: Receiver;
 
     beforeAll(async () => {
-      stack = await startWebhookStack({
-        bus: 'memory',
+      ({ stack, receiver } = await stackBesideReceiver({
         env: {
           WEBHOOK_ENDPOINT_CONCURRENCY: '1',
           WEBHOOK_TIMEOUT_MS: '20000',
           WEBHOOK_STUCK_AFTER_MS: '60000',
           WEBHOOK_DISABLE_AFTER_FAILED_DELIVERIES: '100',
         },
-        settings: { tls: { ca: tls.cert } },
-      });
-      receiver = await startReceiver(tls);
+      }));
     });
-    afterAll(async () => {
-      // The receiver first: its sockets end the hung request, so the dispatcher stops at once.
-      await receiver?.close();
-      await stack?.close();
-    });
+    afterAll(() => closeBoth(stack, receiver));
 
     it("does not hold this key's deliveries behind it", async () => {
       const log = await twoTenants(stack, receiver, { a: 'SLOTA', b: 'SLOTB' });
@@ -113,8 +85,7 @@ describe('another key on the same origin', () => {
     let receiver: Receiver;
 
     beforeAll(async () => {
-      stack = await startWebhookStack({
-        bus: 'memory',
+      ({ stack, receiver } = await stackBesideReceiver({
         env: {
           WEBHOOK_ENDPOINT_CONCURRENCY: '1',
           WEBHOOK_TIMEOUT_MS: '300',
@@ -123,15 +94,10 @@ describe('another key on the same origin', () => {
           WEBHOOK_RETRY_SCHEDULE: '0,60000',
           WEBHOOK_DISABLE_AFTER_FAILED_DELIVERIES: '100',
         },
-        settings: { tls: { ca: tls.cert } },
         registry,
-      });
-      receiver = await startReceiver(tls);
+      }));
     });
-    afterAll(async () => {
-      await receiver?.close();
-      await stack?.close();
-    });
+    afterAll(() => closeBoth(stack, receiver));
 
     it("holds only that key's deliveries: this key's are sent", async () => {
       const log = await twoTenants(stack, receiver, { a: 'BRKA', b: 'BRKB' });

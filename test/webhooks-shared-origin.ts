@@ -1,0 +1,63 @@
+import type { Registry } from 'prom-client';
+import { startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
+import { type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
+
+/**
+ * What the suites of several API keys on one receiver origin share (tenant isolation, the origin
+ * cap): a webhook stack on the memory bus that trusts an HTTPS receiver of its own, and the
+ * delivery log as those suites read it.
+ */
+const tls = selfSignedCert();
+
+export interface Attempt {
+  attempt: number | null;
+  outcome: string;
+  error: string | null;
+}
+export interface Delivery {
+  status: string;
+  attempts: Attempt[];
+}
+
+/** A stack with `env` and an HTTPS receiver it trusts (the receiver answers 200 until told otherwise). */
+export async function stackBesideReceiver(options: {
+  env: Record<string, string>;
+  registry?: Registry;
+}): Promise<{ stack: WebhookStack; receiver: Receiver }> {
+  const stack = await startWebhookStack({
+    bus: 'memory',
+    env: options.env,
+    settings: { tls: { ca: tls.cert } },
+    ...(options.registry ? { registry: options.registry } : {}),
+  });
+  return { stack, receiver: await startReceiver(tls) };
+}
+
+/** The receiver first: its sockets end the hung requests, so the dispatcher stops at once. */
+export async function closeBoth(
+  stack: WebhookStack | undefined,
+  receiver: Receiver | undefined,
+): Promise<void> {
+  await receiver?.close();
+  await stack?.close();
+}
+
+/** Waits for a condition on the delivery log (only a condition that never comes ends it: load 10-30). */
+export async function until(
+  read: () => Promise<Delivery[]>,
+  done: (d: Delivery[]) => boolean,
+): Promise<Delivery[]> {
+  const deadline = Date.now() + 120_000;
+  for (;;) {
+    const now = await read();
+    if (done(now)) return now;
+    if (Date.now() > deadline) throw new Error(JSON.stringify(now));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+/** A delivery's latest attempt (`pending`: in flight, or queued). */
+export const latest = (d: Delivery) => d.attempts[d.attempts.length - 1]!;
+/** Every one of `n` deliveries has its latest attempt's outcome in. */
+export const settled = (n: number) => (d: Delivery[]) =>
+  d.length === n && d.every((x) => x.attempts.length > 0 && latest(x).outcome !== 'pending');

@@ -1,14 +1,13 @@
-import { generatePaymentId, PAYMENT_IDENTIFIER } from '@x402/extensions/payment-identifier';
+import { generatePaymentId } from '@x402/extensions/payment-identifier';
 import type { Hex } from 'viem';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   type AuthorizationFields,
-  authorizationJson,
   freshAuthorization,
   fromBase64Json,
   signAuthorization,
   startX402Stack,
-  toBase64Json,
+  v2Header,
   type X402Stack,
 } from './chain/x402-app.ts';
 import { HoldingStore } from './holding-store.ts';
@@ -52,14 +51,7 @@ function authFor(from: Hex): AuthorizationFields {
 
 /** A v2 PAYMENT-SIGNATURE, optionally under an x402 payment-identifier id. */
 async function paymentHeader(key: Hex, auth: AuthorizationFields, paymentId?: string): Promise<string> {
-  return toBase64Json({
-    x402Version: 2,
-    accepted,
-    payload: { signature: await signAuthorization(key, auth), authorization: authorizationJson(auth) },
-    ...(paymentId
-      ? { extensions: { [PAYMENT_IDENTIFIER]: { info: { required: false, id: paymentId } } } }
-      : {}),
-  });
+  return v2Header(accepted, auth, await signAuthorization(key, auth), paymentId);
 }
 
 /**

@@ -21,6 +21,7 @@ import {
   signAuthorization,
   startX402Stack,
   toBase64Json,
+  v2Header,
   type X402Stack,
 } from './chain/x402-app.ts';
 import { readableHeaders, undeclaredHeaders } from './openapi-headers.ts';
@@ -72,18 +73,7 @@ async function paymentHeader(
   paymentId?: string,
   requirement: Record<string, unknown> = accepted,
 ): Promise<string> {
-  const signature = await signAuthorization(key, auth);
-  return toBase64Json({
-    x402Version: 2,
-    accepted: requirement,
-    payload: {
-      signature,
-      authorization: authorizationJson(auth),
-    },
-    ...(paymentId
-      ? { extensions: { [PAYMENT_IDENTIFIER]: { info: { required: false, id: paymentId } } } }
-      : {}),
-  });
+  return v2Header(requirement, auth, await signAuthorization(key, auth), paymentId);
 }
 
 function stripService(body: Record<string, unknown>): Record<string, unknown> {

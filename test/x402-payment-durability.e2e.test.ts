@@ -1,4 +1,4 @@
-import { generatePaymentId, PAYMENT_IDENTIFIER } from '@x402/extensions/payment-identifier';
+import { generatePaymentId } from '@x402/extensions/payment-identifier';
 import { createWalletClient, type Hex, http, nonceManager } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import { base } from 'viem/chains';
@@ -13,13 +13,12 @@ import { BASE_USDC, FACILITATOR_KEY, type LocalChain, startLocalChain } from './
 import { countingRpcRelay } from './chain/rpc-relay.ts';
 import {
   type AuthorizationFields,
-  authorizationJson,
   freshAuthorization,
   fromBase64Json,
   signAuthorization,
   signCancellation,
   startX402Stack,
-  toBase64Json,
+  v2Header,
   type X402Stack,
 } from './chain/x402-app.ts';
 import { HoldingStore } from './holding-store.ts';
@@ -65,15 +64,7 @@ function post(on: X402Stack, body: unknown, headers: Record<string, string>) {
 
 /** A v2 PAYMENT-SIGNATURE paying `payTo`, optionally under an x402 payment-identifier id. */
 async function paymentHeader(key: Hex, auth: AuthorizationFields, paymentId?: string): Promise<string> {
-  const signature = await signAuthorization(key, auth);
-  return toBase64Json({
-    x402Version: 2,
-    accepted: { ...accepted, payTo: auth.to },
-    payload: { signature, authorization: authorizationJson(auth) },
-    ...(paymentId
-      ? { extensions: { [PAYMENT_IDENTIFIER]: { info: { required: false, id: paymentId } } } }
-      : {}),
-  });
+  return v2Header({ ...accepted, payTo: auth.to }, auth, await signAuthorization(key, auth), paymentId);
 }
 
 function answerOf(body: Record<string, unknown>): Record<string, unknown> {

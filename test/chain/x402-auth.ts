@@ -1,3 +1,4 @@
+import { PAYMENT_IDENTIFIER } from '@x402/extensions/payment-identifier';
 import { type Hex, toHex } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import { AUTHORIZATION_TYPES, BASE_USDC } from './local-chain.ts';
@@ -87,11 +88,16 @@ export function v2Header(
   accepted: Record<string, unknown>,
   auth: AuthorizationFields,
   signature: Hex,
+  /** An x402 payment-identifier id to pay under (the client's idempotency key). */
+  paymentId?: string,
 ): string {
   return toBase64Json({
     x402Version: 2,
     accepted,
     payload: { signature, authorization: authorizationJson(auth) },
+    ...(paymentId
+      ? { extensions: { [PAYMENT_IDENTIFIER]: { info: { required: false, id: paymentId } } } }
+      : {}),
   });
 }
 

@@ -41,6 +41,7 @@ import type { RecordedEvent } from '../contracts/envelope.ts';
 import { type EventData, newEvent } from '../contracts/events.ts';
 import { outcomeStream } from '../contracts/history.ts';
 import { latestVerdictsProjection } from '../projections/latest-verdicts.ts';
+import { verdictStream } from '../services/engine/verdict-recorder.ts';
 import { OUTCOMES_DB, VERDICTS_DB } from '../services/history/export-row-store.ts';
 import { sharedParquetEncoders } from '../services/history/parquet-encoders.ts';
 import { trackRecordProjection } from '../services/history/projections.ts';
@@ -287,8 +288,7 @@ export async function run(): Promise<Record<string, number>> {
       [];
     for (let n = 0; n < perMarket; n += BATCH) {
       for (let m = 0; m < MARKETS; m++) {
-        const k = syntheticMarket(m);
-        const stream = `verdicts-${k.exchange}-${k.coin}-${k.timeframe}`;
+        const stream = verdictStream(syntheticMarket(m));
         const events = [];
         for (let j = n; j < Math.min(n + BATCH, perMarket); j++) {
           const data = syntheticVerdict(m, j, perMarket, prev[m]!, FULL_INPUTS);

@@ -6,7 +6,8 @@ import type { EventStore } from '../adapters/event-store/port.ts';
 import { openReplayFeed, type ReplayFeed } from '../adapters/market/replay.ts';
 import { MemoryProjectionStore } from '../adapters/projection-store/memory.ts';
 import { loadConfig } from '../contracts/config.ts';
-import type { EventData } from '../contracts/events.ts';
+import { deterministicId } from '../contracts/deterministic-id.ts';
+import { type EventData, newEvent } from '../contracts/events.ts';
 import { EXCHANGES, type Exchange, TIMEFRAME_MS, type Timeframe } from '../contracts/market.ts';
 import type { CalibrationTable } from '../contracts/signals.ts';
 import { verdictHash } from '../contracts/verdict-hash.ts';
@@ -14,6 +15,7 @@ import { ProjectionRunner } from '../projections/runner.ts';
 import { buildApp } from '../services/api/app.ts';
 import { createSignalEngine, type SignalEngine } from '../services/engine/engine.ts';
 import { defaultCalibration } from '../services/engine/signals/index.ts';
+import { verdictStream } from '../services/engine/verdict-recorder.ts';
 import { historySlice } from '../services/history/slice.ts';
 import { issueKey } from '../services/keys/key-commands.ts';
 import { keyRegistryProjection } from '../services/keys/key-registry.ts';
@@ -157,6 +159,27 @@ export function syntheticMarket(i: number) {
     coin: `C${Math.floor(i / SYNTHETIC_TIMEFRAMES.length)}`,
     timeframe: SYNTHETIC_TIMEFRAMES[i % SYNTHETIC_TIMEFRAMES.length]!,
   };
+}
+
+/**
+ * Appends `perMarket` chained synthetic verdicts to each of the first `markets` synthetic markets'
+ * verdict streams, one append per market, ids derived from `idPrefix` (fixed across runs).
+ */
+export async function appendSyntheticHistory(
+  store: EventStore,
+  options: { markets: number; perMarket: number; idPrefix: string },
+): Promise<void> {
+  for (let m = 0; m < options.markets; m++) {
+    const stream = verdictStream(syntheticMarket(m));
+    let prev: string | null = null;
+    const events = [];
+    for (let n = 0; n < options.perMarket; n++) {
+      const data = syntheticVerdict(m, n, options.perMarket, prev);
+      prev = data.hash;
+      events.push(newEvent('VerdictRecorded', data, { id: deterministicId(options.idPrefix, stream, n) }));
+    }
+    await store.append(stream, events);
+  }
 }
 
 /** The inputs the engine records (signals-3), besides the few every synthetic verdict has. */

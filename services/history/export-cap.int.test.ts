@@ -1,10 +1,8 @@
 import { request } from 'undici';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
-import { deterministicId } from '../../contracts/deterministic-id.ts';
 import { ERRORS } from '../../contracts/errors.ts';
-import { newEvent } from '../../contracts/events.ts';
-import { startHistoryServer, syntheticMarket, syntheticVerdict } from '../../test/history-harness.ts';
+import { appendSyntheticHistory, startHistoryServer } from '../../test/history-harness.ts';
 import { MAX_EXPORTS_PER_KEY } from './routes.ts';
 
 // Enough rows that an export a client stops reading stays open (loopback buffers hold a few MB).
@@ -15,18 +13,7 @@ const store = new MemoryEventStore();
 let server: Awaited<ReturnType<typeof startHistoryServer>>;
 
 beforeAll(async () => {
-  for (let m = 0; m < MARKETS; m++) {
-    const k = syntheticMarket(m);
-    const stream = `verdicts-${k.exchange}-${k.coin}-${k.timeframe}`;
-    let prev: string | null = null;
-    const events = [];
-    for (let n = 0; n < PER_MARKET; n++) {
-      const data = syntheticVerdict(m, n, PER_MARKET, prev);
-      prev = data.hash;
-      events.push(newEvent('VerdictRecorded', data, { id: deterministicId('export-cap', stream, n) }));
-    }
-    await store.append(stream, events);
-  }
+  await appendSyntheticHistory(store, { markets: MARKETS, perMarket: PER_MARKET, idPrefix: 'export-cap' });
   server = await startHistoryServer({ store, feed: null });
 });
 afterAll(async () => {

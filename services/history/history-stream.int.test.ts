@@ -6,10 +6,8 @@ import { join } from 'node:path';
 import { Agent, request } from 'undici';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
-import { deterministicId } from '../../contracts/deterministic-id.ts';
-import { newEvent } from '../../contracts/events.ts';
 import type { HistoryRow } from '../../contracts/history.ts';
-import { startHistoryServer, syntheticMarket, syntheticVerdict } from '../../test/history-harness.ts';
+import { appendSyntheticHistory, startHistoryServer } from '../../test/history-harness.ts';
 import { ScanProgress, scanHistory } from './scan.ts';
 import { parquetStream } from './writers.ts';
 
@@ -38,18 +36,7 @@ let unix: Server;
 const socketPath = join(tmpdir(), `history-stream-${randomUUID()}.sock`);
 
 beforeAll(async () => {
-  for (let m = 0; m < MARKETS; m++) {
-    const k = syntheticMarket(m);
-    const stream = `verdicts-${k.exchange}-${k.coin}-${k.timeframe}`;
-    let prev: string | null = null;
-    const events = [];
-    for (let n = 0; n < PER_MARKET; n++) {
-      const data = syntheticVerdict(m, n, PER_MARKET, prev);
-      prev = data.hash;
-      events.push(newEvent('VerdictRecorded', data, { id: deterministicId('stream-test', stream, n) }));
-    }
-    await store.append(stream, events);
-  }
+  await appendSyntheticHistory(store, { markets: MARKETS, perMarket: PER_MARKET, idPrefix: 'stream-test' });
   server = await startHistoryServer({ store, feed: null });
   key = await server.issue();
   // The first keyed request rebuilds the quota counters from the log (a read of all of it):

@@ -1,24 +1,14 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
-import { deterministicId } from '../../contracts/deterministic-id.ts';
-import { newEvent } from '../../contracts/events.ts';
 import { HistoryTrailer } from '../../contracts/history.ts';
-import { startHistoryServer, syntheticMarket, syntheticVerdict } from '../../test/history-harness.ts';
+import { appendSyntheticHistory, startHistoryServer } from '../../test/history-harness.ts';
 
 const store = new MemoryEventStore();
 let server: Awaited<ReturnType<typeof startHistoryServer>> | null = null;
 let key: string;
 
 beforeAll(async () => {
-  const k = syntheticMarket(0);
-  let prev: string | null = null;
-  const events = [];
-  for (let n = 0; n < 3; n++) {
-    const data = syntheticVerdict(0, n, 3, prev);
-    prev = data.hash;
-    events.push(newEvent('VerdictRecorded', data, { id: deterministicId('long-poll-close', n) }));
-  }
-  await store.append(`verdicts-${k.exchange}-${k.coin}-${k.timeframe}`, events);
+  await appendSyntheticHistory(store, { markets: 1, perMarket: 3, idPrefix: 'long-poll-close' });
   server = await startHistoryServer({ store, feed: null });
   key = await server.issue();
 });

@@ -43,6 +43,11 @@ function deps(extra: Partial<CliDeps> = {}): CliDeps {
 }
 
 /** A fetch whose third call fails as a dropped connection: an export cut after two pages. */
+/** `history export` from the test server with its key into `out`, then `more`. */
+function urlExport(out: string, ...more: string[]): string[] {
+  return ['export', '--url', server.url, '--key', key, '--out', out, ...more];
+}
+
 function cutOnThirdFetch(): typeof fetch {
   let calls = 0;
   return async (input, init) => {
@@ -76,10 +81,7 @@ describe('npm run history', () => {
       printed += String(c);
     });
     const summary = JSON.parse(
-      await runHistoryCommand(
-        ['export', '--url', server.url, '--key', key, '--format', 'parquet', '--out', out, '--page', '25'],
-        deps({ progress: bar }),
-      ),
+      await runHistoryCommand(urlExport(out, '--format', 'parquet', '--page', '25'), deps({ progress: bar })),
     );
     expect(summary.rows).toBe(120);
     // Over HTTP the total is unknown: rows and their rate, never a made-up denominator.
@@ -107,9 +109,7 @@ describe('npm run history', () => {
   it('makes the folders an NDJSON or CSV --out names, as it does for Parquet', async () => {
     for (const format of ['ndjson', 'csv'] as const) {
       const out = join(dir, 'not-yet', format, `verdicts.${format}`);
-      const summary = JSON.parse(
-        await runHistoryCommand(['export', '--url', server.url, '--key', key, '--out', out], deps()),
-      );
+      const summary = JSON.parse(await runHistoryCommand(urlExport(out), deps()));
       expect(summary.rows).toBe(120);
       expect((await collect(out)).map((r) => r.verdict_id)).toEqual(
         (await served()).map((r) => r.verdict_id),
@@ -121,7 +121,7 @@ describe('npm run history', () => {
     for (const format of ['ndjson', 'csv'] as const) {
       const out = join(dir, `resumed.${format}`);
       const flaky = cutOnThirdFetch();
-      const args = ['export', '--url', server.url, '--key', key, '--out', out, '--page', '11'];
+      const args = urlExport(out, '--page', '11');
       const stopped = await runHistoryCommand(args, deps({ fetch: flaky })).catch((err: Error) => err);
       expect(stopped).toBeInstanceOf(ExportInterruptedError);
       expect((stopped as Error).message).toBe(
@@ -157,7 +157,7 @@ describe('npm run history', () => {
       for (const via of ['store', 'url'] as const) {
         const out = join(dir, `foreign-${via}.ndjson`);
         const flaky = cutOnThirdFetch();
-        const args = ['export', '--url', server.url, '--key', key, '--out', out, '--page', '11'];
+        const args = urlExport(out, '--page', '11');
         await expect(runHistoryCommand(args, deps({ fetch: flaky }))).rejects.toThrow(ExportInterruptedError);
         const before = readFileSync(out, 'utf8');
         const resume =
@@ -200,19 +200,7 @@ describe('npm run history', () => {
     for (const format of ['ndjson', 'csv', 'parquet'] as const) {
       const out = join(dir, `recorded-again-${format}`);
       const flaky = cutOnThirdFetch();
-      const args = [
-        'export',
-        '--url',
-        server.url,
-        '--key',
-        key,
-        '--format',
-        format,
-        '--out',
-        out,
-        '--page',
-        '11',
-      ];
+      const args = urlExport(out, '--format', format, '--page', '11');
       await expect(runHistoryCommand(args, deps({ fetch: flaky }))).rejects.toThrow(ExportInterruptedError);
       const last = (await collect(out)).at(-1)!;
       // The same log, event for event (ids included, so the cursor's tag matches), but for the
@@ -244,19 +232,7 @@ describe('npm run history', () => {
   it('resumes an interrupted Parquet export over its parts, a half-written part included', async () => {
     const out = join(dir, 'resumed-parquet');
     const flaky = cutOnThirdFetch();
-    const args = [
-      'export',
-      '--url',
-      server.url,
-      '--key',
-      key,
-      '--format',
-      'parquet',
-      '--out',
-      out,
-      '--page',
-      '11',
-    ];
+    const args = urlExport(out, '--format', 'parquet', '--page', '11');
     await expect(runHistoryCommand(args, deps({ fetch: flaky }))).rejects.toThrow('connection reset');
     expect(readdirSync(out).filter((f) => f.endsWith('.parquet'))).toHaveLength(2);
     // A crash while the next part was being written leaves it cut short: resuming rewrites it.
@@ -275,10 +251,7 @@ describe('npm run history', () => {
     const fromUrl = join(dir, 'filters-url.ndjson');
     const filters = ['--coin', 'eth', '--exchange', 'binance', '--timeframe', '1h', '--call', 'hold'];
     await runHistoryCommand(['export', '--store', '--out', fromStore, ...filters], deps());
-    await runHistoryCommand(
-      ['export', '--url', server.url, '--key', key, '--out', fromUrl, ...filters],
-      deps(),
-    );
+    await runHistoryCommand(urlExport(fromUrl, ...filters), deps());
     const rows = await collect(fromStore);
     expect(rows.length).toBeGreaterThan(0);
     expect(new Set(rows.map((r) => `${r.coin} ${r.exchange} ${r.timeframe} ${r.call}`))).toEqual(
@@ -382,7 +355,7 @@ describe('npm run history', () => {
       `${out}.checkpoint.json`,
       JSON.stringify({ format: 'ndjson', cursor: null, rows: 0, bytes: 0, parts: 0, done: false }),
     );
-    const live = ['export', '--url', server.url, '--key', key, '--out', out];
+    const live = urlExport(out);
     expect(JSON.parse(await runHistoryCommand(live, deps())).rows).toBe(120);
     // A finished export is never overwritten by a plain re-run.
     await expect(runHistoryCommand(live, deps())).rejects.toThrow(`${out} exists: choose another --out`);
@@ -393,9 +366,7 @@ describe('npm run history', () => {
       `${other}.checkpoint.json`,
       JSON.stringify({ format: 'ndjson', cursor: null, rows: 0, bytes: 0, parts: 0, done: false }),
     );
-    await expect(
-      runHistoryCommand(['export', '--url', server.url, '--key', key, '--out', other], deps()),
-    ).rejects.toThrow(UsageError);
+    await expect(runHistoryCommand(urlExport(other), deps())).rejects.toThrow(UsageError);
     expect(readFileSync(other, 'utf8')).toBe('{"someone":"else"}\n');
 
     // The real command line: the message and exit code 1, no TypeError and no stack trace.
@@ -522,10 +493,7 @@ describe('npm run history', () => {
   it('verify and score read the format from the content, or from --format', async () => {
     // The CLI's own CSV export under a name that says nothing of its format.
     const out = join(dir, 'verdicts-export');
-    await runHistoryCommand(
-      ['export', '--url', server.url, '--key', key, '--format', 'csv', '--out', out],
-      deps(),
-    );
+    await runHistoryCommand(urlExport(out, '--format', 'csv'), deps());
     expect(readFileSync(out, 'utf8').startsWith('position,')).toBe(true);
     expect(JSON.parse(await runHistoryCommand(['verify', out], deps()))).toMatchObject({
       ok: true,
@@ -609,7 +577,7 @@ describe('history score --as-of --as-of-position, on an export taken after outco
     fx.feed.clock.advance(3 * HOUR);
     await server.settle();
     const out = join(dir, 'later.ndjson');
-    await runHistoryCommand(['export', '--url', server.url, '--key', key, '--out', out], deps());
+    await runHistoryCommand(urlExport(out), deps());
     const rows = await collect(out);
     const at = before[0]!.asOfPosition;
     const landed = rows.filter((r) => r.result !== null && r.outcome_position! > at);

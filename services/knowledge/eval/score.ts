@@ -85,8 +85,21 @@ export const SPENT_SETS = [] as const;
  * auditor.json and desk.json: written blind the same way (auditor.json after the thirteenth
  * change; desk.json, a risk desk analyst's and a trading firm developer's questions, on
  * 2026-11-28 before the fourteenth). docs/knowledge.md gives their figures. Summary line only.
+ *
+ * frontline.json: 76 questions and 16 off-topic ones asked by a finance or operations person
+ * reconciling x402 revenue, refunds and key plans, an on-call SRE, a front-end developer embedding
+ * the track record and webhooks, and a student or journalist wanting HOLD, the risk band and the
+ * track record in plain words, written blind on 2026-11-28 after the fourteenth change and
+ * committed with this line, before the picker's next change and before the chat was ever asked
+ * them. Summary line only.
  */
-export const BLIND_SETS = ['integrator.json', 'reviewer.json', 'auditor.json', 'desk.json'] as const;
+export const BLIND_SETS = [
+  'integrator.json',
+  'reviewer.json',
+  'auditor.json',
+  'desk.json',
+  'frontline.json',
+] as const;
 
 export const QUESTION_SETS = [...TUNED_SETS, ...SPENT_SETS, ...BLIND_SETS] as const;
 

@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { parseEnv } from 'node:util';
+import ipaddr from 'ipaddr.js';
 import { z } from 'zod';
 import { EXCHANGES, Exchange, Timeframe } from './market.ts';
 import { maskUrlCredentials } from './mask-url.ts';
@@ -115,6 +116,16 @@ export const ConfigSchema = z
         /^$|^\d{1,2}$|^[0-9a-fA-F.:]+(\/\d{1,3})?(,[0-9a-fA-F.:]+(\/\d{1,3})?)*$/,
         'empty, a hop count, or comma-separated proxy addresses/CIDRs',
       )
+      // Read here once (parseTrustProxy): an address or prefix the pattern lets through but that
+      // is no address (`10.0.0.0/33`) stops the start naming the variable, not the listener later.
+      .refine((value) => {
+        try {
+          parseTrustProxy(value);
+          return true;
+        } catch {
+          return false;
+        }
+      }, 'an address or CIDR prefix that is not one (IPv4 /0-32, IPv6 /0-128)')
       .default(''),
     /**
      * Connections the HTTP listener holds open at once; past it Node closes each new one at once,
@@ -724,4 +735,63 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     return `  ${name}: ${issue.message}${value === undefined ? '' : ` (got ${JSON.stringify(value)})`}`;
   });
   throw new ConfigError(`invalid configuration:\n${lines.join('\n')}`);
+}
+
+/**
+ * TRUST_PROXY, read once, with one meaning for every part that asks who the client is: the
+ * request's address (Fastify's trustProxy, which the metering and rate limits key anonymous
+ * callers by) and the per-address connection cap (which does not count a trusted proxy's
+ * connections). Read in two places before, an IPv4 proxy written IPv4-mapped (`::ffff:10.0.0.1`)
+ * was believed by the one and counted by the other.
+ */
+export interface TrustProxy {
+  /** Whether any peer is believed (empty or `0`: none; the socket address is the client's). */
+  readonly any: boolean;
+  /**
+   * Whether the address at `hop` of the chain (0: the socket's peer, 1: the address that peer
+   * forwarded for…) is a proxy whose X-Forwarded-For is believed: Fastify's trustProxy. A hop
+   * count believes the nearest `hops` entries whatever their address; a list, its addresses.
+   */
+  trusts(address: string, hop: number): boolean;
+  /**
+   * Whether a connection from `address` may be a trusted proxy's (hop 0): with a hop count every
+   * peer may be, so none is counted per address.
+   */
+  peer(address: string): boolean;
+}
+
+/**
+ * Parses TRUST_PROXY: empty = none, a hop count, or comma-separated addresses/CIDRs. Matching is
+ * proxy-addr's (what Fastify did with the list before): an IPv4-mapped IPv6 entry or peer is read
+ * as IPv4, and an IPv6 range matches an IPv4 peer by its mapped form. Throws on an entry that is
+ * no address or prefix.
+ */
+export function parseTrustProxy(value: string): TrustProxy {
+  const trimmed = value.trim();
+  if (trimmed === '') return { any: false, trusts: () => false, peer: () => false };
+  if (/^\d+$/.test(trimmed)) {
+    const hops = Number(trimmed);
+    return { any: hops > 0, trusts: (_address, hop) => hop < hops, peer: () => hops > 0 };
+  }
+  const ranges = trimmed.split(',').map((part): [ipaddr.IPv4 | ipaddr.IPv6, number] => {
+    const entry = part.trim();
+    let [ip, bits] = entry.includes('/')
+      ? ipaddr.parseCIDR(entry)
+      : [ipaddr.parse(entry), entry.includes(':') ? 128 : 32];
+    if (ip.kind() === 'ipv6' && (ip as ipaddr.IPv6).isIPv4MappedAddress() && bits >= 96) {
+      ip = (ip as ipaddr.IPv6).toIPv4Address();
+      bits -= 96;
+    }
+    return [ip, bits];
+  });
+  const matches = (address: string): boolean => {
+    if (!ipaddr.isValid(address)) return false;
+    const ip = ipaddr.process(address);
+    return ranges.some(([range, bits]) => {
+      if (ip.kind() === range.kind()) return ip.match(range, bits);
+      // An IPv6 range written for IPv4 peers (::ffff:0:0/96 and within): the peer's mapped form.
+      return ip.kind() === 'ipv4' && (ip as ipaddr.IPv4).toIPv4MappedAddress().match(range, bits);
+    });
+  };
+  return { any: true, trusts: (address) => matches(address), peer: matches };
 }

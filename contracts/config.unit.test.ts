@@ -54,6 +54,7 @@ describe('loadConfig', () => {
     [{ METRICS_ENABLED: 'maybe' }, 'METRICS_ENABLED'],
     [{ TRUST_PROXY: 'yes' }, 'TRUST_PROXY'],
     [{ TRUST_PROXY: '10.0.0.0/8;rm' }, 'TRUST_PROXY'],
+    [{ TRUST_PROXY: '10.0.0.0/33' }, 'TRUST_PROXY'],
     [{ NODE_ENV: 'production', EVENT_STORE: 'memory' }, 'EVENT_STORE'],
     [{ WEBHOOK_QUEUE_BYTES_LIMIT: '-1' }, 'WEBHOOK_QUEUE_BYTES_LIMIT'],
     [{ WEBHOOK_QUEUE_BYTES_LIMIT: '64MB' }, 'WEBHOOK_QUEUE_BYTES_LIMIT'],

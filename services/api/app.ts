@@ -11,14 +11,14 @@ import Fastify, {
 import { validatorCompiler } from 'fastify-type-provider-zod';
 import FindMyWay from 'find-my-way';
 import type { Logger } from 'pino';
-import type { Config } from '../../contracts/config.ts';
+import { type Config, parseTrustProxy } from '../../contracts/config.ts';
 import { ERRORS, type ErrorCode, errorMessage } from '../../contracts/errors.ts';
 import { decorateCaller, withAnswerService } from '../metering/caller.ts';
 import type { Metrics } from '../shared/metrics.ts';
 import type { Readiness } from '../shared/readiness.ts';
 import type { HistogramSeries } from '../shared/series-histogram.ts';
 import { answerAtTurnEnd } from './answer-at-turn-end.ts';
-import { capConnections, defaultMaxConnections, trustedProxy } from './connection-caps.ts';
+import { capConnections, defaultMaxConnections } from './connection-caps.ts';
 import { SERVICE_VERSION } from './discovery/catalog.ts';
 import { RepeatedHeaderError, useApiErrors } from './errors.ts';
 import { registerJsonParser } from './json-body.ts';
@@ -51,6 +51,7 @@ export interface AppDeps {
  */
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const requestTimeout = deps.config.REQUEST_TIMEOUT_MS ?? 30_000;
+  const trust = parseTrustProxy(deps.config.TRUST_PROXY ?? '');
   const app = Fastify({
     loggerInstance: deps.logger as FastifyBaseLogger,
     logController: new OneLinePerRequest(),
@@ -61,7 +62,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     genReqId: () => randomUUID(),
     bodyLimit: deps.config.BODY_LIMIT_BYTES,
     requestTimeout,
-    trustProxy: trustProxySetting(deps.config.TRUST_PROXY ?? ''),
+    // One reading of TRUST_PROXY (the configuration's) for the request's address and the
+    // per-address connection cap below: the client one counts is the client the other meters.
+    trustProxy: trust.any ? trust.trusts : false,
     // Node reads requestTimeout when the server is constructed (setting it afterwards, as
     // Fastify does, is ignored) and checks deadlines every connectionsCheckingInterval (30 s by
     // default): both go to the constructor so a trickling body is cut off on time.
@@ -88,7 +91,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   capConnections(app.server, {
     total: maxConnections === 0 ? null : maxConnections,
     perAddress: deps.config.HTTP_MAX_CONNECTIONS_PER_ADDRESS ?? 0,
-    exempt: trustedProxy(deps.config.TRUST_PROXY ?? ''),
+    exempt: trust.peer,
     onRefused: (scope, held) =>
       app.log.warn(
         { address: scope, held, cap: deps.config.HTTP_MAX_CONNECTIONS_PER_ADDRESS },
@@ -280,23 +283,6 @@ function writeClientError(error: NodeJS.ErrnoException, socket: Socket): void {
     );
   }
   socket.destroy(error);
-}
-
-/**
- * TRUST_PROXY as Fastify's trustProxy: off, a hop count, or the trusted proxies' addresses. Off
- * by default, because a forged X-Forwarded-For must not buy an anonymous caller a fresh quota.
- */
-export function trustProxySetting(
-  value: string,
-): boolean | string[] | ((address: string, hop: number) => boolean) {
-  const trimmed = value.trim();
-  if (trimmed === '') return false;
-  if (/^\d+$/.test(trimmed)) {
-    const hops = Number(trimmed);
-    // Believe the nearest `hops` entries of the chain, as proxy-addr does for a hop count.
-    return (_address, hop) => hop < hops;
-  }
-  return trimmed.split(',').map((part) => part.trim());
 }
 
 /** The first of Host and Authorization that a request carries more than once, or null. */

@@ -2,6 +2,7 @@ import { connect, type Socket } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
+import { parseTrustProxy } from '../../contracts/config.ts';
 import { Readiness } from '../shared/readiness.ts';
 import { buildApp } from './app.ts';
 import { defaultMaxConnections } from './connection-caps.ts';
@@ -46,6 +47,41 @@ function open(port: number, from = '127.0.0.1'): Promise<Socket> {
     socket.on('error', () => undefined);
     socket.once('connect', () => resolve(socket));
     socket.once('close', () => resolve(socket));
+  });
+}
+
+/** The app on a real listener with a route that answers the address the request is metered by. */
+async function startEchoing(config: Parameters<typeof start>[0]): Promise<number> {
+  app = await buildApp({
+    config: { BODY_LIMIT_BYTES: 1024, ...config },
+    logger,
+    readiness: new Readiness(),
+    metrics: null,
+  });
+  app.get('/whoami', async (request) => ({ ip: request.ip }));
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  return (app.server.address() as { port: number }).port;
+}
+
+/** GET /whoami on `socket` as a proxy forwarding for `client`: the address answered, or 'closed'. */
+function whoAmI(socket: Socket, client: string): Promise<string> {
+  return new Promise((resolve) => {
+    if (socket.destroyed) {
+      resolve('closed');
+      return;
+    }
+    let received = '';
+    const onData = (chunk: Buffer) => {
+      received += chunk.toString();
+      const match = /"ip":"([^"]*)"/.exec(received);
+      if (match) {
+        socket.off('data', onData);
+        resolve(match[1]!);
+      }
+    };
+    socket.on('data', onData);
+    socket.once('close', () => resolve('closed'));
+    socket.write(`GET /whoami HTTP/1.1\r\nHost: localhost\r\nX-Forwarded-For: ${client}\r\n\r\n`);
   });
 }
 
@@ -125,6 +161,50 @@ describe('connection caps', () => {
     });
     expect(await outcomes(port, 4)).toEqual(['answered', 'answered', 'answered', 'answered']);
     expect(await outcomes(port, 3, '127.0.0.2')).toEqual(['answered', 'answered', 'closed']);
+  });
+
+  // One reading of TRUST_PROXY for both: the address a request is metered by (request.ip, which
+  // the rate limits key anonymous callers by) and whether its connection counts against the
+  // proxy's address. Before, the cap read the setting apart: an IPv4 proxy written IPv4-mapped
+  // (as a dual-stack host logs it) was believed for the client's address, yet its connections
+  // were counted as one client's and closed past the cap.
+  for (const setting of ['127.0.0.1', '127.0.0.0/8', '::ffff:127.0.0.1', '::ffff:127.0.0.0/104', '1']) {
+    it(`TRUST_PROXY=${setting}: the client a proxy forwards for is the one metered, and the proxy's connections are not counted`, async () => {
+      const port = await startEchoing({
+        HTTP_MAX_CONNECTIONS: 0,
+        HTTP_MAX_CONNECTIONS_PER_ADDRESS: 1,
+        TRUST_PROXY: setting,
+      });
+      const first = await open(port);
+      const second = await open(port);
+      expect(await whoAmI(first, '198.51.100.7')).toBe('198.51.100.7');
+      expect(await whoAmI(second, '198.51.100.8')).toBe('198.51.100.8');
+    });
+  }
+
+  it('a peer TRUST_PROXY does not name is metered by its own address and counted', async () => {
+    const port = await startEchoing({
+      HTTP_MAX_CONNECTIONS: 0,
+      HTTP_MAX_CONNECTIONS_PER_ADDRESS: 1,
+      TRUST_PROXY: '::ffff:127.0.0.1',
+    });
+    const first = await open(port, '127.0.0.2');
+    const second = await open(port, '127.0.0.2');
+    expect(await whoAmI(first, '198.51.100.7')).toBe('127.0.0.2');
+    expect(await whoAmI(second, '198.51.100.8')).toBe('closed');
+  });
+
+  it('TRUST_PROXY=0 believes no one, the sign-in included: the peer is metered and counted', async () => {
+    const port = await startEchoing({
+      HTTP_MAX_CONNECTIONS: 0,
+      HTTP_MAX_CONNECTIONS_PER_ADDRESS: 1,
+      TRUST_PROXY: '0',
+    });
+    const first = await open(port);
+    const second = await open(port);
+    expect(await whoAmI(first, '198.51.100.7')).toBe('127.0.0.1');
+    expect(await whoAmI(second, '198.51.100.8')).toBe('closed');
+    expect(parseTrustProxy('0').any).toBe(false);
   });
 
   it('derives the default total from the soft open-files limit, less a reserve', () => {

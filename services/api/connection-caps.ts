@@ -1,6 +1,5 @@
 import { readFileSync } from 'node:fs';
 import type { Server } from 'node:net';
-import ipaddr from 'ipaddr.js';
 import { addressScope } from '../metering/caller.ts';
 
 export interface ConnectionCaps {
@@ -8,7 +7,7 @@ export interface ConnectionCaps {
   total: number | null;
   /** Connections one client address (an IPv6 address by its /64) holds open at once; 0: no cap. */
   perAddress: number;
-  /** Peers the per-address cap does not count (trusted proxies, whose clients are many). */
+  /** Peers the per-address cap does not count (trusted proxies, whose clients are many: TrustProxy.peer). */
   exempt: (address: string) => boolean;
   /** Told of a connection closed by the per-address cap: at most once a minute per address. */
   onRefused?: (scope: string, held: number) => void;
@@ -73,27 +72,4 @@ function readLimits(): string | null {
   } catch {
     return null;
   }
-}
-
-/**
- * The peers TRUST_PROXY believes (their X-Forwarded-For names the client): a hop count believes
- * every peer, a list its addresses and CIDRs; empty, none.
- */
-export function trustedProxy(trustProxy: string): (address: string) => boolean {
-  const trimmed = trustProxy.trim();
-  if (trimmed === '') return () => false;
-  if (/^\d+$/.test(trimmed)) return () => Number(trimmed) > 0;
-  const ranges = trimmed.split(',').map((part) => {
-    const entry = part.trim();
-    const parsed = entry.includes('/') ? ipaddr.parseCIDR(entry) : ipaddr.parse(entry);
-    return Array.isArray(parsed)
-      ? (parsed as [ipaddr.IPv4 | ipaddr.IPv6, number])
-      : ([parsed, parsed.kind() === 'ipv4' ? 32 : 128] as [ipaddr.IPv4 | ipaddr.IPv6, number]);
-  });
-  return (address) => {
-    if (!ipaddr.isValid(address)) return false;
-    // An IPv4-mapped IPv6 peer (a dual-stack listener) is matched as IPv4.
-    const ip = ipaddr.process(address);
-    return ranges.some(([range, bits]) => ip.kind() === range.kind() && ip.match(range, bits));
-  };
 }

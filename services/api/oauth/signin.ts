@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import type { Cache } from '../../../adapters/cache/port.ts';
 import { RedisCache } from '../../../adapters/cache/redis.ts';
 import type { EventStore } from '../../../adapters/event-store/port.ts';
-import { type Config, publicBaseUrl } from '../../../contracts/config.ts';
+import { type Config, parseTrustProxy, publicBaseUrl } from '../../../contracts/config.ts';
 import { SIGNIN_MCP_PATH } from '../../../contracts/oauth.ts';
 import { findById, type KeyRecord, type KeyRegistry } from '../../keys/key-registry.ts';
 import { type KeyResolver, KeyUnverifiableError } from '../../keys/key-resolver.ts';
@@ -128,8 +128,9 @@ export function oauthSignIn(deps: OAuthSignInDeps): {
         return record !== undefined && !record.revoked;
       },
     });
-    // Behind a proxy that terminates TLS, the issuer's https comes from X-Forwarded-Proto.
-    built.proxy = config.TRUST_PROXY !== '';
+    // Behind a proxy that terminates TLS, the issuer's https comes from X-Forwarded-Proto: read
+    // when TRUST_PROXY believes any proxy, as the configuration reads it (`0` believes none).
+    built.proxy = parseTrustProxy(config.TRUST_PROXY).any;
     built.on('server_error', (_ctx, err) => log.error({ err }, 'oauth server error'));
     built.on('grant.revoked', (_ctx, grantId) => log.info({ grantId }, 'oauth grant revoked'));
     site.close = close;

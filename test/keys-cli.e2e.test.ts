@@ -1,5 +1,7 @@
 import { execFile } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -9,7 +11,7 @@ import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import { hashApiKey } from '../services/keys/key-material.ts';
 import { findById } from '../services/keys/key-registry.ts';
 import { foldKeyRegistry } from '../services/keys/registry-fold.ts';
-import { runOperatorCommand, UsageError } from '../services/operator/operator-commands.ts';
+import { runOperatorCommand, serviceApplied, UsageError } from '../services/operator/operator-commands.ts';
 import { startTestService, type TestService } from './service-harness.ts';
 
 const exec = promisify(execFile);
@@ -106,6 +108,67 @@ describe('npm run keys (the real CLI on an LMDB store)', () => {
     const quota = await refused(['rebuild-quota'], {});
     expect(quota.code).toBe(2);
     expect(quota.stderr).toContain('set CACHE=redis');
+  });
+});
+
+/**
+ * A service that answers /readyz from the given replies in turn ('stall' holds the request
+ * unanswered, a number is the key registry's checkpoint, a string a non-JSON 502 page).
+ */
+async function readyzServer(
+  replies: Array<'stall' | number | string>,
+): Promise<{ url: string; probes: () => number; close: () => Promise<void> }> {
+  let probes = 0;
+  const server: Server = createServer((_req, res) => {
+    const reply = replies[Math.min(probes, replies.length - 1)]!;
+    probes += 1;
+    if (reply === 'stall') return;
+    if (typeof reply === 'string') return void res.writeHead(502, { 'content-type': 'text/html' }).end(reply);
+    res
+      .writeHead(200, { 'content-type': 'application/json' })
+      .end(JSON.stringify({ checks: { 'projection:key-registry': { ok: true, checkpoint: reply } } }));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    probes: () => probes,
+    close: () => {
+      server.closeAllConnections();
+      return new Promise((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+describe('waiting for the running service to apply a key change', () => {
+  it('polls again after a /readyz slower than the probe timeout instead of saying no service answered', async () => {
+    const slow = await readyzServer(['stall', 3, 7]);
+    try {
+      expect(await serviceApplied(slow.url, 7, 10_000, null, 200)).toBeNull();
+      expect(slow.probes()).toBe(3);
+    } finally {
+      await slow.close();
+    }
+  });
+
+  it("polls again after an answer that is not the readiness JSON (a proxy's 502 page)", async () => {
+    const proxied = await readyzServer(['<html>bad gateway</html>', 7]);
+    try {
+      expect(await serviceApplied(proxied.url, 7, 10_000, null, 200)).toBeNull();
+    } finally {
+      await proxied.close();
+    }
+  });
+
+  it('says what it saw when a service that answers never shows its readiness in time', async () => {
+    const stalled = await readyzServer(['stall']);
+    try {
+      const note = await serviceApplied(stalled.url, 7, 600, null, 100);
+      expect(note).toBe(
+        `${stalled.url}/readyz did not answer within 100 ms (polled for 600 ms): the change applies once the service has folded position 7`,
+      );
+    } finally {
+      await stalled.close();
+    }
   });
 });
 

@@ -259,44 +259,58 @@ export async function runOperatorCommand(
  * Waits until the service at `baseUrl` has folded the key change at `position` into its key
  * registry (`projection:key-registry` of its /readyz), polling every 50 ms for at most `timeoutMs`.
  * Null once it has; a note when no service answers there (the change applies when one starts) or
- * when it has not caught up in time. A position only means something in one log: when the
- * service names its log (`log`, the id of its first event, adapters/event-store/log-identity.ts)
- * and it is not `ourLog`, the one the change was written to, it throws OtherLogError at once
- * rather than compare positions of two logs (a service elsewhere would never know the key).
+ * when it has not caught up in time. Only a refused connection means no service: a /readyz slower
+ * than `probeTimeoutMs` (a busy or just-started service) or an answer that is not its readiness
+ * JSON (a proxy's 502 page) is polled again until `timeoutMs`. A position only means something in
+ * one log: when the service names its log (`log`, the id of its first event,
+ * adapters/event-store/log-identity.ts) and it is not `ourLog`, the one the change was written to,
+ * it throws OtherLogError at once rather than compare positions of two logs (a service elsewhere
+ * would never know the key).
  */
 export async function serviceApplied(
   baseUrl: string,
   position: number,
   timeoutMs = 10_000,
   ourLog: string | null = null,
+  probeTimeoutMs = 2_000,
 ): Promise<string | null> {
   const url = `${baseUrl}/readyz`;
   const deadline = Date.now() + timeoutMs;
   let seen: number | null = null;
+  // Why the last probe told nothing, while no probe has read a checkpoint.
+  let unanswered: string | null = null;
   for (;;) {
     try {
-      const res = await fetch(url, { signal: AbortSignal.timeout(2_000) });
-      const body = (await res.json()) as {
-        checks?: Record<string, { checkpoint?: number; log?: string | null }>;
-      };
-      const registry = body.checks?.['projection:key-registry'];
-      const checkpoint = registry?.checkpoint;
-      if (checkpoint === undefined) return `${url} keeps no key registry: not waiting for it`;
-      if (ourLog !== null && registry?.log !== undefined && registry.log !== ourLog) {
-        throw new OtherLogError(
-          `the service at ${url} reads another event log than this command wrote to ` +
-            `(its first event ${registry.log ?? 'none: its log is empty'}, ours ${ourLog}): it will not see ` +
-            'this change. Run the command with the DATA_DIR and EVENT_STORE settings of that service ' +
-            '(or PUBLIC_BASE_URL/PORT naming the service that reads this log)',
-        );
+      const res = await fetch(url, { signal: AbortSignal.timeout(probeTimeoutMs) });
+      const body = (await res.json().catch(() => undefined)) as
+        | { checks?: Record<string, { checkpoint?: number; log?: string | null }> }
+        | undefined;
+      if (body === undefined) {
+        unanswered = `answered ${res.status} without its readiness JSON`;
+      } else {
+        const registry = body.checks?.['projection:key-registry'];
+        const checkpoint = registry?.checkpoint;
+        if (checkpoint === undefined) return `${url} keeps no key registry: not waiting for it`;
+        if (ourLog !== null && registry?.log !== undefined && registry.log !== ourLog) {
+          throw new OtherLogError(
+            `the service at ${url} reads another event log than this command wrote to ` +
+              `(its first event ${registry.log ?? 'none: its log is empty'}, ours ${ourLog}): it will not see ` +
+              'this change. Run the command with the DATA_DIR and EVENT_STORE settings of that service ' +
+              '(or PUBLIC_BASE_URL/PORT naming the service that reads this log)',
+          );
+        }
+        if (checkpoint >= position) return null;
+        seen = checkpoint;
       }
-      if (checkpoint >= position) return null;
-      seen = checkpoint;
     } catch (err) {
       if (err instanceof OtherLogError) throw err;
-      if (seen === null) return `no service answered at ${url}: the change applies when it starts`;
+      if ((err as Error).name === 'TimeoutError') unanswered = `did not answer within ${probeTimeoutMs} ms`;
+      else if (seen === null && unanswered === null)
+        return `no service answered at ${url}: the change applies when it starts`;
     }
     if (Date.now() >= deadline) {
+      if (seen === null)
+        return `${url} ${unanswered ?? 'did not answer'} (polled for ${timeoutMs} ms): the change applies once the service has folded position ${position}`;
       return `the service at ${url} has not applied it yet (key registry at ${seen}, change at ${position}): it will`;
     }
     await new Promise((resolve) => setTimeout(resolve, 50));

@@ -316,7 +316,8 @@ export function deliveryView(record: DeliveryRecord): DeliveryView {
       trigger: a.trigger,
       outcome: a.held ? 'held' : a.outcome,
       status: a.status,
-      latency_ms: a.latencyMs,
+      // Whole milliseconds, as the test send's answer: the timer's float carries no finer truth.
+      latency_ms: a.latencyMs === null ? null : Math.round(a.latencyMs),
       error: a.error,
       response: a.response,
       next_attempt_at: a.nextAttemptAt,

@@ -371,6 +371,19 @@ describe('an attempt queued before its claim', () => {
     ]);
   });
 
+  it('shows latency in whole milliseconds, as the test send answers it', () => {
+    const outcome = recorded('DeliverySucceeded', {
+      deliveryId: 'q3',
+      subscriptionId: 'sub-a',
+      attempt: 1,
+      status: 200,
+      latencyMs: 259.1469470000011,
+      response: 'ok',
+    });
+    const state = fold([queued('q3'), outcome]);
+    expect(deliveryView(state.deliveries.q3!).attempts[0]!.latency_ms).toBe(259);
+  });
+
   it('sent under its queue lease, takes its outcome with no claim between', () => {
     const queuedAt = queued('q2');
     const outcome = succeeded('q2');

@@ -13,6 +13,8 @@ import { HistoryQueryError, negotiateFormat, parseTime } from './query.ts';
 import { isoTime } from './rows.ts';
 import {
   addPoint,
+  currentTrackRecord,
+  recordAsOf,
   type ScoredPoint,
   type TrackRecordState,
   trackRecord,
@@ -202,6 +204,23 @@ describe('track record: the feed it is built from', () => {
     const looped: TrackRecordState = {};
     addPoint(looped, point({ replayLap: 1 }), 1);
     expect(at(looped)).toMatchObject({ feed: 'none', overall: { calls: 0, holds: 0 } });
+  });
+
+  it("a looped lap's outcomes do not move the time the record is as of", () => {
+    const now = T0 + 30 * 24 * HOUR;
+    const state: TrackRecordState = {};
+    addPoint(state, point({}), 1);
+    addPoint(state, point({ replayLap: 1, candleCloseTime: T0 + 2 * 24 * HOUR }), 2);
+    // As of the counted outcome's due time (its close plus 24 candles), not the looped one's.
+    const tr = currentTrackRecord(state, 'all', now);
+    expect(tr.asOf).toBe(new Date(T0 + 24 * HOUR).toISOString());
+    expect(tr.overall.feeds).toEqual({ live: 0, replay: 1, replayLooped: 1 });
+    expect(tr.asOfPosition).toBe(2);
+    // Counting none: as of now, as an empty record is.
+    const looped: TrackRecordState = {};
+    addPoint(looped, point({ replayLap: 1 }), 1);
+    expect(recordAsOf(looped, now)).toBe(now);
+    expect(currentTrackRecord(looped, 'all', now).asOf).toBe(new Date(now).toISOString());
   });
 });
 

@@ -12,7 +12,8 @@ export const trackRecordProjection: Projection<TrackRecordState> = defineProject
   // 3: each cell keeps the latest time an outcome of it fell due (the record's asOf).
   // 4: and the log position of its latest outcome (the record's asOfPosition).
   // 5: counts by feed, and a looped replay lap's outcomes apart (counted in no figure).
-  version: 5,
+  // 6: a looped lap's outcome no longer moves the record's asOf (it counts in no figure).
+  version: 6,
   eventTypes: ['VerdictOutcomeResolved'],
   initial: (): TrackRecordState => ({}),
   evolve(state, event) {

@@ -1,9 +1,13 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { EventData } from '../../contracts/events.ts';
 import { OUTCOME_AFTER_CANDLES, outcomeStream, TrackRecordResponse } from '../../contracts/history.ts';
 import { TIMEFRAME_MS } from '../../contracts/market.ts';
 import { HOUR, MARKETS, recordHistory, startHistoryServer } from '../../test/history-harness.ts';
 import { verdictStream } from '../engine/verdict-recorder.ts';
+import { runHistoryCommand } from './cli-commands.ts';
 
 /**
  * The shipped replay loops at the end of its data: the data is served again, shifted forward in
@@ -37,6 +41,7 @@ describe('a looping replay in the track record', () => {
     const counted: number[] = [];
     let resolvedLooped = 0;
     let resolvedCounted = 0;
+    let countedDue = 0;
     for (const m of MARKETS) {
       for (const e of await fx.store.readStream(verdictStream(m))) {
         if (e.type !== 'VerdictRecorded') continue;
@@ -52,7 +57,10 @@ describe('a looping replay in the track record', () => {
         const o = outcome.data as EventData<'VerdictOutcomeResolved'>;
         expect(o.replayLap ?? 0).toBe(v.inputs.replay_lap ?? 0);
         if (o.replayLap) resolvedLooped++;
-        else resolvedCounted++;
+        else {
+          resolvedCounted++;
+          countedDue = Math.max(countedDue, due);
+        }
       }
     }
     expect(marked.length).toBeGreaterThan(0);
@@ -71,6 +79,39 @@ describe('a looping replay in the track record', () => {
     expect(tr.feed).toBe('replay');
     expect(tr.feedNote).toContain('not a live track record');
     expect(tr.feedNote).toContain(`${resolvedLooped} resolved verdicts of the replay's looped laps`);
+    // As of the latest outcome it counts: the looped outcomes, due past the data end, do not move it.
+    expect(countedDue).toBeLessThanOrEqual(dataEnd);
+    expect(tr.asOf).toBe(new Date(countedDue).toISOString());
+  });
+
+  it('history score over an export of the looped replay reproduces every window of the answer', async () => {
+    const key = await server.issue();
+    const dir = mkdtempSync(join(tmpdir(), 'track-record-feed-'));
+    try {
+      const out = join(dir, 'verdicts');
+      const deps = { openStore: async () => fx.store, progress: null };
+      await runHistoryCommand(['export', '--url', server.url, '--key', key, '--out', out], deps);
+      for (const window of ['7d', '30d', 'all'] as const) {
+        const res = await fetch(`${server.url}/api/track-record?window=${window}`);
+        const live = TrackRecordResponse.parse(await res.json());
+        const args = ['score', out, '--window', window, '--as-of', live.asOf];
+        const offline = JSON.parse(
+          await runHistoryCommand([...args, '--as-of-position', `${live.asOfPosition}`], deps),
+        );
+        // Figures, feed counts, the looped ones left out and the note alike.
+        expect(offline, window).toEqual(live);
+        expect(offline.overall.feeds.replayLooped, window).toBeGreaterThan(0);
+        // By asOf alone it counts the outcomes due by then: every figure, none of the looped ones
+        // (all due after the outcomes the figures count).
+        const byTime = TrackRecordResponse.parse(JSON.parse(await runHistoryCommand(args, deps)));
+        expect(byTime.overall).toEqual({
+          ...live.overall,
+          feeds: { ...live.overall.feeds, replayLooped: 0 },
+        });
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it("serves a looped lap's trade call without its lap among the indicators", async () => {

@@ -166,14 +166,16 @@ export function addPoint(state: TrackRecordState, p: ScoredPoint, position: numb
     cell = emptyCell();
     state[key] = cell;
   }
-  cell.lastDueAt = Math.max(cell.lastDueAt, outcomeDueAt(p));
   cell.lastPosition = Math.max(cell.lastPosition, position);
   // A looped lap's verdict is the replay's data served again after its end: no track record. It
-  // still moves what the record is folded to, and is counted apart so the answer says it left it out.
+  // still moves what the record is folded to (asOfPosition: a score at it counts the same looped
+  // outcomes apart), and is counted apart so the answer says it left it out; it does not move the
+  // time the figures are as of, which names the latest outcome they count.
   if ((p.replayLap ?? 0) > 0) {
     cell.looped += 1;
     return;
   }
+  cell.lastDueAt = Math.max(cell.lastDueAt, outcomeDueAt(p));
   if (p.feed === 'live') cell.live += 1;
   else cell.replay += 1;
   addRisk(cell, p);
@@ -359,18 +361,17 @@ function cellsIn(state: TrackRecordState, window: TrackRecordWindow, asOf: numbe
 
 /**
  * The time a record's figures are as of, which its window's UTC days end at: the latest time an
- * outcome it counts became due, capped by `now` (`now` for an empty record), so the same log gives
+ * outcome it counts became due (a looped lap's, counted in no figure, never), capped by `now`
+ * (`now` for a record that counts none), so the same log gives
  * the same asOf whenever it is asked. Which outcomes it counts is its log position (asOfPosition):
  * the resolver labels a close's outcomes stream by stream and backs off a venue that is down, so
  * some outcomes due by asOf may be labelled after the answer; a later export scored at both
  * (`history score --as-of --as-of-position`) counts exactly the outcomes at or before the position.
  */
 export function recordAsOf(state: TrackRecordState, now: number): number {
-  const cells = Object.values(state);
-  if (cells.length === 0) return now;
   let latest = 0;
-  for (const cell of cells) latest = Math.max(latest, cell.lastDueAt);
-  return Math.min(now, latest);
+  for (const cell of Object.values(state)) latest = Math.max(latest, cell.lastDueAt);
+  return latest === 0 ? now : Math.min(now, latest);
 }
 
 /** The record as it stands at `now`: as of its latest due outcome (recordAsOf). */

@@ -15,6 +15,8 @@ import type { Call, Exchange, FeedKind, Timeframe } from '../../contracts/market
 import { wilson } from '../engine/evaluate/stats.ts';
 import { defaultCarry } from '../engine/funding/default-carry.ts';
 import { defaultBaselines } from '../engine/signals/default-baselines.ts';
+import { defaultCalibration } from '../engine/signals/default-calibration.ts';
+import { defaultVolatility } from '../engine/signals/default-volatility.ts';
 import { outcomeDueAt } from './outcome.ts';
 
 /**
@@ -317,19 +319,41 @@ function lineOf(exchange: Exchange | 'ALL', timeframe: Timeframe | 'ALL', c: Cel
   };
 }
 
-/** What a record's counted verdicts came from, in a word and in a sentence. */
-function feedOf(c: Cell): { feed: TrackRecordFeed; feedNote: string } {
+/**
+ * Where the shipped models' training months end (the signal calibration's and the risk model's, the
+ * later of the two): a replayed verdict whose candle closed before it is scored on data the model
+ * was fitted on.
+ */
+const TRAINED_UNTIL = Math.max(defaultCalibration.trainTo, defaultVolatility.trainTo);
+
+/** Replay verdicts counted in a cell of `day` whose candles closed before TRAINED_UNTIL. */
+function replayedInTraining(ref: { day: number; cell: Cell }): number {
+  return ref.day * DAY_MS < TRAINED_UNTIL ? ref.cell.replay : 0;
+}
+
+/**
+ * What a record's counted verdicts came from, in a word and in a sentence; `inTraining` of its
+ * replay verdicts closed inside the models' training months (replayedInTraining).
+ */
+function feedOf(c: Cell, inTraining = 0): { feed: TrackRecordFeed; feedNote: string } {
   const n = (k: number) => `${k} resolved verdict${k === 1 ? '' : 's'}`;
   const feed: TrackRecordFeed =
     c.live > 0 && c.replay > 0 ? 'mixed' : c.replay > 0 ? 'replay' : c.live > 0 ? 'live' : 'none';
+  const until = new Date(TRAINED_UNTIL).toISOString().slice(0, 10);
+  // Said with the count: a REPLAY_START inside the training months scores the model in sample.
+  const training =
+    inTraining > 0
+      ? ` ${inTraining} of the ${c.replay} replayed closed before ${until}, inside the months the model was fitted on: ` +
+        'those are in-sample figures, not a test of it.'
+      : ` None of the ${c.replay} replayed closed inside the months the model was fitted on (before ${until}).`;
   const said = {
     live: `Built from live venue data: ${n(c.live)}.`,
     replay:
       `Built wholly from the replay feed, recorded market data served as if live, not from live venues: ${n(c.replay)}. ` +
-      'This is not a live track record, and the replayed months may include those the model was fitted on.',
+      `This is not a live track record.${training}`,
     mixed:
-      `Built partly from the replay feed (recorded market data served as if live, its months possibly among those the model was fitted on): ${n(c.replay)} replayed ` +
-      `and ${c.live} live; each line's feeds count them.`,
+      `Built partly from the replay feed (recorded market data served as if live): ${n(c.replay)} replayed ` +
+      `and ${c.live} live; each line's feeds count them.${training}`,
     none: 'No resolved verdict is counted in this window.',
   }[feed];
   const looped =
@@ -412,8 +436,10 @@ export function trackRecord(
   const overall = emptyCell();
   const byMarket = new Map<string, { exchange: Exchange; timeframe: Timeframe; cell: Cell }>();
   const byDay = new Map<number, Cell>();
+  let inTraining = 0;
   for (const ref of cells) {
     merge(overall, ref.cell);
+    inTraining += replayedInTraining(ref);
     const k = `${ref.exchange}|${ref.timeframe}`;
     const m = byMarket.get(k) ?? { exchange: ref.exchange, timeframe: ref.timeframe, cell: emptyCell() };
     merge(m.cell, ref.cell);
@@ -447,7 +473,7 @@ export function trackRecord(
     asOf: new Date(asOf).toISOString(),
     asOfPosition: recordPosition(state),
     window,
-    ...feedOf(overall),
+    ...feedOf(overall, inTraining),
     feeBps: FEE_BPS,
     horizonCandles: HORIZON_CANDLES,
     overall: lineOf('ALL', 'ALL', overall),

@@ -146,4 +146,62 @@ describe('WEBHOOK_ORIGIN_CONCURRENCY', () => {
       expect((await b).body.delivered).toBe(false);
     });
   });
+
+  describe("a key's test sends while its own receiver hangs", () => {
+    let stack: WebhookStack;
+    let receiver: Receiver;
+
+    beforeAll(async () => {
+      // One slot per key, and a timeout no case outlasts: the hung send holds the key's slot
+      // until the receiver closes.
+      ({ stack, receiver } = await stackBesideReceiver({
+        env: { WEBHOOK_ENDPOINT_CONCURRENCY: '1', WEBHOOK_TIMEOUT_MS: '100000' },
+      }));
+    });
+    afterAll(() => closeBoth(stack, receiver));
+
+    it('refuses a second test send of the key at once (429, retry_after_ms) instead of queueing it behind the first; another key is not limited', async () => {
+      receiver.behave = (request) => (request.path.startsWith('/hung/') ? 'hang' : { status: 200 });
+      const origin = new URL(receiver.url).origin;
+      const subscribe = async (owner: string, path: string) => {
+        const key = await stack.issue(owner);
+        const sub = await stack.request('POST', '/api/webhooks', key, {
+          url: `${origin}${path}`,
+          events: ['trade_call'],
+          assets: ['BTC'],
+        });
+        expect(sub.status).toBe(201);
+        return () =>
+          fetch(`${stack.url}/api/webhooks/${sub.body.id}/test`, {
+            method: 'POST',
+            headers: { authorization: `Bearer ${key}` },
+          });
+      };
+      const testHung = await subscribe('tenant-hung', '/hung/hook');
+      const testOther = await subscribe('tenant-other', '/other/hook');
+      const first = testHung();
+      await receiver.waitFor(1);
+      // Before, this one waited behind the first for the key's slot, holding its request for as
+      // long as the receiver hung (here until it closes), and any number more could join it.
+      const second = await testHung();
+      const refused = (await second.json()) as { code: string; message: string; retry_after_ms: number };
+      expect(second.status, JSON.stringify(refused)).toBe(429);
+      expect(refused.code).toBe('RATE_LIMITED');
+      expect(refused.message).toMatch(/still waiting for its receiver/);
+      expect(refused.retry_after_ms).toBeGreaterThan(0);
+      expect(refused.retry_after_ms).toBeLessThanOrEqual(100_000);
+      expect(Number(second.headers.get('retry-after'))).toBe(Math.ceil(refused.retry_after_ms / 1_000));
+      expect(receiver.received.map((r) => r.path)).toEqual(['/hung/hook']);
+      // Another key's test send on the same origin goes.
+      const other = await testOther();
+      expect(other.status).toBe(200);
+      expect(await other.json()).toMatchObject({ delivered: true, status: 200 });
+      // Once the first is answered (the receiver closed: not delivered) the key's next one goes.
+      await receiver.close();
+      expect(await (await first).json()).toMatchObject({ delivered: false });
+      const after = await testHung();
+      expect(after.status).toBe(200);
+      await after.body?.cancel();
+    });
+  });
 });

@@ -47,7 +47,7 @@ import {
   subscriptionsOfKey,
   toView,
 } from './subscription-fold.ts';
-import { TEST_SENDS_PER_WINDOW, TestSendBudget } from './test-budget.ts';
+import { TEST_SENDS_PER_WINDOW, TestSendBudget, TestSendsInFlight } from './test-budget.ts';
 import type { WebhookState } from './webhook-projection.ts';
 
 export interface WebhookRoutesDeps {
@@ -196,7 +196,7 @@ const DOCS = {
       400: fail('INVALID_FIELD: the route takes no body field'),
       404: fail('NOT_FOUND'),
       429: fail(
-        `RATE_LIMITED: the key's test sends are ${TEST_SENDS_PER_WINDOW} a minute per api process (nothing sent); Retry-After says when the next may go`,
+        `RATE_LIMITED: the key's test sends are ${TEST_SENDS_PER_WINDOW} a minute per api process, one at a time (refused at once while one is still waiting for its receiver; nothing sent); Retry-After and retry_after_ms say when the next may go`,
       ),
     },
   }),
@@ -264,6 +264,19 @@ function webhookActions(deps: WebhookRoutesDeps) {
     latestDeliveries: (sub: SubscriptionRecord, limit: number) => latestDeliveries(deps, sub, limit),
     resend: (sub: SubscriptionRecord, deliveryId: string) => resend(deps, sub, deliveryId),
   };
+}
+
+/**
+ * The request-rate refusal's shape (retry_after_ms beside Retry-After), saying it is the test
+ * route's own limit: the key's other calls are not limited by it.
+ */
+function rateLimited(waitMs: number, message: (seconds: number) => string): ServiceError {
+  const seconds = Math.ceil(waitMs / 1_000);
+  return new ServiceError('RATE_LIMITED', {}, undefined, {
+    headers: { 'retry-after': String(seconds) },
+    message: message(seconds),
+    body: { retry_after_ms: waitMs },
+  });
 }
 
 function owned(deps: WebhookRoutesDeps, keyId: string, id: string): SubscriptionRecord {
@@ -393,6 +406,7 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
   const { owned, settled, create, sendSample, deliveriesAfter, latestDeliveries, resend } =
     webhookActions(deps);
   const testSends = new TestSendBudget();
+  const testsInFlight = new TestSendsInFlight();
   return async (plain) => {
     const app = plain.withTypeProvider<ZodTypeProvider>();
     plain.get(SAMPLE_VERIFY_PATH, { config: DOCS.sample }, async () => SAMPLE_VERIFY_BODY);
@@ -427,19 +441,32 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
     app.post('/api/webhooks/:id/test', { ...DOCS.test, preValidation: authenticated }, async (request) => {
       const apiKeyId = keyOf(request);
       const sub = owned(apiKeyId, request.params.id);
-      // Each test send is a signed POST to a host of the caller's choosing: a budget of its own.
-      const waitMs = testSends.take(apiKeyId, Date.now());
-      if (waitMs !== null) {
-        // The request-rate refusal's shape (retry_after_ms beside Retry-After), saying it is this
-        // route's own budget: the key's other calls are not limited by it.
-        const seconds = Math.ceil(waitMs / 1_000);
-        throw new ServiceError('RATE_LIMITED', {}, undefined, {
-          headers: { 'retry-after': String(seconds) },
-          message: `test sends of this key are limited to ${testSends.limit} a minute per api process (the key's other calls are not); retry in ${seconds} s`,
-          body: { retry_after_ms: waitMs },
-        });
+      const now = Date.now();
+      // One test send of a key waits or sends at a time: a second would queue behind the key's
+      // own slot on its receiver, holding its request, however slow that receiver is. Refused
+      // before the budget is taken, so it costs none of it.
+      const turn = testsInFlight.begin(apiKeyId, now, settings.timeoutMs);
+      if ('waitMs' in turn) {
+        throw rateLimited(
+          turn.waitMs,
+          (seconds) =>
+            `a test send of this key is still waiting for its receiver (one at a time per api process; the key's other calls are not limited); retry in ${seconds} s`,
+        );
       }
-      return served(request, sendSample(sub));
+      try {
+        // Each test send is a signed POST to a host of the caller's choosing: a budget of its own.
+        const waitMs = testSends.take(apiKeyId, now);
+        if (waitMs !== null) {
+          throw rateLimited(
+            waitMs,
+            (seconds) =>
+              `test sends of this key are limited to ${testSends.limit} a minute per api process (the key's other calls are not); retry in ${seconds} s`,
+          );
+        }
+        return served(request, await sendSample(sub));
+      } finally {
+        turn.release();
+      }
     });
     app.get(
       '/api/webhooks/:id/deliveries',

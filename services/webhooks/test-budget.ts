@@ -37,3 +37,27 @@ export class TestSendBudget {
     }
   }
 }
+
+/**
+ * A key's test send outstanding in this api process (waiting for a slot of the key's endpoint or
+ * sending): one at a time. Each holds its request and its sample until the receiver answers, and
+ * waits behind the key's own slots there (held by a hung receiver for WEBHOOK_TIMEOUT_MS each),
+ * so the budget alone (10 a minute) would let a key pile up waiting sends faster than a slow
+ * receiver lets them go. A second one is refused at once, before it takes the budget.
+ */
+export class TestSendsInFlight {
+  private readonly started = new Map<string, number>();
+
+  /**
+   * Marks `key`'s test send started: null when it may go (call the returned release once it is
+   * answered), else the milliseconds until the one outstanding is over at the latest (its start
+   * plus `boundMs`, at least a second; a send still waiting behind the key's other sends takes
+   * longer, and a retry then hears a new figure).
+   */
+  begin(key: string, now: number, boundMs: number): { release: () => void } | { waitMs: number } {
+    const since = this.started.get(key);
+    if (since !== undefined) return { waitMs: Math.max(1_000, since + boundMs - now) };
+    this.started.set(key, now);
+    return { release: () => this.started.delete(key) };
+  }
+}

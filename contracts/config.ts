@@ -241,7 +241,7 @@ export const ConfigSchema = z
      * holds the replay clock still (tests that want fixed figures); refused in production.
      */
     REPLAY_SPEED: z.coerce.number().nonnegative().default(600),
-    /** Replay start, ISO time or Unix ms; default a week before the data ends. */
+    /** Replay start, ISO time or Unix ms; default 31 days before the data ends (1d outcomes due before it ends). */
     REPLAY_START: z
       .union([z.coerce.number().int().positive(), z.iso.datetime().transform((s) => Date.parse(s))])
       .optional(),

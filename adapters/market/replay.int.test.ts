@@ -51,10 +51,11 @@ afterAll(async () => {
 });
 
 describe('replay feed: candles', () => {
-  it('opens by default a week before the end of the data, as a replay feed', async () => {
+  it('opens by default 31 days before the end of the data (1d outcomes due in it), as a replay feed', async () => {
     const feed = await openReplayFeed({ run: false });
     expect(feed.kind).toBe('replay');
-    expect(feed.now()).toBe(DATA_END - 7 * 24 * H);
+    // A week of 1d closes whose outcomes, 24 candles on, come due before the data ends.
+    expect(feed.now()).toBe(DATA_END - 31 * 24 * H);
     // It loops at the end of the data rather than stopping: the clock has no end.
     expect(feed.clock.end).toBe(Number.POSITIVE_INFINITY);
     expect(feed.laps?.end).toBe(DATA_END);

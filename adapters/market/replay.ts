@@ -2,6 +2,7 @@ import { readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Logger } from 'pino';
+import { OUTCOME_AFTER_CANDLES } from '../../contracts/history.ts';
 import {
   type Candle,
   type CandleClose,
@@ -51,8 +52,13 @@ import {
 export const SHIPPED_MARKET_DIR = fileURLToPath(new URL('../../sample-data/market', import.meta.url));
 
 const DAY_MS = 86_400_000;
-/** Default start: this long before the end, so indicators have weeks of history behind them. */
-const DEFAULT_REPLAY_LEAD_MS = 7 * DAY_MS;
+/**
+ * Default start: this long before the end of the data. An outcome comes due 24 candles after its
+ * verdict's close (24 days on 1d) and one due past the end falls in a looped lap, which the track
+ * record counts in no figure: a week's lead left 8h, 12h and 1d without a record for good. This
+ * leaves the coarsest timeframe, 1d, a week of closes whose outcomes come due before the data ends.
+ */
+export const DEFAULT_REPLAY_LEAD_MS = (OUTCOME_AFTER_CANDLES + 7) * DAY_MS;
 
 export interface ReplayFeedOptions {
   /** Data directory in the shared layout; default the shipped slice. */

@@ -1,14 +1,78 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
+import { openReplayFeed, type ReplayFeed } from '../../adapters/market/replay.ts';
 import type { EventData } from '../../contracts/events.ts';
 import { outcomeStream, TrackRecordResponse } from '../../contracts/history.ts';
-import { HOUR, MARKETS, recordHistory, startHistoryServer } from '../../test/history-harness.ts';
+import type { Timeframe } from '../../contracts/market.ts';
+import {
+  HISTORY_CALIBRATION,
+  HOUR,
+  MARKETS,
+  recordHistory,
+  startHistoryServer,
+} from '../../test/history-harness.ts';
+import { createSignalEngine, type SignalEngine } from '../engine/engine.ts';
 import { verdictStream } from '../engine/verdict-recorder.ts';
+
+const DAY = 24 * HOUR;
 
 async function trackRecord(url: string): Promise<TrackRecordResponse> {
   const res = await fetch(`${url}/api/track-record?window=all`);
   expect(res.status).toBe(200);
   return TrackRecordResponse.parse(await res.json());
 }
+
+/**
+ * The replay as `npm start` opens it (no REPLAY_START): an outcome comes due 24 candles after its
+ * close, 24 days on 1d, and an outcome due past the end of the data falls in a looped lap, which
+ * the track record counts in no figure. The default start must leave every timeframe closes whose
+ * outcomes come due before the data ends, or 8h, 12h and 1d would never have a record (they had
+ * none with the week's lead before).
+ */
+describe('the track record of the default replay start', () => {
+  const TIMEFRAMES: Timeframe[] = ['4h', '8h', '12h', '1d'];
+  const markets = TIMEFRAMES.map((timeframe) => ({ exchange: 'BINANCE' as const, coin: 'BTC', timeframe }));
+  const store = new MemoryEventStore();
+  let feed: ReplayFeed;
+  let engine: SignalEngine;
+  let server: Awaited<ReturnType<typeof startHistoryServer>>;
+
+  beforeAll(async () => {
+    feed = await openReplayFeed({ run: false });
+    engine = await createSignalEngine({ feed, store, calibration: HISTORY_CALIBRATION });
+    // Every 8 hours from the default start to the end of the data: each timeframe's closes in lap 0.
+    const end = feed.laps!.end;
+    while (feed.clock.now() < end) {
+      for (const m of markets) await engine.getTradeCall(m);
+      feed.clock.advance(8 * HOUR);
+    }
+    // The clock runs on into the loop until the last 1d outcome (24 days on) has come due.
+    feed.clock.advance(25 * DAY);
+    server = await startHistoryServer({ store, feed });
+    await server.settle();
+  }, 300_000);
+  afterAll(async () => {
+    await server?.close();
+    await engine?.close();
+  });
+
+  it('counts resolved verdicts of every timeframe up to 1d, none of them in the training months', async () => {
+    const tr = await trackRecord(server.url);
+    for (const timeframe of TIMEFRAMES) {
+      const line = tr.lines.find((l) => l.timeframe === timeframe);
+      expect(line, timeframe).toBeDefined();
+      expect(line!.calls + line!.holds, `${timeframe} verdicts counted`).toBeGreaterThan(0);
+      expect(line!.feeds.replay, timeframe).toBe(line!.calls + line!.holds);
+    }
+    const oneDay = tr.lines.find((l) => l.timeframe === '1d')!;
+    // A week of 1d closes before the data ends: 7 (8 with the start's own close).
+    expect(oneDay.feeds.replay).toBeGreaterThanOrEqual(7);
+    expect(tr.feed).toBe('replay');
+    expect(tr.feedNote).toContain(
+      `None of the ${tr.overall.feeds.replay} replayed closed inside the months the model was fitted on (before 2025-06-01)`,
+    );
+  });
+});
 
 /**
  * REPLAY_START inside the months the models were fitted on (they end 2025-06-01): the replayed

@@ -586,8 +586,8 @@ describe('an authorisation used on chain by someone else before the settlement',
       const request = paidRequest(stack, payer.key, payer.address, 12n);
       await served.arrived;
       const authorized = (await store.readAll()).find((e) => e.type === 'PaymentAuthorized');
-      const nonce = (authorized?.data as { nonce: Hex }).nonce;
-      const validBefore = BigInt((authorized?.data as { validBefore: string }).validBefore);
+      const nonce = (authorized!.data as { nonce: Hex }).nonce;
+      const validBefore = BigInt((authorized!.data as { validBefore: string }).validBefore);
       const handedOff = (await stack.paymentEvents(nonce)).map((e) => e.type);
       expect(handedOff.at(-1)).toBe('PaymentSettlementPending');
       expect(handedOff).not.toContain('PaymentAnswerServed');
@@ -608,8 +608,14 @@ describe('an authorisation used on chain by someone else before the settlement',
       // The held record then meets a released payment: the answer is not given, nothing is booked.
       served.release();
       const { res } = await request;
-      expect(res.status).not.toBe(200);
-      await res.body?.cancel();
+      // Refused as the documented 402 payment_state_changed (nothing was charged, sign a new
+      // one), not as 409 payment_in_use promising that the same payment would bring the answer
+      // back: it no longer charges, so presented again it is refused too.
+      const refused = (await res.json()) as { code: string; message: string };
+      expect(res.status, JSON.stringify(refused)).toBe(402);
+      expect(refused).toMatchObject({ code: 'payment_state_changed' });
+      expect(refused.message).toMatch(/nothing was charged/);
+      expect(refused).not.toHaveProperty('regime');
       const types = (await stack.paymentEvents(nonce)).map((e) => e.type);
       expect(types).not.toContain('PaymentSettlementFailed');
       expect(types).not.toContain('PaymentAnswerServed');

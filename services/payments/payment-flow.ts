@@ -437,8 +437,16 @@ function conflictOf(by: { kind: 'signature' } | { kind: 'payment_id'; id: string
  * Records that a caller has the paid answer (and the transaction it was told), before it is
  * answered: a payment whose authorisation then expires unsettled cost the seller the answer. Not
  * recorded, the reconciler would read the answer as never served, so the answer is not sent.
- * `refused`: the payment no longer charges (released or failed meanwhile, see the decider), and
- * its answer must not be given.
+ *
+ * What the decider may answer a `serve`, and what becomes of the answer:
+ * - an event, or none (served already: this request's own duplicate or a replay recorded it
+ *   first; settled meanwhile, nothing at stake): `recorded`, the answer is given.
+ * - `payment_transition_refused`, the one refusal of `serve`: the payment no longer charges (the
+ *   reconciler released it or recorded it failed while the request ran, or it was released and
+ *   reserved again by another request): `refused`. Its answer must not be given; the caller
+ *   refuses (402 payment_state_changed, nothing charged) or, a replay, goes on as for a new payment.
+ * - any other rule error (none is a rule of `serve` today) or a write that failed: `unrecorded`,
+ *   logged as an error; the answer is kept and not given (409 payment_in_use, retryable).
  */
 async function recordServed(
   deps: PaymentFlowDeps,
@@ -455,10 +463,11 @@ async function recordServed(
     );
     return 'recorded';
   } catch (err) {
-    if (err instanceof PaymentRuleError) {
+    if (err instanceof PaymentRuleError && err.reason === 'payment_transition_refused') {
+      // The decider's message names the state the payment was found in (released, failed, authorized).
       deps.logger.warn(
         { requestId, reason: err.message },
-        'the payment was released or failed before its answer was handed over; not served',
+        'the payment stopped charging before its answer was handed over; not served',
       );
       return 'refused';
     }
@@ -477,6 +486,23 @@ const SERVED_UNRECORDED: PaidOutcome = {
   message:
     'the answer is kept but its hand-over could not be recorded; retry with the same payment and it comes back (nothing is charged twice)',
 };
+
+/**
+ * A payment reconciled while its request ran (released, or recorded failed, before the answer's
+ * hand-over was recorded): it charges nothing, so its answer is not given, and presented again it
+ * is refused too; a new authorisation pays for the call.
+ */
+const STOPPED_CHARGING: PaidOutcome = {
+  kind: 'unavailable',
+  reason: 'payment_state_changed',
+  message:
+    'the payment was reconciled (released or failed) while the request ran; nothing was charged and no answer is given: retry with a new authorisation',
+};
+
+/** The outcome of a served record that did not record: a refusal, or the answer kept for a retry. */
+function notServed(recorded: 'refused' | 'unrecorded'): PaidOutcome {
+  return recorded === 'refused' ? STOPPED_CHARGING : SERVED_UNRECORDED;
+}
 
 /**
  * One paid call, in the only safe order: look for an answer this payment already paid for,
@@ -991,13 +1017,14 @@ async function settle(deps: PaymentFlowDeps, call: PaidCall, paid: Served): Prom
     // Served while it may still be charged: recorded as served, with the transaction named.
     if (decided.settled.kind === 'pending') {
       const sent = (decided.settled.settle.transaction || null) as `0x${string}` | null;
-      if ((await recordServed(deps, handle, call.requestId, sent)) !== 'recorded') return SERVED_UNRECORDED;
+      const recorded = await recordServed(deps, handle, call.requestId, sent);
+      if (recorded !== 'recorded') return notServed(recorded);
     }
     return outcomeOf(decided.settled, paid);
   }
   const recorded = await recordServed(deps, handle, call.requestId, decided.hash);
   markServedRecorded();
-  if (recorded !== 'recorded') return SERVED_UNRECORDED;
+  if (recorded !== 'recorded') return notServed(recorded);
   return {
     kind: 'served',
     result: paid.result,

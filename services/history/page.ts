@@ -294,8 +294,12 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
         'a fifth of the training calls, so the calls sold share a few values and the chart has few points.';
     note.hidden = false;
   }
+  // A figure that is not 0 never prints as ±0.00 (which reads as touching 0, or as below it when it
+  // is above): at its first significant digit then, as the evaluation report prints its bounds, so
+  // every interval counted below 0 reads below 0 here.
+  function fig(x, d) { return x !== null && x !== 0 && Math.abs(x) < 0.5 * Math.pow(10, -d) ? x.toPrecision(1) : num(x, d); }
   function lift(l) {
-    return l.value === null ? '–' : num(l.value, 2) + (l.low === null ? '' : ' [' + num(l.low, 2) + ', ' + num(l.high, 2) + ']');
+    return l.value === null ? '–' : fig(l.value, 2) + (l.low === null ? '' : ' [' + fig(l.low, 2) + ', ' + fig(l.high, 2) + ']');
   }
   function share(l) { return l.value === null ? '–' : pct(l.value); }
   function baselines(b) {

@@ -246,10 +246,18 @@ export async function riskDesk(options: {
 }
 
 const round = (x: number | null, digits: number) => (x === null ? null : Number(x.toFixed(digits)));
+/**
+ * A figure and its interval as baselines.json ships them: at `digits` decimals, unless that would
+ * store a figure that is not 0 as 0 (-0.00003 as 0); then at its first significant digit, as the
+ * report prints it (bound). The served risk evidence counts rows below 0 from these stored figures
+ * (riskEvidenceCounts), the report from the unrounded ones (deskCounts): they must agree.
+ */
+const roundSided = (x: number | null, digits: number) =>
+  x !== null && x !== 0 && Math.abs(x) < 0.5 * 10 ** -digits ? Number(x.toPrecision(1)) : round(x, digits);
 const roundLift = (l: Lift, digits: number) => ({
-  value: round(l.value, digits),
-  low: round(l.low, digits),
-  high: round(l.high, digits),
+  value: roundSided(l.value, digits),
+  low: roundSided(l.low, digits),
+  high: roundSided(l.high, digits),
 });
 
 /**
@@ -331,8 +339,10 @@ const bound = (x: number | null, digits: number) =>
 /** The interval's brackets, or [–] when it rests on fewer than MIN_INTERVAL_BLOCKS blocks. */
 const brackets = (low: number | null, high: number | null, blocks: number, digits: number) =>
   blocks < MIN_INTERVAL_BLOCKS ? '[–]' : `[${bound(low, digits)}, ${bound(high, digits)}]`;
+// The figure as its bounds: a QLIKE difference of -0.00003, counted below the baseline, printed
+// -0.000 would read as 0.
 const iv = (l: Lift, blocks: number, digits = 3) =>
-  `${num(l.value, digits)} ${brackets(l.low, l.high, blocks, digits)}`;
+  `${bound(l.value, digits)} ${brackets(l.low, l.high, blocks, digits)}`;
 const pct = (l: Lift, blocks: number) =>
   l.value === null
     ? '–'

@@ -206,6 +206,21 @@ describe('track record: the feed it is built from', () => {
     expect(at(looped)).toMatchObject({ feed: 'none', overall: { calls: 0, holds: 0 } });
   });
 
+  it('says which lines count nothing because every verdict of theirs resolved in a looped lap', () => {
+    const state: TrackRecordState = {};
+    addPoint(state, point({}), 1);
+    addPoint(state, point({ timeframe: '1d', replayLap: 1 }), 2);
+    addPoint(state, point({ timeframe: '8h', replayLap: 1 }), 3);
+    addPoint(state, point({ timeframe: '4h', replayLap: 1 }), 4);
+    addPoint(state, point({ timeframe: '4h' }), 5);
+    const tr = at(state);
+    expect(tr.lines.find((l) => l.timeframe === '1d')).toMatchObject({ calls: 0, holds: 0 });
+    expect(tr.feedNote).toContain(
+      "No verdict of BINANCE 1d, BINANCE 8h is counted: each one resolved came due in a looped lap (its outcome, 24 candles on, past the end of the replay's data)",
+    );
+    expect(at({}).feedNote).not.toContain('No verdict of');
+  });
+
   it("a looped lap's outcomes do not move the time the record is as of", () => {
     const now = T0 + 30 * 24 * HOUR;
     const state: TrackRecordState = {};

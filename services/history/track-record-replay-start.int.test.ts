@@ -75,6 +75,53 @@ describe('the track record of the default replay start', () => {
 });
 
 /**
+ * REPLAY_START a week before the data's end (the default before): no 8h, 12h or 1d outcome comes
+ * due before the loop, so those lines count nothing, and the note says which and why.
+ */
+describe('a replay started a week before the end of its data', () => {
+  const markets = (['4h', '8h', '1d'] as const).map((timeframe) => ({
+    exchange: 'BINANCE' as const,
+    coin: 'BTC',
+    timeframe,
+  }));
+  const store = new MemoryEventStore();
+  let engine: SignalEngine;
+  let server: Awaited<ReturnType<typeof startHistoryServer>>;
+
+  beforeAll(async () => {
+    const probe = await openReplayFeed({ run: false });
+    const end = probe.laps!.end;
+    const feed = await openReplayFeed({ run: false, start: end - 7 * DAY });
+    engine = await createSignalEngine({ feed, store, calibration: HISTORY_CALIBRATION });
+    while (feed.clock.now() < end) {
+      for (const m of markets) await engine.getTradeCall(m);
+      feed.clock.advance(8 * HOUR);
+    }
+    feed.clock.advance(25 * DAY);
+    server = await startHistoryServer({ store, feed });
+    await server.settle();
+  }, 300_000);
+  afterAll(async () => {
+    await server?.close();
+    await engine?.close();
+  });
+
+  it('names the lines that count nothing because each of their outcomes fell in a looped lap', async () => {
+    const tr = await trackRecord(server.url);
+    const line = (tf: Timeframe) => tr.lines.find((l) => l.timeframe === tf)!;
+    expect(line('4h').feeds.replay).toBeGreaterThan(0);
+    for (const tf of ['8h', '1d'] as const) {
+      expect(line(tf).feeds, tf).toMatchObject({ live: 0, replay: 0 });
+      expect(line(tf).feeds.replayLooped, tf).toBeGreaterThan(0);
+    }
+    expect(tr.feedNote).toContain(
+      'No verdict of BINANCE 1d, BINANCE 8h is counted: each one resolved came due in a looped lap',
+    );
+    expect(tr.feedNote).toContain('(REPLAY_START) gives them a record');
+  });
+});
+
+/**
  * REPLAY_START inside the months the models were fitted on (they end 2025-06-01): the replayed
  * verdicts before then are scored on data the model saw, and the note says how many.
  */

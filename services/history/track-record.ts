@@ -364,6 +364,23 @@ function feedOf(c: Cell, inTraining = 0): { feed: TrackRecordFeed; feedNote: str
   return { feed, feedNote: said + looped };
 }
 
+/**
+ * Why a line counts nothing: every verdict of it resolved came due in a looped lap. On a looping
+ * replay every later one will too (a replay started less than 24 candles of the timeframe before
+ * its data's end: 24 days on 1d), so the note says it and what gives them a record.
+ */
+function loopedOnly(lines: readonly TrackRecordLine[]): string {
+  const names = lines
+    .filter((l) => l.feeds.replayLooped > 0 && l.feeds.live + l.feeds.replay === 0)
+    .map((l) => `${l.exchange} ${l.timeframe}`);
+  if (names.length === 0) return '';
+  return (
+    ` No verdict of ${names.join(', ')} is counted: each one resolved came due in a looped lap (its outcome, ` +
+    "24 candles on, past the end of the replay's data), and later ones will too; a replay started earlier " +
+    '(REPLAY_START) gives them a record.'
+  );
+}
+
 interface CellRef {
   exchange: Exchange;
   timeframe: Timeframe;
@@ -469,11 +486,13 @@ export function trackRecord(
   const lines = [...byMarket.values()]
     .sort((a, b) => a.exchange.localeCompare(b.exchange) || a.timeframe.localeCompare(b.timeframe))
     .map((m) => lineOf(m.exchange, m.timeframe, m.cell));
+  const { feed, feedNote } = feedOf(overall, inTraining);
   return {
     asOf: new Date(asOf).toISOString(),
     asOfPosition: recordPosition(state),
     window,
-    ...feedOf(overall, inTraining),
+    feed,
+    feedNote: feedNote + loopedOnly(lines),
     feeBps: FEE_BPS,
     horizonCandles: HORIZON_CANDLES,
     overall: lineOf('ALL', 'ALL', overall),

@@ -68,6 +68,11 @@ export class ParquetEncoders {
     return this.waiting.length;
   }
 
+  /** Workers at most (busy and idle). */
+  get capacity(): number {
+    return this.size;
+  }
+
   /**
    * Encodes the row groups `next` gives (null = no more) as one Parquet file, streamed as it is
    * written, on a worker (waiting for one when all are busy); null once the encoders are closed,

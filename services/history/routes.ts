@@ -17,12 +17,14 @@ import {
 import { jsonSchema } from '../../contracts/json-schema.ts';
 import type { Exchange, Timeframe } from '../../contracts/market.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
+import { openToAnyOrigin } from '../api/cors.ts';
 import { apiErrorBody, errorHandler } from '../api/errors.ts';
 import { declared, documented, RESPONSE_HEADERS, refusal } from '../api/openapi.ts';
 import { callerHook, decorateCaller, keyRefusal, undebitedService } from '../metering/caller.ts';
 import type { QuotaMeter } from '../metering/quota-meter.ts';
 import { type Cursor, tagMatches } from './cursor.ts';
 import { trackRecordPage, trackRecordPolicy } from './page.ts';
+import { type ParquetEncoders, sharedParquetEncoders } from './parquet-encoders.ts';
 import {
   HISTORY_QUERY_CODES,
   HistoryQueryError,
@@ -73,6 +75,14 @@ export interface HistoryRoutesDeps {
 export const MAX_EXPORTS_PER_KEY = 2;
 /** Retry-After of TOO_MANY_EXPORTS: an export of the whole history takes about a second. */
 const EXPORT_RETRY_SECONDS = 1;
+/**
+ * Parquet answers waiting for an encoder worker in this process, past which the next is refused
+ * 503 before its headers (Retry-After: a second per export ahead of it per worker) rather than
+ * wait in turn after them. Each waiting one holds a connection and its scan, and every key may
+ * add its MAX_EXPORTS_PER_KEY: unbounded, the last of many keys' exports waited for every one
+ * before it with its 200 already sent. At about a second an export, 8 wait 4 s on 2 workers.
+ */
+export const MAX_PARQUET_WAITING = 8;
 
 const require = createRequire(import.meta.url);
 
@@ -141,7 +151,10 @@ const VERDICTS_ROUTE = declared({
       ['TOO_MANY_EXPORTS', 'RATE_LIMITED'],
       `TOO_MANY_EXPORTS: the key already streams ${MAX_EXPORTS_PER_KEY} exports in this process (a long poll holding its place aside), with Retry-After; RATE_LIMITED: the rate limit, with Retry-After`,
     ),
-    503: fail(['KEY_UNVERIFIABLE'], 'The key could not be checked right now; retry'),
+    503: fail(
+      ['KEY_UNVERIFIABLE', 'SERVICE_UNAVAILABLE'],
+      `KEY_UNVERIFIABLE: the key could not be checked right now; retry. SERVICE_UNAVAILABLE: a Parquet answer while ${MAX_PARQUET_WAITING} already wait for an encoder in this process, with Retry-After (nothing sent)`,
+    ),
   },
 });
 const TRACK_RECORD_ROUTE = declared({
@@ -238,6 +251,24 @@ function historyAccess(deps: HistoryRoutesDeps) {
  * GET /api/verdicts (Bearer key; the labelled history, streamed), GET /api/track-record
  * (public, cacheable) and GET /track-record (the page, with uPlot served from node_modules).
  */
+/**
+ * A Parquet answer with MAX_PARQUET_WAITING already waiting for a worker: refused 503 before any
+ * header, so the client retries instead of holding a 200 that sends nothing for a long while.
+ */
+function refuseParquetPastQueue(encoders: ParquetEncoders): void {
+  const waiting = encoders.queued;
+  if (waiting < MAX_PARQUET_WAITING) return;
+  const seconds = Math.max(1, Math.ceil(waiting / encoders.capacity)) * EXPORT_RETRY_SECONDS;
+  throw new ServiceError(
+    'SERVICE_UNAVAILABLE',
+    {
+      detail: `${waiting} Parquet exports already wait for an encoder in this process; retry in ${seconds} s (NDJSON and CSV are not held by them)`,
+    },
+    undefined,
+    { headers: { 'retry-after': String(seconds) } },
+  );
+}
+
 export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
   // A Map, not an object literal: a name such as `constructor` or `__proto__` must not find the
   // prototype's member and be served as an asset.
@@ -250,9 +281,14 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
   const longPolls = new LongPolls(deps.maxLongPolls ?? 4);
   const maxExports = deps.maxExports ?? MAX_EXPORTS_PER_KEY;
   const exports = new LongPolls(maxExports);
+  // The encoders historyStream's Parquet answers take (the process's, shared by every export).
+  const encoders = sharedParquetEncoders();
 
   return async (plain) => {
     const app = plain.withTypeProvider<ZodTypeProvider>();
+    // Any page may read the track record and, with a key, the history; the page itself and its
+    // assets are the service's own (never framed, nothing to read from elsewhere).
+    openToAnyOrigin(plain, { except: ['/track-record', '/track-record/assets/:file'] });
     decorateCaller(plain);
     // Shutting down: a long poll stops waiting and answers the rows it has (none, with its cursor),
     // so its client resumes from it, rather than have its connection cut after the grace.
@@ -316,6 +352,9 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
         const trailer = wantsTrailer(query.trailer, request.headers.accept)
           ? () => ({ cursor: progress.cursor, rows: progress.rows, _service: service })
           : null;
+        // Checked in the same turn as historyStream queues the export (no await between): the
+        // count cannot move past the bound between the check and the queue.
+        if (format === 'parquet') refuseParquetPastQueue(encoders);
         const body = historyStream(
           format,
           (make, fromStore) => scanHistory(deps.store, scanOptions, progress, make, fromStore),

@@ -128,10 +128,11 @@ describe('service on embedded defaults (LMDB, in-process bus and cache)', () => 
 
   it('answers a path it serves, asked with another method, with 405 and Allow', async () => {
     for (const [method, path, allow] of [
-      ['PUT', '/api/verdicts?coin=BTC', 'GET, HEAD'],
+      // OPTIONS: the CORS preflight every route a browser page may call answers (api/cors.ts).
+      ['PUT', '/api/verdicts?coin=BTC', 'GET, HEAD, OPTIONS'],
       ['GET', '/x402/get_trade_call', 'OPTIONS, POST'],
-      ['DELETE', '/api/webhooks', 'GET, HEAD, POST'],
-      ['POST', '/api/webhooks/abc/deliveries', 'GET, HEAD'],
+      ['DELETE', '/api/webhooks', 'GET, HEAD, OPTIONS, POST'],
+      ['POST', '/api/webhooks/abc/deliveries', 'GET, HEAD, OPTIONS'],
     ] as const) {
       const res = await fetch(`${service.url}${path}`, { method });
       expect(res.status, `${method} ${path}`).toBe(405);

@@ -90,7 +90,7 @@ describe('the 402 quote', () => {
     expect(res.headers.get('access-control-allow-headers')).toContain('PAYMENT-SIGNATURE');
     expect(res.headers.get('access-control-allow-headers')).toContain('X-PAYMENT');
     expect(res.headers.get('access-control-expose-headers')).toBe(
-      'PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-PAYMENT-RESPONSE, X-Payment-Replayed, RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset, Retry-After',
+      'PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-PAYMENT-RESPONSE, X-Payment-Replayed, Retry-After, RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset',
     );
   });
 });

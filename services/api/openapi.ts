@@ -9,6 +9,7 @@ import { OAuthErrorBody } from '../../contracts/oauth.ts';
 import { webhookOpenApi } from '../../contracts/webhook-schemas.ts';
 import { isSignInPage, isSignInPath, UNLIMITED_PATHS } from '../metering/caller.ts';
 import { setBounded } from '../shared/bounded-map.ts';
+import { openToAnyOrigin } from './cors.ts';
 import type { FieldCodes } from './errors.ts';
 import { originCacheControl, publicOrigin } from './public-origin.ts';
 import { servedAt } from './recorded-origin.ts';
@@ -558,18 +559,23 @@ export async function registerOpenApi(
         webhooks,
       }) as never,
   });
-  app.get(
-    '/openapi.json',
-    {
-      config: documented({
-        summary: 'This OpenAPI document',
-        tags: ['discovery'],
-        sends: ['Cache-Control'],
-        responses: { 200: { description: 'OpenAPI 3.1 document', schema: { type: 'object' } } },
-      }),
-    },
-    async (request, reply) => reply.header('cache-control', cacheControl).send(documentAt(origin(request))),
-  );
+  // Any page may read the document (a client generator, another site's reference viewer); the
+  // reference page below stays the service's own.
+  await app.register(async (open) => {
+    openToAnyOrigin(open);
+    open.get(
+      '/openapi.json',
+      {
+        config: documented({
+          summary: 'This OpenAPI document',
+          tags: ['discovery'],
+          sends: ['Cache-Control'],
+          responses: { 200: { description: 'OpenAPI 3.1 document', schema: { type: 'object' } } },
+        }),
+      },
+      async (request, reply) => reply.header('cache-control', cacheControl).send(documentAt(origin(request))),
+    );
+  });
   await app.register(async (docs) => {
     // Never in a frame. No CSP beyond frame-ancestors: Scalar's page runs an inline script and
     // styles its components inline, which a policy without 'unsafe-inline' would block.

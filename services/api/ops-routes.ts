@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import { z } from 'zod';
 import type { Metrics } from '../shared/metrics.ts';
 import type { Readiness } from '../shared/readiness.ts';
+import { openToAnyOrigin } from './cors.ts';
 import { documented } from './openapi.ts';
 
 const Health = z.object({ status: z.literal('ok'), uptime_s: z.number().int() });
@@ -13,6 +14,9 @@ const Ready = z.object({
 /** Liveness, readiness and Prometheus metrics: the endpoints an orchestrator probes. */
 export function opsRoutes(deps: { readiness: Readiness; metrics: Metrics | null; startedAt: number }) {
   return async (app: FastifyInstance) => {
+    // A status page elsewhere may read liveness and readiness; not /metrics, which a deployment
+    // often keeps to its own network, where any page its operator opens could read it otherwise.
+    openToAnyOrigin(app, { except: ['/metrics'] });
     app.get(
       '/healthz',
       {

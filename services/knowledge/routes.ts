@@ -17,6 +17,7 @@ import {
   SearchAnswer,
   SearchRequest,
 } from '../../contracts/knowledge.ts';
+import { openToAnyOrigin } from '../api/cors.ts';
 import { errorHandler, type FieldCodes } from '../api/errors.ts';
 import { declared, refusal } from '../api/openapi.ts';
 import { OperationError } from '../engine/operation-errors.ts';
@@ -244,6 +245,8 @@ export function knowledgeRoutes(deps: KnowledgeDeps): FastifyPluginAsync {
   const { requireKey, serviceOf, metered } = knowledgeAccess(deps);
   return async (plain) => {
     const app = plain.withTypeProvider<ZodTypeProvider>();
+    // Any page may search and chat with a key.
+    openToAnyOrigin(plain);
     decorateCaller(plain);
     // Errors are per caller and never cached, on /api/search too; `_service` comes with every one.
     plain.setErrorHandler(

@@ -22,6 +22,7 @@ import {
   WebhookView,
 } from '../../contracts/webhooks.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
+import { openToAnyOrigin } from '../api/cors.ts';
 import type { FieldCodes } from '../api/errors.ts';
 import { declared, documented, type ResponseDoc, type RouteDoc } from '../api/openapi.ts';
 import { callerHook, decorateCaller, keyRefusal, withAnswerService } from '../metering/caller.ts';
@@ -409,6 +410,8 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
   const testsInFlight = new TestSendsInFlight();
   return async (plain) => {
     const app = plain.withTypeProvider<ZodTypeProvider>();
+    // Any page may read the public schemas and the sample, and, with a key, manage subscriptions.
+    openToAnyOrigin(plain);
     plain.get(SAMPLE_VERIFY_PATH, { config: DOCS.sample }, async () => SAMPLE_VERIFY_BODY);
     // Public: every event type's payload schema at every version (an OpenAPI `webhooks` section).
     const schemas = webhookOpenApi();

@@ -1,5 +1,6 @@
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import { SIGNIN_MCP_PATH } from '../../../contracts/oauth.ts';
+import { openToAnyOrigin } from '../cors.ts';
 import { documented } from '../openapi.ts';
 import { originCacheControl, publicOrigin } from '../public-origin.ts';
 import {
@@ -86,12 +87,6 @@ const aiCatalogDoc = documented({
     },
   },
 });
-/** Public read-only metadata: any browser-based client may read it (the extension asks for this). */
-const DISCOVERY_CORS = {
-  'access-control-allow-origin': '*',
-  'access-control-allow-methods': 'GET',
-  'access-control-allow-headers': 'Content-Type',
-};
 const llmsDoc = documented({
   summary: 'llms.txt: the service explained to a language model',
   tags: ['discovery'],
@@ -116,6 +111,9 @@ export function discoveryPlugin(options: DiscoveryOptions): FastifyPluginAsync {
   const hostOf = (request: FastifyRequest) => new URL(origin(request)).hostname;
   const signin = options.signin === true;
   return async (app) => {
+    // Public read-only metadata: any browser-based client may read every document (the MCP
+    // server card and catalog extensions ask for this; the x402 manifest and llms.txt alike).
+    openToAnyOrigin(app);
     if (options.paid.length > 0) {
       app.get('/.well-known/x402', { config: manifestDoc }, async (request, reply) =>
         reply
@@ -128,28 +126,26 @@ export function discoveryPlugin(options: DiscoveryOptions): FastifyPluginAsync {
     );
     app.get('/mcp/server-card', { config: serverCardDoc }, async (request, reply) =>
       reply
-        .headers({ ...DISCOVERY_CORS, 'cache-control': cacheControl })
+        .header('cache-control', cacheControl)
         .type(SERVER_CARD_TYPE)
         .send(JSON.stringify(serverCard(origin(request), signin))),
     );
     if (signin) {
       app.get(`${SIGNIN_MCP_PATH}/server-card`, { config: signInCardDoc }, async (request, reply) =>
         reply
-          .headers({ ...DISCOVERY_CORS, 'cache-control': cacheControl })
+          .header('cache-control', cacheControl)
           .type(SERVER_CARD_TYPE)
           .send(JSON.stringify(signInServerCard(origin(request)))),
       );
     }
     app.get('/.well-known/ai-catalog.json', { config: aiCatalogDoc }, async (request, reply) =>
       reply
-        .headers({ ...DISCOVERY_CORS, 'cache-control': cacheControl })
+        .header('cache-control', cacheControl)
         .type(AI_CATALOG_TYPE)
         .send(JSON.stringify(aiCatalog(origin(request), hostOf(request), signin))),
     );
     app.get('/.well-known/mcp/catalog.json', { config: catalogDoc }, async (request, reply) =>
-      reply
-        .headers({ ...DISCOVERY_CORS, 'cache-control': cacheControl })
-        .send(mcpCatalog(origin(request), hostOf(request), signin)),
+      reply.header('cache-control', cacheControl).send(mcpCatalog(origin(request), hostOf(request), signin)),
     );
     app.get('/llms.txt', { config: llmsDoc }, async (request, reply) =>
       reply

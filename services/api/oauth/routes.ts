@@ -21,6 +21,8 @@ import {
 } from '../../../contracts/oauth.ts';
 import type { KeyRecord } from '../../keys/key-registry.ts';
 import { type KeyResolver, KeyUnverifiableError } from '../../keys/key-resolver.ts';
+import { RATE_LIMIT_EXPOSED_HEADERS } from '../../metering/rate-limit.ts';
+import { anyOriginHeaders, anyOriginPreflight } from '../cors.ts';
 import { issueFreeKey } from '../keys/free-key.ts';
 import { consumeNonce, issueNonce } from '../keys/nonces.ts';
 import { checkSignIn, siweOrigins } from '../keys/siwe-check.ts';
@@ -134,6 +136,9 @@ const endpointDoc = (summary: string, responses: Record<number, ResponseDoc>, de
     sends: LIBRARY_HEADERS,
     responses: { 400: oauthJson, ...responses },
   });
+
+/** Registration's answers: any page may read them, and the rate limit's headers (api/cors.ts). */
+const REGISTRATION_CORS = anyOriginHeaders(RATE_LIMIT_EXPOSED_HEADERS);
 
 /**
  * The library's endpoints, each declared (the document lists them), each handed to the library as
@@ -432,7 +437,8 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
           url: route.url,
           config: route.doc,
           handler: (request, reply) => {
-            if (route.cors === 'ours') reply.raw.setHeader('access-control-allow-origin', '*');
+            if (route.cors === 'ours')
+              for (const [name, value] of Object.entries(REGISTRATION_CORS)) reply.raw.setHeader(name, value);
             return passThrough(request, reply);
           },
         });
@@ -442,12 +448,9 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
           raw.options(route.url, async (_request, reply) =>
             reply
               .code(204)
-              .headers({
-                'access-control-allow-origin': '*',
-                'access-control-allow-methods': route.method,
-                'access-control-allow-headers': 'Content-Type, Authorization',
-                'access-control-max-age': '3600',
-              })
+              .headers(
+                anyOriginPreflight(route.method, 'Content-Type, Authorization', RATE_LIMIT_EXPOSED_HEADERS),
+              )
               .send(),
           );
         }

@@ -8,6 +8,7 @@ import { REVEAL_AFTER_CANDLES } from '../../../contracts/history.ts';
 import { Exchange, TIMEFRAME_MS, Timeframe } from '../../../contracts/market.ts';
 import { verdictHash } from '../../../contracts/verdict-hash.ts';
 import { verdictVerifyUrl } from '../../../contracts/verify-url.ts';
+import { openToAnyOrigin } from '../cors.ts';
 import { errorHandler } from '../errors.ts';
 import { declared, refusal } from '../openapi.ts';
 
@@ -120,6 +121,8 @@ export function verifyRoutes(deps: {
     computeAnswer(deps.store, deps.baseUrl, stream, revision, at);
 
   return async (app) => {
+    // Anyone may check a verdict's hash from their own page: public, read-only.
+    openToAnyOrigin(app);
     const serve = (
       reply: FastifyReply,
       ifNoneMatch: string | undefined,

@@ -210,10 +210,15 @@ describe('preflights of the open routes', () => {
     expect(res.headers.get('access-control-allow-origin')).toBe('*');
   });
 
-  it('leaves the pages and /metrics closed, and the origin-guarded routes to their guard', async () => {
-    for (const path of ['/track-record', '/docs', '/metrics']) {
+  it('leaves the pages, /readyz and /metrics closed, and the origin-guarded routes to their guard', async () => {
+    for (const path of ['/track-record', '/docs', '/readyz', '/metrics']) {
       const res = await preflight(path, 'GET', 'if-none-match');
       expect(res.headers.get('access-control-allow-origin'), path).toBeNull();
+      // A simple GET needs no preflight: its answer must not open itself either.
+      const simple = await fetch(`${service.service.url}${path}`, {
+        headers: { origin: 'https://app.example.com' },
+      });
+      expect(simple.headers.get('access-control-allow-origin'), path).toBeNull();
     }
     // /api/keys answers listed origins only (mcp/request-guard.ts): another site's is refused.
     const keys = await preflight('/api/keys', 'POST', 'content-type');

@@ -1,6 +1,6 @@
 /**
  * CORS for the routes any web page may call: the public reads (track record, /verify, the
- * webhook schemas, the OpenAPI document, discovery, liveness) and the keyed /api routes, and the
+ * webhook schemas, the OpenAPI document, discovery, liveness; not readiness) and the keyed /api routes, and the
  * headers the x402 routes build from the same parts. /api/keys and /mcp answer listed origins
  * only (mcp/request-guard.ts: a sign-in and MCP's DNS-rebinding rule), the OAuth endpoints their
  * own way (oauth/routes.ts).

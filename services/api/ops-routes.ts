@@ -14,9 +14,10 @@ const Ready = z.object({
 /** Liveness, readiness and Prometheus metrics: the endpoints an orchestrator probes. */
 export function opsRoutes(deps: { readiness: Readiness; metrics: Metrics | null; startedAt: number }) {
   return async (app: FastifyInstance) => {
-    // A status page elsewhere may read liveness and readiness; not /metrics, which a deployment
-    // often keeps to its own network, where any page its operator opens could read it otherwise.
-    openToAnyOrigin(app, { except: ['/metrics'] });
+    // A status page elsewhere may read liveness; not /readyz (the engines' kinds, log positions, a
+    // venue's failure) nor /metrics, which a deployment often keeps to its own network, where any
+    // page its operator opens could read them otherwise.
+    openToAnyOrigin(app, { except: ['/readyz', '/metrics'] });
     app.get(
       '/healthz',
       {

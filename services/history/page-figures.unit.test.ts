@@ -52,6 +52,12 @@ describe('the track-record page shows the risk baselines as the evaluation repor
       qlikeVs: { ewma: lift(0), garch: lift(0), harRv: lift(0) },
       mseLog: { service: 7, ewma: 7, garch: 9, harRv: 10 },
       sizing: { service: lift(1), trailing: lift(1) },
+      sharpness: { width: lift(1), winkler: lift(1) },
+      missAfter: { miss: 0.2, hit: 0.2, freeMiss: 0.2 },
+      byDay: {
+        weekday: { points: 600, coverage: lift(0.8), sigmaRatio: lift(1) },
+        weekend: { points: 300, coverage: lift(0.8), sigmaRatio: lift(1) },
+      },
     };
     const row: DeskRowReport = { set: 'perp', timeframe: '1d', key: 'verdict', candles: 6, score };
     const [stored] = deskBaselineRows([row]);

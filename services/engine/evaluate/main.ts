@@ -1,7 +1,7 @@
 import { spawnSync } from 'node:child_process';
 import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { loadavg } from 'node:os';
-import { join, relative } from 'node:path';
+import { basename, join, relative } from 'node:path';
 import { parseArgs } from 'node:util';
 import { aggregateCandles } from '../../../adapters/market/aggregate.ts';
 import { MarketFileError } from '../../../adapters/market/csv.ts';
@@ -45,7 +45,14 @@ import { dataStart, folderProblem, readCandles } from './data-folder.ts';
 import { type CarryEvaluation, evaluateCarry, fitCarryTable, loadFundingHistory } from './funding.ts';
 import { type CellReport, type LabelReport, renderReport, type VolReport } from './report.ts';
 import { fitFreeLabelCuts, labelEvidence } from './risk.ts';
-import { type DeskResult, deskBaselineRows, renderRiskDesk, riskDesk } from './risk-desk-run.ts';
+import {
+  type DeskResult,
+  deskBaselineRows,
+  RISK_ROWS_SUFFIX,
+  renderRiskDesk,
+  renderRiskDeskRows,
+  riskDesk,
+} from './risk-desk-run.ts';
 import type { Estimate } from './stats.ts';
 import { reliabilitySvg } from './svg.ts';
 import { calibrationTable, collectSamples, type Sample } from './walk-forward.ts';
@@ -271,6 +278,8 @@ if (
 /** The risk desk's report: --report with --risk-only, else beside the main report (…-risk.md). */
 const riskReportPath =
   values['risk-only'] && values.report ? values.report : reportPath.replace(/(\.md)?$/, '-risk.md');
+/** Its per-row CSV of band width, Winkler score, misses after misses and weekends, beside it. */
+const riskRowsPath = riskReportPath.replace(/(\.md)?$/, RISK_ROWS_SUFFIX);
 /** Where a score-only run's scores start: --from, else the training end of the table scored. */
 const scoresStart = (trainTo: number) => (values.from ? day(values.from) : trainTo);
 async function runRiskDesk(shippedVol: VolatilityTable | null): Promise<DeskResult> {
@@ -299,10 +308,13 @@ async function runRiskDesk(shippedVol: VolatilityTable | null): Promise<DeskResu
         fitted: scoreOnly
           ? `the shipped table, trained before ${new Date(shippedVol?.trainTo ?? split).toISOString().slice(0, 10)}`
           : `before ${values.split}`,
+        rowsFile: basename(riskRowsPath),
       },
     )}`,
   );
   log(`wrote ${riskReportPath}`);
+  await writeFile(riskRowsPath, renderRiskDeskRows(result));
+  log(`wrote ${riskRowsPath}`);
   return result;
 }
 

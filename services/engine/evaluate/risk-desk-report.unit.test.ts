@@ -6,6 +6,7 @@ import {
   deskCounts,
   MIN_INTERVAL_BLOCKS,
   renderRiskDesk,
+  renderRiskDeskRows,
 } from './risk-desk-run.ts';
 
 const lift = (value: number, low = value, high = value): Lift => ({ value, low, high });
@@ -21,6 +22,12 @@ function row(blocks: number, garch: Lift): DeskRowReport {
     qlikeVs: { ewma: lift(-0.01, -0.02, -0.005), garch, harRv: lift(-0.1, -0.2, -0.05) },
     mseLog: { service: 7, ewma: 7, garch: 9, harRv: 10 },
     sizing: { service: lift(1.02, 0.9, 1.1), trailing: lift(1, 0.9, 1.1) },
+    sharpness: { width: lift(1), winkler: lift(1) },
+    missAfter: { miss: 0.2, hit: 0.2, freeMiss: 0.2 },
+    byDay: {
+      weekday: { points: 600, coverage: lift(0.8), sigmaRatio: lift(1) },
+      weekend: { points: 300, coverage: lift(0.8), sigmaRatio: lift(1) },
+    },
   };
   return { set: 'spot', timeframe: '1d', key: 'verdict', candles: 6, score };
 }
@@ -60,6 +67,38 @@ describe('the risk desk report', () => {
       low: -0.1,
       high: -0.01,
     });
+  });
+
+  it("states beside the counts what a buyer should know: level error against each baseline, sizing against the trailing σ's, sharpness, clustering and weekends", () => {
+    const a = row(40, lift(-0.05, -0.1, -0.01));
+    const b = row(40, lift(0.03, 0.01, 0.05));
+    b.score.mseLog = { service: 6, ewma: 6.5, garch: 9, harRv: 10 };
+    b.score.sizing = { service: lift(1.01), trailing: lift(1.05) };
+    b.score.sharpness = { width: lift(0.97), winkler: lift(0.98) };
+    b.score.missAfter = { miss: 0.23, hit: 0.19, freeMiss: 0.25 };
+    b.score.byDay.weekend.coverage = lift(0.75);
+    const both = { risk: {}, rows: [a, { ...b, timeframe: '12h' as const }] };
+    const report = renderRiskDesk(both, { ...meta, rowsFile: 'evaluation-risk-rows.csv' });
+    expect(report).toContain(
+      'MSE of log variance below EWMA on 1 (spot 12h verdict), GARCH(1,1) on 2, HAR-RV on 2.',
+    );
+    expect(report).toContain(
+      'only ties with GARCH(1,1), the standard volatility model of a risk desk: lower on 1 of 2 rows, the interval below 0 on 1, above 0 on 1',
+    );
+    expect(report).toContain('ours is the nearer to 1 on 1 (ours 1.010–1.020, trailing 1.000–1.050)');
+    expect(report).toContain("ours is 0.970–1.000 × the trailing band's");
+    expect(report).toContain('lower on 1 of 2 rows');
+    expect(report).toContain('the band missed 0.20–0.23 of the time, after a hit 0.19–0.20 (nominal 0.20)');
+    expect(report).toContain('covered 75.0–80.0 % (within ±3 points on 1 of 2 rows)');
+    expect(report).toContain('Not wholly out of sample');
+    expect(report).toContain('(per row in evaluation-risk-rows.csv beside this report)');
+    // The per-row figures go to their own file, not a table in the report (the chat's index).
+    expect(report).not.toContain('| spot | 12h | verdict (6) | 0.970');
+    const csv = renderRiskDeskRows(both).split('\n');
+    expect(csv[0]).toMatch(/^set,timeframe,horizon,candles,width_ratio,/);
+    expect(csv[2]).toBe(
+      'spot,12h,verdict,6,0.970,0.970,0.970,0.980,0.980,0.980,0.230,0.250,0.190,80.0,80.0,80.0,75.0,75.0,75.0,600,300,1.000,1.000',
+    );
   });
 
   it('prints a bound below 0 that rounds to 0.000 at its first digit, so the table agrees with the count', () => {

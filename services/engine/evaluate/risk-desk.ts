@@ -499,6 +499,28 @@ interface BlockSums {
   mse: [number, number, number, number];
   sized: number;
   trailingSized: number;
+  /** Closes with a free band (trailing σ above 0), where the two bands' sharpness is compared. */
+  sharpN: number;
+  /** Summed widths (in log return) of the served and the free band, and their interval scores. */
+  width: number;
+  freeWidth: number;
+  winkler: number;
+  freeWinkler: number;
+  /**
+   * Closes whose last resolved forecast (made `h` closes before, its horizon ending at this close)
+   * missed, and how many of those missed too; the same after a hit; the free band's after a miss.
+   */
+  afterMiss: number;
+  missAfterMiss: number;
+  afterHit: number;
+  missAfterHit: number;
+  freeAfterMiss: number;
+  freeMissAfterMiss: number;
+  /** Closes at a Saturday or Sunday UTC (index 1) or another day (0): count, inside, σ² and r² sums. */
+  dayN: [number, number];
+  dayInside: [number, number];
+  dayServed2: [number, number];
+  dayRealised2: [number, number];
 }
 
 const emptyBlock = (): BlockSums => ({
@@ -512,7 +534,37 @@ const emptyBlock = (): BlockSums => ({
   mse: [0, 0, 0, 0],
   sized: 0,
   trailingSized: 0,
+  sharpN: 0,
+  width: 0,
+  freeWidth: 0,
+  winkler: 0,
+  freeWinkler: 0,
+  afterMiss: 0,
+  missAfterMiss: 0,
+  afterHit: 0,
+  missAfterHit: 0,
+  freeAfterMiss: 0,
+  freeMissAfterMiss: 0,
+  dayN: [0, 0],
+  dayInside: [0, 0],
+  dayServed2: [0, 0],
+  dayRealised2: [0, 0],
 });
+
+/**
+ * The interval score of a central band with `miss` nominal outside share (Gneiting & Raftery
+ * 2007, Winkler 1972): its width plus 2 ÷ miss × how far outside it the outcome fell. Lower is
+ * better; it rewards a narrower band only while the misses it adds stay near the nominal share.
+ */
+export function intervalScore(low: number, high: number, y: number, miss: number): number {
+  return high - low + (2 / miss) * (Math.max(0, low - y) + Math.max(0, y - high));
+}
+
+/** Whether a close falls on a Saturday or Sunday, UTC (1 January 1970 was a Thursday). */
+export const isWeekendUtc = (t: number): boolean => {
+  const weekday = (Math.floor(t / DAY_MS) + 4) % 7;
+  return weekday === 0 || weekday === 6;
+};
 
 export interface Lift {
   value: number | null;
@@ -558,6 +610,22 @@ export interface DeskScore {
   qlikeVs: { ewma: Lift; garch: Lift; harRv: Lift };
   mseLog: { service: number | null; ewma: number | null; garch: number | null; harRv: number | null };
   sizing: { service: Lift; trailing: Lift };
+  /**
+   * The served band against the free trailing-σ band on the same closes (reported only; no fit
+   * reads them): mean width ratio and mean interval-score ratio (below 1: ours is better).
+   */
+  sharpness: { width: Lift; winkler: Lift };
+  /**
+   * The share of closes whose band missed, given that the last resolved forecast of the same coin
+   * and horizon (made `h` closes earlier) missed, or hit; the free band's after its own miss. A
+   * band whose misses do not cluster misses the nominal share after either.
+   */
+  missAfter: { miss: number | null; hit: number | null; freeMiss: number | null };
+  /** Coverage and σ served ÷ realised of the forecasts made on Monday–Friday and on weekends, UTC. */
+  byDay: {
+    weekday: { points: number; coverage: Lift; sigmaRatio: Lift };
+    weekend: { points: number; coverage: Lift; sigmaRatio: Lift };
+  };
 }
 
 const fin = (x: number) => (Number.isFinite(x) ? x : null);
@@ -590,6 +658,9 @@ export function scoreDesk(
     const cumRv = prefix(s.rv);
     const vars = [0, 0, 0];
     const scale = bandScales(s, fit.service, h, perp, miss);
+    // Per close scored: 1 where the band missed, 0 where it held (-1 not scored), served and free.
+    const missed = new Int8Array(s.close.length).fill(-1);
+    const freeMissed = new Int8Array(s.close.length).fill(-1);
     for (const i of closes(
       s,
       h,
@@ -624,8 +695,41 @@ export function scoreDesk(
       b.n++;
       b.served2 += service;
       b.realised2 += logReturn * logReturn;
-      if (logReturn >= band.low * sigma * scale[i]! && logReturn <= band.high * sigma * scale[i]!) b.inside++;
-      if (logReturn >= fit.freeBand.low * free && logReturn <= fit.freeBand.high * free) b.freeInside++;
+      const low = band.low * sigma * scale[i]!;
+      const high = band.high * sigma * scale[i]!;
+      const inside = logReturn >= low && logReturn <= high;
+      const freeLow = fit.freeBand.low * free;
+      const freeHigh = fit.freeBand.high * free;
+      const freeIn = logReturn >= freeLow && logReturn <= freeHigh;
+      if (inside) b.inside++;
+      if (freeIn) b.freeInside++;
+      missed[i] = inside ? 0 : 1;
+      freeMissed[i] = freeIn ? 0 : 1;
+      if (free > 0) {
+        b.sharpN++;
+        b.width += high - low;
+        b.freeWidth += freeHigh - freeLow;
+        b.winkler += intervalScore(low, high, logReturn, miss);
+        b.freeWinkler += intervalScore(freeLow, freeHigh, logReturn, miss);
+      }
+      // The last forecast resolved by this close: made h closes earlier, its horizon ending here.
+      const last = i >= h ? missed[i - h]! : -1;
+      if (last === 1) {
+        b.afterMiss++;
+        if (!inside) b.missAfterMiss++;
+      } else if (last === 0) {
+        b.afterHit++;
+        if (!inside) b.missAfterHit++;
+      }
+      if (i >= h && freeMissed[i - h] === 1) {
+        b.freeAfterMiss++;
+        if (!freeIn) b.freeMissAfterMiss++;
+      }
+      const d = isWeekendUtc(s.closeTime[i]!) ? 1 : 0;
+      b.dayN[d]++;
+      if (inside) b.dayInside[d]++;
+      b.dayServed2[d] += service;
+      b.dayRealised2[d] += realised;
       const forecasts = [service, ewma, garchH, harRv];
       for (let k = 0; k < 4; k++) {
         const f = Math.max(FLOOR, forecasts[k]!);
@@ -653,6 +757,23 @@ export function scoreDesk(
       t.mseN += b!.mseN;
       t.sized += b!.sized;
       t.trailingSized += b!.trailingSized;
+      t.sharpN += b!.sharpN;
+      t.width += b!.width;
+      t.freeWidth += b!.freeWidth;
+      t.winkler += b!.winkler;
+      t.freeWinkler += b!.freeWinkler;
+      t.afterMiss += b!.afterMiss;
+      t.missAfterMiss += b!.missAfterMiss;
+      t.afterHit += b!.afterHit;
+      t.missAfterHit += b!.missAfterHit;
+      t.freeAfterMiss += b!.freeAfterMiss;
+      t.freeMissAfterMiss += b!.freeMissAfterMiss;
+      for (let d = 0; d < 2; d++) {
+        t.dayN[d]! += b!.dayN[d]!;
+        t.dayInside[d]! += b!.dayInside[d]!;
+        t.dayServed2[d]! += b!.dayServed2[d]!;
+        t.dayRealised2[d]! += b!.dayRealised2[d]!;
+      }
       for (let k = 0; k < 4; k++) {
         t.qlike[k]! += b!.qlike[k]!;
         t.mse[k]! += b!.mse[k]!;
@@ -670,6 +791,11 @@ export function scoreDesk(
   const q = (k: number) => (t: BlockSums) => (t.n === 0 ? Number.NaN : t.qlike[k]! / t.n);
   const m = (k: number) => (t: BlockSums) => (t.mseN === 0 ? Number.NaN : t.mse[k]! / t.mseN);
   const vs = (k: number) => lift((t) => q(0)(t) - q(k)(t));
+  const byDay = (d: 0 | 1) => ({
+    points: all.dayN[d]!,
+    coverage: lift((t) => t.dayInside[d]! / t.dayN[d]!),
+    sigmaRatio: lift((t) => Math.sqrt(t.dayServed2[d]! / t.dayRealised2[d]!)),
+  });
   return {
     points: all.n,
     blocks: list.length,
@@ -682,6 +808,19 @@ export function scoreDesk(
     sizing: {
       service: lift((t) => Math.sqrt(t.sized / t.n)),
       trailing: lift((t) => Math.sqrt(t.trailingSized / t.n)),
+    },
+    sharpness: {
+      width: lift((t) => t.width / t.freeWidth),
+      winkler: lift((t) => t.winkler / t.freeWinkler),
+    },
+    missAfter: {
+      miss: all.afterMiss > 0 ? all.missAfterMiss / all.afterMiss : null,
+      hit: all.afterHit > 0 ? all.missAfterHit / all.afterHit : null,
+      freeMiss: all.freeAfterMiss > 0 ? all.freeMissAfterMiss / all.freeAfterMiss : null,
+    },
+    byDay: {
+      weekday: byDay(0),
+      weekend: byDay(1),
     },
   };
 }

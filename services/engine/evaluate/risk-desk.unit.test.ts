@@ -24,6 +24,8 @@ import {
   fitDesk,
   fitGarch,
   type GarchParams,
+  intervalScore,
+  isWeekendUtc,
   prepareCoins,
   scoreDesk,
 } from './risk-desk.ts';
@@ -301,6 +303,48 @@ describe('risk desk on real candles', () => {
       expect(test.qlikeVs.garch.low!).toBeLessThanOrEqual(test.qlikeVs.garch.high!);
       expect(test.sizing.service.value!).toBeGreaterThan(0);
     }
+  });
+
+  it('reports the band against the free band, its misses after a miss or a hit, and weekdays apart from weekends', () => {
+    // The interval score: the width, plus 2 ÷ miss × the distance outside.
+    expect(intervalScore(-1, 1, 0, 0.2)).toBe(2);
+    expect(intervalScore(-1, 1, 2, 0.2)).toBe(12);
+    expect(intervalScore(-1, 1, -1.5, 0.2)).toBe(7);
+    expect(isWeekendUtc(Date.UTC(2025, 5, 7, 12))).toBe(true); // a Saturday
+    expect(isWeekendUtc(Date.UTC(2025, 5, 8, 23, 59))).toBe(true); // a Sunday
+    expect(isWeekendUtc(Date.UTC(2025, 5, 9))).toBe(false); // a Monday
+    expect(isWeekendUtc(Date.UTC(2025, 5, 6, 23, 59))).toBe(false); // a Friday
+    const tf = '15m' as const;
+    const series = m5.map((c) => deskSeries(aggregateCandles(c, '5m', tf), tf, c));
+    const { coins, garch } = prepareCoins(series, split);
+    const h = deskHorizons(tf, 6)[1]!;
+    const fit = fitDesk(coins, tf, h, split, 0.8)!;
+    const test = scoreDesk(coins, tf, fit, garch, split, Number.POSITIVE_INFINITY, 20);
+    const { weekday, weekend } = test.byDay;
+    expect(weekday.points + weekend.points).toBe(test.points);
+    expect(weekend.points).toBeGreaterThan(0.2 * test.points);
+    expect(weekend.points).toBeLessThan(0.35 * test.points);
+    // The two days' coverages pool to the row's.
+    expect(
+      (weekday.coverage.value! * weekday.points + weekend.coverage.value! * weekend.points) / test.points,
+    ).toBeCloseTo(test.coverage.value!, 9);
+    expect(weekend.sigmaRatio.value!).toBeGreaterThan(0);
+    for (const x of [test.missAfter.miss, test.missAfter.hit, test.missAfter.freeMiss]) {
+      expect(x!).toBeGreaterThan(0);
+      expect(x!).toBeLessThan(1);
+    }
+    expect(test.sharpness.width.value!).toBeGreaterThan(0);
+    expect(test.sharpness.winkler.value!).toBeGreaterThan(0);
+    // A free band twice as wide halves the width ratio and changes no figure of ours.
+    const wide = {
+      ...fit,
+      freeBand: { ...fit.freeBand, low: 2 * fit.freeBand.low, high: 2 * fit.freeBand.high },
+    };
+    const again = scoreDesk(coins, tf, wide, garch, split, Number.POSITIVE_INFINITY, 20);
+    expect(again.sharpness.width.value!).toBeCloseTo(test.sharpness.width.value! / 2, 9);
+    expect(again.coverage).toEqual(test.coverage);
+    expect(again.missAfter.miss).toBe(test.missAfter.miss);
+    expect(again.missAfter.freeMiss).not.toBe(test.missAfter.freeMiss);
   });
 
   it('serves from a market state what it scores: hour-of-day factors on every horizon, the day model with its hourly slope, the scaled band on a perpetual venue', () => {

@@ -221,6 +221,19 @@ describe('track record: the feed it is built from', () => {
     expect(at({}).feedNote).not.toContain('No verdict of');
   });
 
+  it('says a line counts none in this window alone when longer windows count its earlier verdicts', () => {
+    const now = T0 + 40 * 24 * HOUR;
+    const state: TrackRecordState = {};
+    // A 1d verdict counted a month ago, then only looped ones in the last week.
+    addPoint(state, point({ timeframe: '1d' }), 1);
+    addPoint(state, point({ timeframe: '1d', replayLap: 1, candleCloseTime: now - 3 * 24 * HOUR }), 2);
+    const week = trackRecord(state, '7d', now);
+    expect(week.lines.find((l) => l.timeframe === '1d')).toMatchObject({ calls: 0, holds: 0 });
+    expect(week.feedNote).toContain('No verdict of BINANCE 1d is counted in this window');
+    expect(week.feedNote).not.toContain('REPLAY_START');
+    expect(trackRecord(state, 'all', now).feedNote).not.toContain('No verdict of');
+  });
+
   it("a looped lap's outcomes do not move the time the record is as of", () => {
     const now = T0 + 30 * 24 * HOUR;
     const state: TrackRecordState = {};

@@ -117,7 +117,9 @@ describe('a replay started a week before the end of its data', () => {
     expect(tr.feedNote).toContain(
       'No verdict of BINANCE 1d, BINANCE 8h is counted: each one resolved came due in a looped lap',
     );
-    expect(tr.feedNote).toContain('(REPLAY_START) gives them a record');
+    expect(tr.feedNote).toContain(
+      'a replay started earlier gives them a record (REPLAY_START, read when the event log is new',
+    );
   });
 });
 

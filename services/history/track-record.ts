@@ -3,6 +3,7 @@ import {
   type CarryRecord,
   FEE_BPS,
   HORIZON_CANDLES,
+  OUTCOME_AFTER_CANDLES,
   type RiskRecord,
   TRADE_CALL_TRACK_RECORD_WINDOW,
   type TrackRecordBrief,
@@ -365,19 +366,40 @@ function feedOf(c: Cell, inTraining = 0): { feed: TrackRecordFeed; feedNote: str
 }
 
 /**
- * Why a line counts nothing: every verdict of it resolved came due in a looped lap. On a looping
- * replay every later one will too (a replay started less than 24 candles of the timeframe before
- * its data's end: 24 days on 1d), so the note says it and what gives them a record.
+ * Why a line counts nothing: every verdict of it resolved came due in a looped lap. Over the whole
+ * record (`state`), a line that counts none will count none later either on a looping replay (one
+ * started less than OUTCOME_AFTER_CANDLES candles of the timeframe before its data's end: 24 days
+ * on 1d), so the note says what gives it a record: an earlier replay start, which only a new event
+ * log reads (a log keeps the replay clock it first recorded). A line that counts none in this
+ * window alone has earlier verdicts counted over longer windows, and the note says that instead.
  */
-function loopedOnly(lines: readonly TrackRecordLine[]): string {
-  const names = lines
-    .filter((l) => l.feeds.replayLooped > 0 && l.feeds.live + l.feeds.replay === 0)
-    .map((l) => `${l.exchange} ${l.timeframe}`);
-  if (names.length === 0) return '';
+function loopedOnly(lines: readonly TrackRecordLine[], state: TrackRecordState): string {
+  const counted = new Map<string, number>();
+  for (const [key, cell] of Object.entries(state)) {
+    const market = key.slice(0, key.lastIndexOf('|'));
+    counted.set(market, (counted.get(market) ?? 0) + cell.live + cell.replay);
+  }
+  const never: string[] = [];
+  const notHere: string[] = [];
+  for (const l of lines) {
+    if (l.feeds.replayLooped === 0 || l.feeds.live + l.feeds.replay > 0) continue;
+    const name = `${l.exchange} ${l.timeframe}`;
+    if ((counted.get(`${l.exchange}|${l.timeframe}`) ?? 0) === 0) never.push(name);
+    else notHere.push(name);
+  }
+  const cause =
+    `each one resolved came due in a looped lap (its outcome, ${OUTCOME_AFTER_CANDLES} candles on, ` +
+    "past the end of the replay's data)";
   return (
-    ` No verdict of ${names.join(', ')} is counted: each one resolved came due in a looped lap (its outcome, ` +
-    "24 candles on, past the end of the replay's data), and later ones will too; a replay started earlier " +
-    '(REPLAY_START) gives them a record.'
+    (never.length > 0
+      ? ` No verdict of ${never.join(', ')} is counted: ${cause}, and later ones will too; a replay ` +
+        'started earlier gives them a record (REPLAY_START, read when the event log is new: a log keeps ' +
+        'the replay clock it first recorded).'
+      : '') +
+    (notHere.length > 0
+      ? ` No verdict of ${notHere.join(', ')} is counted in this window: ${cause}; a longer window counts ` +
+        'their earlier ones.'
+      : '')
   );
 }
 
@@ -492,7 +514,7 @@ export function trackRecord(
     asOfPosition: recordPosition(state),
     window,
     feed,
-    feedNote: feedNote + loopedOnly(lines),
+    feedNote: feedNote + loopedOnly(lines, state),
     feeBps: FEE_BPS,
     horizonCandles: HORIZON_CANDLES,
     overall: lineOf('ALL', 'ALL', overall),

@@ -33,6 +33,11 @@ export async function stackBesideReceiver(options: {
   return { stack, receiver: await startReceiver(tls) };
 }
 
+/** Another HTTPS receiver the stacks above trust, on an origin of its own (another port). */
+export function anotherReceiver(): Promise<Receiver> {
+  return startReceiver(tls);
+}
+
 /** The receiver first: its sockets end the hung requests, so the dispatcher stops at once. */
 export async function closeBoth(
   stack: WebhookStack | undefined,

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { appendVerdict, type WebhookStack } from '../../test/webhooks-harness.ts';
 import type { Receiver } from '../../test/webhooks-receiver.ts';
 import {
+  anotherReceiver,
   closeBoth,
   type Delivery,
   latest,
@@ -202,6 +203,56 @@ describe('WEBHOOK_ORIGIN_CONCURRENCY', () => {
       const after = await testHung();
       expect(after.status).toBe(200);
       await after.body?.cancel();
+    });
+  });
+
+  describe("a key's test send to one of its origins while another of its origins hangs", () => {
+    let stack: WebhookStack;
+    let hung: Receiver;
+    let elsewhere: Receiver;
+
+    beforeAll(async () => {
+      ({ stack, receiver: hung } = await stackBesideReceiver({
+        env: { WEBHOOK_ENDPOINT_CONCURRENCY: '1', WEBHOOK_TIMEOUT_MS: '100000' },
+      }));
+      elsewhere = await anotherReceiver();
+    });
+    afterAll(async () => {
+      await elsewhere?.close();
+      await closeBoth(stack, hung);
+    });
+
+    it('goes at once: the one-at-a-time rule is per receiver origin, as the slots are', async () => {
+      hung.behave = () => 'hang';
+      const key = await stack.issue('tenant-two-origins');
+      const testSend = async (url: string) => {
+        const sub = await stack.request('POST', '/api/webhooks', key, {
+          url,
+          events: ['trade_call'],
+          assets: ['BTC'],
+        });
+        expect(sub.status).toBe(201);
+        return () =>
+          fetch(`${stack.url}/api/webhooks/${sub.body.id}/test`, {
+            method: 'POST',
+            headers: { authorization: `Bearer ${key}` },
+          });
+      };
+      const toHung = await testSend(`${new URL(hung.url).origin}/hook`);
+      const toElsewhere = await testSend(`${new URL(elsewhere.url).origin}/hook`);
+      const first = toHung();
+      await hung.waitFor(1);
+      // Before, refused 429 while the send to the hung origin waited, though it takes another slot.
+      const other = await toElsewhere();
+      expect(other.status).toBe(200);
+      expect(await other.json()).toMatchObject({ delivered: true, status: 200 });
+      expect(elsewhere.received).toHaveLength(1);
+      // The hung origin's own rule still holds.
+      const again = await toHung();
+      expect(again.status).toBe(429);
+      await again.body?.cancel();
+      await hung.close();
+      expect(await (await first).json()).toMatchObject({ delivered: false });
     });
   });
 });

@@ -197,7 +197,7 @@ const DOCS = {
       400: fail('INVALID_FIELD: the route takes no body field'),
       404: fail('NOT_FOUND'),
       429: fail(
-        `RATE_LIMITED: the key's test sends are ${TEST_SENDS_PER_WINDOW} a minute per api process, one at a time (refused at once while one is still waiting for its receiver; nothing sent); Retry-After and retry_after_ms say when the next may go`,
+        `RATE_LIMITED: the key's test sends are ${TEST_SENDS_PER_WINDOW} a minute per api process, one at a time per receiver origin (refused at once while one to that origin is still waiting for its receiver; nothing sent); Retry-After and retry_after_ms say when the next may go`,
       ),
     },
   }),
@@ -445,15 +445,16 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
       const apiKeyId = keyOf(request);
       const sub = owned(apiKeyId, request.params.id);
       const now = Date.now();
-      // One test send of a key waits or sends at a time: a second would queue behind the key's
-      // own slot on its receiver, holding its request, however slow that receiver is. Refused
-      // before the budget is taken, so it costs none of it.
-      const turn = testsInFlight.begin(apiKeyId, now, settings.timeoutMs);
+      // One test send of a key to one receiver origin waits or sends at a time: a second would
+      // queue behind the key's own slot there (its endpoint: key and origin), holding its request,
+      // however slow that receiver is; a send to another origin takes another slot and goes.
+      // Refused before the budget is taken, so it costs none of it.
+      const turn = testsInFlight.begin(`${apiKeyId} ${new URL(sub.url).origin}`, now, settings.timeoutMs);
       if ('waitMs' in turn) {
         throw rateLimited(
           turn.waitMs,
           (seconds) =>
-            `a test send of this key is still waiting for its receiver (one at a time per api process; the key's other calls are not limited); retry in ${seconds} s`,
+            `a test send of this key to this receiver origin is still waiting for its receiver (one at a time per origin and api process; the key's other calls are not limited); retry in ${seconds} s`,
         );
       }
       try {

@@ -39,11 +39,12 @@ export class TestSendBudget {
 }
 
 /**
- * A key's test send outstanding in this api process (waiting for a slot of the key's endpoint or
- * sending): one at a time. Each holds its request and its sample until the receiver answers, and
- * waits behind the key's own slots there (held by a hung receiver for WEBHOOK_TIMEOUT_MS each),
- * so the budget alone (10 a minute) would let a key pile up waiting sends faster than a slow
- * receiver lets them go. A second one is refused at once, before it takes the budget.
+ * A key's test send outstanding in this api process to one endpoint (`key` names the API key and
+ * the receiver's origin; waiting for a slot of the endpoint or sending): one at a time. Each holds
+ * its request and its sample until the receiver answers, and waits behind the key's own slots
+ * there (held by a hung receiver for WEBHOOK_TIMEOUT_MS each), so the budget alone (10 a minute)
+ * would let a key pile up waiting sends faster than a slow receiver lets them go. A second one to
+ * the same endpoint is refused at once, before it takes the budget.
  */
 export class TestSendsInFlight {
   private readonly started = new Map<string, number>();

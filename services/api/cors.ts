@@ -18,15 +18,14 @@ import { RATE_LIMIT_EXPOSED_HEADERS } from '../metering/rate-limit.ts';
 /**
  * The answer headers a page reads beyond the CORS-safelisted ones (Cache-Control, Content-Type…
  * need no exposing): the rate limit and when to retry, the answer's version for If-None-Match, a
- * verdict export's `_service`, file name and cursor trailer.
+ * verdict export's `_service` and file name. Not the export's `X-History-Cursor`: an HTTP trailer,
+ * which fetch() never shows a page (it resumes from a row's `cursor` or the trailer line).
  */
 export const OPEN_EXPOSED_HEADERS = [
   RATE_LIMIT_EXPOSED_HEADERS,
   'ETag',
   'X-Service-Meta',
   'Content-Disposition',
-  'Trailer',
-  'X-History-Cursor',
 ].join(', ');
 
 /**

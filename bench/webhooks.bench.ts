@@ -376,7 +376,15 @@ async function throughputSingle(
           receiver.received.length = 0;
           await settle();
         }
-        const figures = await measureCpu({}, () => floor(events));
+        // The floor's stretch is profiled only for allocations, to set the path's bytes beside it.
+        const figures = await measureCpu({}, () =>
+          profiledIf(
+            process.env.BENCH_HEAP_PROF === '1' ? process.env.BENCH_CPU_PROF_DIR : undefined,
+            'single-floor',
+            events,
+            () => floor(events),
+          ),
+        );
         receiver.received.length = 0;
         return figures;
       } finally {
@@ -441,12 +449,13 @@ async function profiledIf<T>(
   session.connect();
   try {
     // BENCH_HEAP_PROF=1: the allocations of the stretch instead (V8's sampling heap profiler,
-    // every 32 KB on average, counting what scavenges and mark-compacts collected too).
+    // every 32 KB on average or BENCH_HEAP_PROF_INTERVAL bytes, counting what scavenges and
+    // mark-compacts collected too), summed per delivery by part.
     const heap = process.env.BENCH_HEAP_PROF === '1';
     if (heap) {
       await session.post('HeapProfiler.enable');
       await session.post('HeapProfiler.startSampling', {
-        samplingInterval: 32_768,
+        samplingInterval: Number(process.env.BENCH_HEAP_PROF_INTERVAL ?? 32_768),
         includeObjectsCollectedByMajorGC: true,
         includeObjectsCollectedByMinorGC: true,
       });
@@ -463,6 +472,7 @@ async function profiledIf<T>(
       const file = join(dir, `${name}-${stamp}.heapprofile`);
       writeFileSync(file, JSON.stringify(profile));
       console.log(`    allocation profile of the measured stretch: ${file}`);
+      printHeapParts(name, profile as HeapProfile, deliveries);
       return result;
     }
     const { profile } = await session.post('Profiler.stop');
@@ -512,7 +522,63 @@ const PARTS: [string, RegExp][] = [
   ['dispatcher, payloads', /services\/webhooks\//],
   ['relay, bus', /services\/relay\/|adapters\/bus\//],
   ['contracts (events, ids)', /\/contracts\//],
+  ["the floor's loop", /bench\/webhooks-floor/],
 ];
+
+type Frame = { functionName: string; url: string };
+
+/** The part (see PARTS) a stack, innermost frame first, is charged to. */
+function partOf(stack: Frame[]): string {
+  let part = WHOLE_PARTS.find(([, re]) => stack.some((f) => re.test(f.url)))?.[0];
+  for (const frame of stack) {
+    if (part !== undefined || frame.url === '') continue;
+    part = PARTS.find(([, re]) => re.test(frame.url))?.[0];
+  }
+  return part ?? 'node itself (TLS, streams, timers, microtasks)';
+}
+
+interface HeapNode {
+  callFrame: Frame;
+  selfSize: number;
+  children: HeapNode[];
+}
+interface HeapProfile {
+  head: HeapNode;
+}
+
+/**
+ * Bytes allocated per delivery by part (see PARTS), and the project's own allocating functions
+ * (innermost frame of this repository's code outside node_modules), from a sampling heap
+ * profile: each node's selfSize is V8's estimate of all it allocated, sampled or not.
+ */
+function printHeapParts(name: string, profile: HeapProfile, deliveries: number): void {
+  const parts = new Map<string, number>();
+  const sites = new Map<string, number>();
+  let total = 0;
+  const walk = (node: HeapNode, stack: Frame[]) => {
+    const here = [node.callFrame, ...stack];
+    if (node.selfSize > 0) {
+      total += node.selfSize;
+      const part = partOf(here);
+      parts.set(part, (parts.get(part) ?? 0) + node.selfSize);
+      const own = here.find((f) => f.url.startsWith(`file://${ROOT}`) && !f.url.includes('node_modules'));
+      const lib = here.find((f) => f.url !== '');
+      const site = own
+        ? `${own.functionName || '(anonymous)'} ${own.url.slice(`file://${ROOT}`.length)}`
+        : `${lib?.functionName || node.callFrame.functionName || '(root)'} ${lib?.url.replace(/.*node_modules\//, '') ?? ''}`;
+      sites.set(site, (sites.get(site) ?? 0) + node.selfSize);
+    }
+    for (const child of node.children) walk(child, here);
+  };
+  walk(profile.head, []);
+  const kb = (bytes: number) => (bytes / deliveries / 1024).toFixed(2).padStart(6);
+  console.log(`  ${name}: allocated per delivery ${kb(total)} KB, by part:`);
+  for (const [part, bytes] of [...parts].sort((a, b) => b[1] - a[1]))
+    console.log(`    ${kb(bytes)} KB  ${part}`);
+  console.log('  by allocating site (innermost frame of the project, else of a library):');
+  for (const [site, bytes] of [...sites].sort((a, b) => b[1] - a[1]).slice(0, 30))
+    console.log(`    ${kb(bytes)} KB  ${site}`);
+}
 
 /** Main-thread time per delivery by part (see PARTS), from a profile's stacks. */
 function printParts(profile: StackProfile, deliveries: number): void {
@@ -535,12 +601,7 @@ function printParts(profile: StackProfile, deliveries: number): void {
     let part: string | undefined;
     if (leaf.url === '' && /^\((idle|garbage collector|program)\)$/.test(leaf.functionName))
       part = leaf.functionName;
-    part ??= WHOLE_PARTS.find(([, re]) => stack.some((f) => re.test(f.url)))?.[0];
-    for (const frame of stack) {
-      if (part !== undefined || frame.url === '') continue;
-      part = PARTS.find(([, re]) => re.test(frame.url))?.[0];
-    }
-    part ??= 'node itself (TLS, streams, timers, microtasks)';
+    part ??= partOf(stack);
     parts.set(part, (parts.get(part) ?? 0) + t);
   }
   const busy = [...parts].reduce((sum, [name, t]) => (name === '(idle)' ? sum : sum + t), 0);

@@ -31,6 +31,27 @@ async function tenants(stack: WebhookStack, receiver: Receiver, coins: string[])
   return logs;
 }
 
+/**
+ * One slot per key, and a timeout no case outlasts: a hung send holds its key's slot until the
+ * receiver closes, so no case turns on that timeout running out under load.
+ */
+const ONE_SLOT_HUNG = { WEBHOOK_ENDPOINT_CONCURRENCY: '1', WEBHOOK_TIMEOUT_MS: '100000' };
+
+/** Subscribes `key` to BTC trade calls at `url`; the function returned asks for a test send of it. */
+async function testSender(stack: WebhookStack, key: string, url: string): Promise<() => Promise<Response>> {
+  const sub = await stack.request('POST', '/api/webhooks', key, {
+    url,
+    events: ['trade_call'],
+    assets: ['BTC'],
+  });
+  expect(sub.status).toBe(201);
+  return () =>
+    fetch(`${stack.url}/api/webhooks/${sub.body.id}/test`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}` },
+    });
+}
+
 describe('WEBHOOK_ORIGIN_CONCURRENCY', () => {
   describe('four keys on one origin, each with slots for four', () => {
     let stack: WebhookStack;
@@ -106,31 +127,16 @@ describe('WEBHOOK_ORIGIN_CONCURRENCY', () => {
     let receiver: Receiver;
 
     beforeAll(async () => {
-      ({ stack, receiver } = await stackBesideReceiver({
-        // One slot per key: the api role's pool held one connection per origin, every key's. B's
-        // hung send must outlast the case on any host (it ends when the receiver closes), so
-        // "A answered while B hangs" cannot turn on B's timeout running out under load.
-        env: { WEBHOOK_ENDPOINT_CONCURRENCY: '1', WEBHOOK_TIMEOUT_MS: '100000' },
-      }));
+      // One slot per key: the api role's pool held one connection per origin, every key's.
+      ({ stack, receiver } = await stackBesideReceiver({ env: ONE_SLOT_HUNG }));
     });
     afterAll(() => closeBoth(stack, receiver));
 
     it("answer this key's test send while the other key's is still hung", async () => {
       receiver.behave = (request) => (request.path.startsWith('/tenant-b/') ? 'hang' : { status: 200 });
       const origin = new URL(receiver.url).origin;
-      const subscribe = async (owner: string, path: string) => {
-        const key = await stack.issue(owner);
-        const sub = await stack.request('POST', '/api/webhooks', key, {
-          url: `${origin}${path}`,
-          events: ['trade_call'],
-          assets: ['BTC'],
-        });
-        expect(sub.status).toBe(201);
-        return (): ReturnType<WebhookStack['request']> =>
-          stack.request('POST', `/api/webhooks/${sub.body.id}/test`, key);
-      };
-      const testA = await subscribe('tenant-a', '/tenant-a/hook');
-      const testB = await subscribe('tenant-b', '/tenant-b/dead');
+      const testA = await testSender(stack, await stack.issue('tenant-a'), `${origin}/tenant-a/hook`);
+      const testB = await testSender(stack, await stack.issue('tenant-b'), `${origin}/tenant-b/dead`);
       let bAnswered = false;
       const b = testB().then((answer) => {
         bAnswered = true;
@@ -139,12 +145,12 @@ describe('WEBHOOK_ORIGIN_CONCURRENCY', () => {
       await receiver.waitFor(1);
       const a = await testA();
       expect(a.status).toBe(200);
-      expect(a.body.delivered).toBe(true);
+      expect(await a.json()).toMatchObject({ delivered: true });
       // Answered while B's test send was still hung (sharing the origin's pool, after its timeout).
       expect(bAnswered).toBe(false);
       expect(receiver.received.map((r) => r.path)).toEqual(['/tenant-b/dead', '/tenant-a/hook']);
       await receiver.close();
-      expect((await b).body.delivered).toBe(false);
+      expect(await (await b).json()).toMatchObject({ delivered: false });
     });
   });
 
@@ -153,33 +159,15 @@ describe('WEBHOOK_ORIGIN_CONCURRENCY', () => {
     let receiver: Receiver;
 
     beforeAll(async () => {
-      // One slot per key, and a timeout no case outlasts: the hung send holds the key's slot
-      // until the receiver closes.
-      ({ stack, receiver } = await stackBesideReceiver({
-        env: { WEBHOOK_ENDPOINT_CONCURRENCY: '1', WEBHOOK_TIMEOUT_MS: '100000' },
-      }));
+      ({ stack, receiver } = await stackBesideReceiver({ env: ONE_SLOT_HUNG }));
     });
     afterAll(() => closeBoth(stack, receiver));
 
     it('refuses a second test send of the key at once (429, retry_after_ms) instead of queueing it behind the first; another key is not limited', async () => {
       receiver.behave = (request) => (request.path.startsWith('/hung/') ? 'hang' : { status: 200 });
       const origin = new URL(receiver.url).origin;
-      const subscribe = async (owner: string, path: string) => {
-        const key = await stack.issue(owner);
-        const sub = await stack.request('POST', '/api/webhooks', key, {
-          url: `${origin}${path}`,
-          events: ['trade_call'],
-          assets: ['BTC'],
-        });
-        expect(sub.status).toBe(201);
-        return () =>
-          fetch(`${stack.url}/api/webhooks/${sub.body.id}/test`, {
-            method: 'POST',
-            headers: { authorization: `Bearer ${key}` },
-          });
-      };
-      const testHung = await subscribe('tenant-hung', '/hung/hook');
-      const testOther = await subscribe('tenant-other', '/other/hook');
+      const testHung = await testSender(stack, await stack.issue('tenant-hung'), `${origin}/hung/hook`);
+      const testOther = await testSender(stack, await stack.issue('tenant-other'), `${origin}/other/hook`);
       const first = testHung();
       await receiver.waitFor(1);
       // Before, this one waited behind the first for the key's slot, holding its request for as
@@ -212,9 +200,7 @@ describe('WEBHOOK_ORIGIN_CONCURRENCY', () => {
     let elsewhere: Receiver;
 
     beforeAll(async () => {
-      ({ stack, receiver: hung } = await stackBesideReceiver({
-        env: { WEBHOOK_ENDPOINT_CONCURRENCY: '1', WEBHOOK_TIMEOUT_MS: '100000' },
-      }));
+      ({ stack, receiver: hung } = await stackBesideReceiver({ env: ONE_SLOT_HUNG }));
       elsewhere = await anotherReceiver();
     });
     afterAll(async () => {
@@ -225,21 +211,8 @@ describe('WEBHOOK_ORIGIN_CONCURRENCY', () => {
     it('goes at once: the one-at-a-time rule is per receiver origin, as the slots are', async () => {
       hung.behave = () => 'hang';
       const key = await stack.issue('tenant-two-origins');
-      const testSend = async (url: string) => {
-        const sub = await stack.request('POST', '/api/webhooks', key, {
-          url,
-          events: ['trade_call'],
-          assets: ['BTC'],
-        });
-        expect(sub.status).toBe(201);
-        return () =>
-          fetch(`${stack.url}/api/webhooks/${sub.body.id}/test`, {
-            method: 'POST',
-            headers: { authorization: `Bearer ${key}` },
-          });
-      };
-      const toHung = await testSend(`${new URL(hung.url).origin}/hook`);
-      const toElsewhere = await testSend(`${new URL(elsewhere.url).origin}/hook`);
+      const toHung = await testSender(stack, key, `${new URL(hung.url).origin}/hook`);
+      const toElsewhere = await testSender(stack, key, `${new URL(elsewhere.url).origin}/hook`);
       const first = toHung();
       await hung.waitFor(1);
       // Before, refused 429 while the send to the hung origin waited, though it takes another slot.

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
-import { openReplayFeed, type ReplayFeed } from '../../adapters/market/replay.ts';
+import { openReplayFeed } from '../../adapters/market/replay.ts';
 import type { EventData } from '../../contracts/events.ts';
 import { outcomeStream, TrackRecordResponse } from '../../contracts/history.ts';
 import type { Timeframe } from '../../contracts/market.ts';
@@ -23,6 +23,28 @@ async function trackRecord(url: string): Promise<TrackRecordResponse> {
 }
 
 /**
+ * Asks BTC perp on each of `timeframes` for a call every 8 hours from the replay's start (REPLAY_START
+ * `start`, else the default) to the end of its data, each timeframe's closes in lap 0, then runs
+ * the clock on into the loop until the last 1d outcome (24 days on) has come due; the history
+ * server over it, settled.
+ */
+async function replayToLoop(timeframes: readonly Timeframe[], start?: (end: number) => number) {
+  const markets = timeframes.map((timeframe) => ({ exchange: 'BINANCE' as const, coin: 'BTC', timeframe }));
+  const store = new MemoryEventStore();
+  const end = (await openReplayFeed({ run: false })).laps!.end;
+  const feed = await openReplayFeed({ run: false, ...(start ? { start: start(end) } : {}) });
+  const engine = await createSignalEngine({ feed, store, calibration: HISTORY_CALIBRATION });
+  while (feed.clock.now() < end) {
+    for (const m of markets) await engine.getTradeCall(m);
+    feed.clock.advance(8 * HOUR);
+  }
+  feed.clock.advance(25 * DAY);
+  const server = await startHistoryServer({ store, feed });
+  await server.settle();
+  return { engine, server };
+}
+
+/**
  * The replay as `npm start` opens it (no REPLAY_START): an outcome comes due 24 candles after its
  * close, 24 days on 1d, and an outcome due past the end of the data falls in a looped lap, which
  * the track record counts in no figure. The default start must leave every timeframe closes whose
@@ -31,25 +53,11 @@ async function trackRecord(url: string): Promise<TrackRecordResponse> {
  */
 describe('the track record of the default replay start', () => {
   const TIMEFRAMES: Timeframe[] = ['4h', '8h', '12h', '1d'];
-  const markets = TIMEFRAMES.map((timeframe) => ({ exchange: 'BINANCE' as const, coin: 'BTC', timeframe }));
-  const store = new MemoryEventStore();
-  let feed: ReplayFeed;
   let engine: SignalEngine;
   let server: Awaited<ReturnType<typeof startHistoryServer>>;
 
   beforeAll(async () => {
-    feed = await openReplayFeed({ run: false });
-    engine = await createSignalEngine({ feed, store, calibration: HISTORY_CALIBRATION });
-    // Every 8 hours from the default start to the end of the data: each timeframe's closes in lap 0.
-    const end = feed.laps!.end;
-    while (feed.clock.now() < end) {
-      for (const m of markets) await engine.getTradeCall(m);
-      feed.clock.advance(8 * HOUR);
-    }
-    // The clock runs on into the loop until the last 1d outcome (24 days on) has come due.
-    feed.clock.advance(25 * DAY);
-    server = await startHistoryServer({ store, feed });
-    await server.settle();
+    ({ engine, server } = await replayToLoop(TIMEFRAMES));
   }, 300_000);
   afterAll(async () => {
     await server?.close();
@@ -79,27 +87,11 @@ describe('the track record of the default replay start', () => {
  * due before the loop, so those lines count nothing, and the note says which and why.
  */
 describe('a replay started a week before the end of its data', () => {
-  const markets = (['4h', '8h', '1d'] as const).map((timeframe) => ({
-    exchange: 'BINANCE' as const,
-    coin: 'BTC',
-    timeframe,
-  }));
-  const store = new MemoryEventStore();
   let engine: SignalEngine;
   let server: Awaited<ReturnType<typeof startHistoryServer>>;
 
   beforeAll(async () => {
-    const probe = await openReplayFeed({ run: false });
-    const end = probe.laps!.end;
-    const feed = await openReplayFeed({ run: false, start: end - 7 * DAY });
-    engine = await createSignalEngine({ feed, store, calibration: HISTORY_CALIBRATION });
-    while (feed.clock.now() < end) {
-      for (const m of markets) await engine.getTradeCall(m);
-      feed.clock.advance(8 * HOUR);
-    }
-    feed.clock.advance(25 * DAY);
-    server = await startHistoryServer({ store, feed });
-    await server.settle();
+    ({ engine, server } = await replayToLoop(['4h', '8h', '1d'], (end) => end - 7 * DAY));
   }, 300_000);
   afterAll(async () => {
     await server?.close();

@@ -1,3 +1,5 @@
+import { connect, type Socket } from 'node:net';
+import { parquetMetadata } from 'hyparquet';
 import { request } from 'undici';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
@@ -5,15 +7,29 @@ import { appendSyntheticHistory, startHistoryServer } from '../../test/history-h
 import { sharedParquetEncoders } from './parquet-encoders.ts';
 import { MAX_EXPORTS_PER_KEY, MAX_PARQUET_WAITING } from './routes.ts';
 
-// Enough rows that an export a client stops reading keeps its worker (loopback buffers hold a few MB).
+// Enough rows that an export whose client reads nothing keeps its worker: its Parquet file (about
+// 8 MB) is more than the loopback connection buffers (the sender's at most 4 MB here, tcp_wmem).
 const MARKETS = 20;
-const PER_MARKET = 500;
+const PER_MARKET = 1_500;
 
 const store = new MemoryEventStore();
+/** The history's last position (keys issued later append after it). */
+let end = 0;
+/** Reads past the history that a scan begins with (its first page, 32 events) and that found nothing. */
+let firstReadsAtEnd = 0;
 let server: Awaited<ReturnType<typeof startHistoryServer>>;
 
 beforeAll(async () => {
   await appendSyntheticHistory(store, { markets: MARKETS, perMarket: PER_MARKET, idPrefix: 'parquet-queue' });
+  end = await store.headPosition();
+  // Counts what the real store answers, to know when a long poll has begun to wait.
+  const readAll = store.readAll.bind(store);
+  store.readAll = async (options) => {
+    const page = await readAll(options);
+    if (options?.after !== undefined && options.after >= end && options.maxCount === 32 && page.length === 0)
+      firstReadsAtEnd++;
+    return page;
+  };
   server = await startHistoryServer({ store, feed: null });
 });
 afterAll(async () => {
@@ -33,38 +49,52 @@ async function keysFor(exports: number): Promise<string[]> {
   return keys;
 }
 
+const until = async (done: () => boolean) => {
+  while (!done()) await new Promise((resolve) => setTimeout(resolve, 20));
+};
+
+/** The cursor after the history's last row. */
+async function endCursor(key: string): Promise<string> {
+  const lines = (await (await verdicts(key, '?trailer=true')).body.text()).trim().split('\n');
+  return (JSON.parse(lines.at(-1)!) as { cursor: string }).cursor;
+}
+
+/** A whole-history Parquet export whose client never reads a byte: its worker stays on it. */
+function stalledExport(key: string): Socket {
+  const { hostname, port } = new URL(server.url);
+  const socket = connect({ host: hostname, port: Number(port) });
+  socket.on('error', () => undefined);
+  socket.write(
+    `GET /api/verdicts?format=parquet HTTP/1.1\r\nhost: ${hostname}:${port}\r\nauthorization: Bearer ${key}\r\n\r\n`,
+  );
+  socket.pause();
+  return socket;
+}
+
 it(`a Parquet export while ${MAX_PARQUET_WAITING} wait for an encoder is refused 503 with Retry-After before any byte; NDJSON is served`, async () => {
   const encoders = sharedParquetEncoders();
   const workers = encoders.capacity;
   const aborting = new AbortController();
   const pending: Promise<unknown>[] = [];
+  const stalled: Socket[] = [];
   const start = (key: string, query: string) => {
     const answer = verdicts(key, query, aborting.signal);
     answer.catch(() => undefined);
     pending.push(answer);
   };
-  const until = async (done: () => boolean) => {
-    while (!done()) await new Promise((resolve) => setTimeout(resolve, 20));
-  };
-  // The end of the history: a long poll from there waits for new rows on its worker.
-  const [reader] = await keysFor(1);
-  const whole = (await (await verdicts(reader!, '?trailer=true')).body.text()).trim().split('\n');
-  const { cursor } = JSON.parse(whole.at(-1)!) as { cursor: string };
   try {
-    // Every worker held: Parquet long polls (the key's own places, no exports) with no new rows
-    // to give yet, each on a worker with no byte out.
-    const [holder] = await keysFor(1);
-    for (let held = 1; held <= workers; held++) {
-      start(holder!, `?format=parquet&wait=30&after=${encodeURIComponent(cursor)}`);
-      await until(() => encoders.workers === held);
-    }
+    // Every worker held by encoding: whole-history exports whose clients read nothing, each held
+    // on its worker by the full connection (nothing here depends on how long the setup took).
+    const holders = await keysFor(workers);
+    for (let held = 0; held < workers; held++) stalled.push(stalledExport(holders[held % holders.length]!));
+    await until(() => encoders.workers === workers);
     // As many waiting for a worker as the bound, from as many keys as that takes.
     for (const key of await keysFor(MAX_PARQUET_WAITING)) {
       for (let i = 0; i < MAX_EXPORTS_PER_KEY; i++) start(key, '?format=parquet');
     }
     await until(() => encoders.queued === MAX_PARQUET_WAITING);
-    // One more, of a key with no export of its own: refused at once. Before, it waited behind
-    // every one of them, however many keys had queued.
+    // One more, of a key with no export of its own: refused at once. Before 77d0390 it waited
+    // behind every one of them, however many keys had queued.
     const [late] = await keysFor(1);
     const refused = await verdicts(late!, '?format=parquet');
     const body = (await refused.body.json()) as { code: string; message: string; retryable: boolean };
@@ -77,9 +107,55 @@ it(`a Parquet export while ${MAX_PARQUET_WAITING} wait for an encoder is refused
     const plain = await verdicts(late!, '');
     expect(plain.statusCode).toBe(200);
     expect((await plain.body.text()).trim().split('\n')).toHaveLength(MARKETS * PER_MARKET);
+    // Still held: the queue did not move while the refusal and the NDJSON were answered.
+    expect(encoders.queued).toBe(MAX_PARQUET_WAITING);
   } finally {
+    for (const socket of stalled) socket.destroy();
     aborting.abort();
     await Promise.allSettled(pending);
   }
   await until(() => encoders.queued === 0);
+});
+
+it("two Parquet long polls of one key waiting for rows take no encoder: another key's Parquet export is encoded meanwhile", async () => {
+  const encoders = sharedParquetEncoders();
+  const [waiter, other] = await keysFor(2 * MAX_EXPORTS_PER_KEY);
+  const cursor = await endCursor(waiter!);
+  firstReadsAtEnd = 0;
+  // As many long polls as the process has workers, from the end of the history (the key's own
+  // long-poll places): each waits for a new row.
+  const polls = Array.from({ length: encoders.capacity }, () => {
+    const poll = {
+      answered: false,
+      answer: verdicts(waiter!, `?format=parquet&wait=30&after=${encodeURIComponent(cursor)}`),
+    };
+    poll.answer.then(
+      () => {
+        poll.answered = true;
+      },
+      () => {
+        poll.answered = true;
+      },
+    );
+    return poll;
+  });
+  // Each has read the log's end and found nothing: it is waiting (before, each on a worker).
+  await until(() => firstReadsAtEnd >= polls.length);
+  expect(firstReadsAtEnd).toBe(polls.length);
+
+  // Another key's Parquet export is encoded and served while both still wait. Before, it queued
+  // behind them until their wait ended (30 s) and no row came.
+  const exported = await verdicts(other!, '?format=parquet&limit=1000');
+  expect(exported.statusCode).toBe(200);
+  const file = await exported.body.arrayBuffer();
+  expect(Number(parquetMetadata(file).num_rows)).toBe(1000);
+  expect(polls.map((p) => p.answered)).toEqual(polls.map(() => false));
+
+  // A new row ends their wait: each is then encoded, with that row.
+  await appendSyntheticHistory(store, { markets: 1, perMarket: 1, idPrefix: 'parquet-queue-new' });
+  for (const poll of polls) {
+    const answer = await poll.answer;
+    expect(answer.statusCode).toBe(200);
+    expect(Number(parquetMetadata(await answer.body.arrayBuffer()).num_rows)).toBe(1);
+  }
 });

@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import type { Readable } from 'node:stream';
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
@@ -37,7 +38,7 @@ import {
 import { type OutcomeIndex, ScanProgress, type StoredRows, scanHistory } from './scan.ts';
 import type { ServedVenues } from './served-venues.ts';
 import { currentTrackRecord, type TrackRecordState } from './track-record.ts';
-import { historyStream } from './writers.ts';
+import { historyStream, type RowSource, readyParquetStream } from './writers.ts';
 
 export interface HistoryRoutesDeps {
   store: EventStore;
@@ -281,7 +282,7 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
   const longPolls = new LongPolls(deps.maxLongPolls ?? 4);
   const maxExports = deps.maxExports ?? MAX_EXPORTS_PER_KEY;
   const exports = new LongPolls(maxExports);
-  // The encoders historyStream's Parquet answers take (the process's, shared by every export).
+  // The encoders Parquet answers take (the process's, shared by every export).
   const encoders = sharedParquetEncoders();
 
   return async (plain) => {
@@ -352,15 +353,28 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
         const trailer = wantsTrailer(query.trailer, request.headers.accept)
           ? () => ({ cursor: progress.cursor, rows: progress.rows, _service: service })
           : null;
-        // Checked in the same turn as historyStream queues the export (no await between): the
-        // count cannot move past the bound between the check and the queue.
-        if (format === 'parquet') refuseParquetPastQueue(encoders);
-        const body = historyStream(
-          format,
-          (make, fromStore) => scanHistory(deps.store, scanOptions, progress, make, fromStore),
-          trailer,
-          deps.stored !== undefined,
-        );
+        const source: RowSource = (make, fromStore) =>
+          scanHistory(deps.store, scanOptions, progress, make, fromStore);
+        let body: Readable;
+        if (format === 'parquet') {
+          // An encoder worker is taken only once the scan has rows to encode (or has ended with
+          // none): a long poll waits for its rows without one.
+          const ready = await readyParquetStream(source, deps.stored !== undefined);
+          if (abort.signal.aborted) {
+            // The client left while it waited: nothing to encode, nothing to send.
+            await ready.cancel();
+            return;
+          }
+          // Checked in the same turn as the export is queued (no await between): the count
+          // cannot move past the bound between the check and the queue.
+          try {
+            refuseParquetPastQueue(encoders);
+          } catch (err) {
+            await ready.cancel();
+            throw err;
+          }
+          body = ready.stream();
+        } else body = historyStream(format, source, trailer, deps.stored !== undefined);
         reply
           .header('content-type', HISTORY_MEDIA_TYPES[format])
           .header('cache-control', 'no-store')

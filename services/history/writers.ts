@@ -482,6 +482,59 @@ export function storedParquetStream(
   return parquetStream(batches, fillRefs, buildFromRefs, encoders);
 }
 
+/** A Parquet answer whose first rows are read: `stream` encodes it, `cancel` closes its scan unsent. */
+export interface ReadyParquet {
+  stream(): Readable;
+  cancel(): Promise<void>;
+}
+
+/**
+ * historyStream's Parquet answer, given once its scan has read its first rows, or has ended with
+ * none (a long poll's wait is over then): only `stream` asks for an encoder worker. A long poll
+ * waiting for rows held a worker the whole wait (up to HISTORY_MAX_WAIT_S), so one key's long polls
+ * could hold every worker in the process while other keys' exports queued behind them.
+ */
+export async function readyParquetStream(source: RowSource, stored = false): Promise<ReadyParquet> {
+  if (stored) {
+    const batches = await firstRead(source(refFromEvents, storedRefs));
+    return { stream: () => storedParquetStream(batches), cancel: async () => void (await batches.return()) };
+  }
+  const batches = await firstRead(source(rowRef));
+  return {
+    stream: () => parquetStream(batches, fillColumns),
+    cancel: async () => void (await batches.return()),
+  };
+}
+
+/**
+ * `batches` with its first batch read: the same batches, the first one given from what was read.
+ * `return` closes the source even before the first batch is taken (a generator wrapped around it
+ * would not run its `finally` then).
+ */
+async function firstRead<T>(
+  batches: Batches<T>,
+): Promise<AsyncIterableIterator<T[]> & { return(): Promise<IteratorResult<T[]>> }> {
+  const source: AsyncIterator<T[]> | Iterator<T[]> =
+    Symbol.asyncIterator in batches ? batches[Symbol.asyncIterator]() : batches[Symbol.iterator]();
+  let first: IteratorResult<T[]> | null = await source.next();
+  const done: IteratorResult<T[]> = { done: true, value: undefined };
+  const iterator = {
+    [Symbol.asyncIterator]: () => iterator,
+    next: async (): Promise<IteratorResult<T[]>> => {
+      if (first === null) return source.next();
+      const given = first;
+      first = null;
+      return given;
+    },
+    return: async (): Promise<IteratorResult<T[]>> => {
+      first = null;
+      await source.return?.();
+      return done;
+    },
+  };
+  return iterator;
+}
+
 /**
  * `stored`: the export-rows projection holds the rows (an LMDB log): NDJSON and Parquet copy its
  * bytes where it covers the scan.

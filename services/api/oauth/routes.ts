@@ -296,6 +296,13 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
       callback = provider.callback();
       callbacks.set(provider, callback);
     }
+    if (!publicUrl) {
+      // The library (Koa, `proxy` once TRUST_PROXY believes anyone) would read these headers from
+      // any peer; Fastify's protocol and host read them only from a peer TRUST_PROXY believes (the
+      // request's address's trust test), else the socket and Host. The library is given those.
+      request.raw.headers['x-forwarded-proto'] = request.protocol;
+      request.raw.headers['x-forwarded-host'] = request.host;
+    }
     served.set(request, { site, provider, callback });
   };
   const of = (request: FastifyRequest) => {

@@ -129,7 +129,8 @@ export function oauthSignIn(deps: OAuthSignInDeps): {
       },
     });
     // Behind a proxy that terminates TLS, the issuer's https comes from X-Forwarded-Proto: read
-    // when TRUST_PROXY believes any proxy, as the configuration reads it (`0` believes none).
+    // when TRUST_PROXY believes any proxy, as the configuration reads it (`0` believes none), and
+    // only from a believed peer: routes.ts hands the library the headers as Fastify read them.
     built.proxy = parseTrustProxy(config.TRUST_PROXY).any;
     built.on('server_error', (_ctx, err) => log.error({ err }, 'oauth server error'));
     built.on('grant.revoked', (_ctx, grantId) => log.info({ grantId }, 'oauth grant revoked'));

@@ -374,7 +374,7 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
             throw err;
           }
           body = ready.stream();
-        } else body = historyStream(format, source, trailer, deps.stored !== undefined);
+        } else body = historyStream(format, source, trailer);
         reply
           .header('content-type', HISTORY_MEDIA_TYPES[format])
           .header('cache-control', 'no-store')

@@ -489,7 +489,7 @@ export interface ReadyParquet {
 }
 
 /**
- * historyStream's Parquet answer, given once its scan has read its first rows, or has ended with
+ * A history export's Parquet answer, given once its scan has read its first rows, or has ended with
  * none (a long poll's wait is over then): only `stream` asks for an encoder worker. A long poll
  * waiting for rows held a worker the whole wait (up to HISTORY_MAX_WAIT_S), so one key's long polls
  * could hold every worker in the process while other keys' exports queued behind them.
@@ -536,19 +536,14 @@ async function firstRead<T>(
 }
 
 /**
- * `stored`: the export-rows projection holds the rows (an LMDB log): NDJSON and Parquet copy its
- * bytes where it covers the scan.
+ * A history export's CSV or NDJSON answer (Parquet: readyParquetStream). NDJSON copies the
+ * export-rows projection's bytes where the source's scan has them (storedLines).
  */
 export function historyStream(
-  format: HistoryFormat,
+  format: Exclude<HistoryFormat, 'parquet'>,
   source: RowSource,
   trailer: (() => object) | null,
-  stored = false,
 ): Readable {
   if (format === 'csv') return csvStream(source(historyRow));
-  if (format === 'parquet') {
-    if (stored) return storedParquetStream(source(refFromEvents, storedRefs));
-    return parquetStream(source(rowRef), fillColumns);
-  }
   return ndjsonStream(source<NdjsonItem>(historyRow, storedLines), trailer);
 }

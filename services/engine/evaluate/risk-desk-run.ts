@@ -247,7 +247,7 @@ export async function riskDesk(options: {
 
 const round = (x: number | null, digits: number) => (x === null ? null : Number(x.toFixed(digits)));
 /** A figure that is not 0 but rounds to 0 at `digits`: kept at its first significant digit. */
-const roundsToZero = (x: number | null, digits: number): x is number =>
+const roundsToZero = (x: number | null, digits: number): boolean =>
   x !== null && x !== 0 && Math.abs(x) < 0.5 * 10 ** -digits;
 /**
  * A figure and its interval as baselines.json ships them: at `digits` decimals, unless that would
@@ -256,7 +256,7 @@ const roundsToZero = (x: number | null, digits: number): x is number =>
  * (riskEvidenceCounts), the report from the unrounded ones (deskCounts): they must agree.
  */
 const roundSided = (x: number | null, digits: number) =>
-  roundsToZero(x, digits) ? Number(x.toPrecision(1)) : round(x, digits);
+  roundsToZero(x, digits) ? Number(x!.toPrecision(1)) : round(x, digits);
 const roundLift = (l: Lift, digits: number) => ({
   value: roundSided(l.value, digits),
   low: roundSided(l.low, digits),
@@ -351,7 +351,7 @@ const num = (x: number | null, digits = 3) => (x === null ? '–' : x.toFixed(di
  * ±0.000 (which reads as touching 0); then at its first significant digit.
  */
 const bound = (x: number | null, digits: number) =>
-  roundsToZero(x, digits) ? x.toPrecision(1) : num(x, digits);
+  roundsToZero(x, digits) ? x!.toPrecision(1) : num(x, digits);
 /** The interval's brackets, or [–] when it rests on fewer than MIN_INTERVAL_BLOCKS blocks. */
 const brackets = (low: number | null, high: number | null, blocks: number, digits: number) =>
   blocks < MIN_INTERVAL_BLOCKS ? '[–]' : `[${bound(low, digits)}, ${bound(high, digits)}]`;

@@ -30,6 +30,7 @@ import { checkWebhookUrl } from '../shared/ssrf/url-policy.ts';
 import { deliveryView, findDelivery, sequenceStream } from './delivery-log-fold.ts';
 import type { DeliveryWorker } from './delivery-worker.ts';
 import type { DigestCoverage } from './digest-coverage.ts';
+import { EndpointQueues } from './endpoint-queues.ts';
 import { claimNextAttempt } from './next-attempt.ts';
 import { readDeliveryRecord } from './recovery.ts';
 import { SAMPLE_VERIFY_BODY, SAMPLE_VERIFY_PATH, sampleEnvelope } from './sample.ts';
@@ -449,7 +450,7 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
       // queue behind the key's own slot there (its endpoint: key and origin), holding its request,
       // however slow that receiver is; a send to another origin takes another slot and goes.
       // Refused before the budget is taken, so it costs none of it.
-      const turn = testsInFlight.begin(`${apiKeyId} ${new URL(sub.url).origin}`, now, settings.timeoutMs);
+      const turn = testsInFlight.begin(EndpointQueues.keyOf(sub), now, settings.timeoutMs);
       if ('waitMs' in turn) {
         throw rateLimited(
           turn.waitMs,

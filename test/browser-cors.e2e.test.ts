@@ -199,6 +199,23 @@ describe('preflights of the open routes', () => {
         'Authorization, Content-Type, Accept, If-None-Match',
       );
     }
+    // What a page may read, as the README lists it; not the history's HTTP trailer, which fetch()
+    // never shows (a page resumes from a row's cursor or the trailer line).
+    const answer = await fetch(`${service.service.url}/api/track-record`, {
+      headers: { origin: 'https://app.example.com' },
+    });
+    expect(answer.headers.get('access-control-expose-headers')!.split(', ').sort()).toEqual(
+      [
+        'Content-Disposition',
+        'ETag',
+        'RateLimit-Limit',
+        'RateLimit-Remaining',
+        'RateLimit-Reset',
+        'Retry-After',
+        'X-Service-Meta',
+      ].sort(),
+    );
+    await answer.body?.cancel();
   });
 
   it('sends the headers on a HEAD as on its GET', async () => {

@@ -31,8 +31,9 @@ async function trackRecord(url: string): Promise<TrackRecordResponse> {
 async function replayToLoop(timeframes: readonly Timeframe[], start?: (end: number) => number) {
   const markets = timeframes.map((timeframe) => ({ exchange: 'BINANCE' as const, coin: 'BTC', timeframe }));
   const store = new MemoryEventStore();
-  const end = (await openReplayFeed({ run: false })).laps!.end;
-  const feed = await openReplayFeed({ run: false, ...(start ? { start: start(end) } : {}) });
+  const opened = await openReplayFeed({ run: false });
+  const end = opened.laps!.end;
+  const feed = start ? await openReplayFeed({ run: false, start: start(end) }) : opened;
   const engine = await createSignalEngine({ feed, store, calibration: HISTORY_CALIBRATION });
   while (feed.clock.now() < end) {
     for (const m of markets) await engine.getTradeCall(m);

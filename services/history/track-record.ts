@@ -375,8 +375,8 @@ function feedOf(c: Cell, inTraining = 0): { feed: TrackRecordFeed; feedNote: str
  */
 function loopedOnly(lines: readonly TrackRecordLine[], state: TrackRecordState): string {
   const counted = new Map<string, number>();
-  for (const [key, cell] of Object.entries(state)) {
-    const market = key.slice(0, key.lastIndexOf('|'));
+  for (const { exchange, timeframe, cell } of cellsIn(state, 'all', 0)) {
+    const market = `${exchange} ${timeframe}`;
     counted.set(market, (counted.get(market) ?? 0) + cell.live + cell.replay);
   }
   const never: string[] = [];
@@ -384,7 +384,7 @@ function loopedOnly(lines: readonly TrackRecordLine[], state: TrackRecordState):
   for (const l of lines) {
     if (l.feeds.replayLooped === 0 || l.feeds.live + l.feeds.replay > 0) continue;
     const name = `${l.exchange} ${l.timeframe}`;
-    if ((counted.get(`${l.exchange}|${l.timeframe}`) ?? 0) === 0) never.push(name);
+    if ((counted.get(name) ?? 0) === 0) never.push(name);
     else notHere.push(name);
   }
   const cause =

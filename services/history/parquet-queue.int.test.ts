@@ -1,4 +1,4 @@
-import { connect, type Socket } from 'node:net';
+import type { Readable } from 'node:stream';
 import { parquetMetadata } from 'hyparquet';
 import { request } from 'undici';
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -6,9 +6,8 @@ import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import { appendSyntheticHistory, startHistoryServer } from '../../test/history-harness.ts';
 import { sharedParquetEncoders } from './parquet-encoders.ts';
 import { MAX_EXPORTS_PER_KEY, MAX_PARQUET_WAITING } from './routes.ts';
+import { HISTORY_PARQUET_SETTINGS } from './writers.ts';
 
-// Enough rows that an export whose client reads nothing keeps its worker: its Parquet file (about
-// 8 MB) is more than the loopback connection buffers (the sender's at most 4 MB here, tcp_wmem).
 const MARKETS = 20;
 const PER_MARKET = 1_500;
 
@@ -59,16 +58,18 @@ async function endCursor(key: string): Promise<string> {
   return (JSON.parse(lines.at(-1)!) as { cursor: string }).cursor;
 }
 
-/** A whole-history Parquet export whose client never reads a byte: its worker stays on it. */
-function stalledExport(key: string): Socket {
-  const { hostname, port } = new URL(server.url);
-  const socket = connect({ host: hostname, port: Number(port) });
-  socket.on('error', () => undefined);
-  socket.write(
-    `GET /api/verdicts?format=parquet HTTP/1.1\r\nhost: ${hostname}:${port}\r\nauthorization: Bearer ${key}\r\n\r\n`,
+/**
+ * A Parquet file on the process's real encoder pool whose rows never come: it holds its worker until
+ * destroyed, however large the host's socket buffers are.
+ */
+function heldEncoder(encoders: ReturnType<typeof sharedParquetEncoders>): Readable {
+  const held = encoders.encode(
+    HISTORY_PARQUET_SETTINGS,
+    () => new Promise<never>(() => {}),
+    async () => {},
   );
-  socket.pause();
-  return socket;
+  expect(held).not.toBeNull();
+  return held!;
 }
 
 it(`a Parquet export while ${MAX_PARQUET_WAITING} wait for an encoder is refused 503 with Retry-After before any byte; NDJSON is served`, async () => {
@@ -76,18 +77,17 @@ it(`a Parquet export while ${MAX_PARQUET_WAITING} wait for an encoder is refused
   const workers = encoders.capacity;
   const aborting = new AbortController();
   const pending: Promise<unknown>[] = [];
-  const stalled: Socket[] = [];
+  const held: Readable[] = [];
   const start = (key: string, query: string) => {
     const answer = verdicts(key, query, aborting.signal);
     answer.catch(() => undefined);
     pending.push(answer);
   };
   try {
-    // Every worker held by encoding: whole-history exports whose clients read nothing, each held
-    // on its worker by the full connection (nothing here depends on how long the setup took).
-    const holders = await keysFor(workers);
-    for (let held = 0; held < workers; held++) stalled.push(stalledExport(holders[held % holders.length]!));
-    await until(() => encoders.workers === workers);
+    // Every worker held by a file whose rows never come (nothing here depends on how long the
+    // setup took, nor on how much a connection buffers).
+    for (let i = 0; i < workers; i++) held.push(heldEncoder(encoders));
+    expect(encoders.workers).toBe(workers);
     // As many waiting for a worker as the bound, from as many keys as that takes.
     for (const key of await keysFor(MAX_PARQUET_WAITING)) {
       for (let i = 0; i < MAX_EXPORTS_PER_KEY; i++) start(key, '?format=parquet');
@@ -110,7 +110,7 @@ it(`a Parquet export while ${MAX_PARQUET_WAITING} wait for an encoder is refused
     // Still held: the queue did not move while the refusal and the NDJSON were answered.
     expect(encoders.queued).toBe(MAX_PARQUET_WAITING);
   } finally {
-    for (const socket of stalled) socket.destroy();
+    for (const file of held) file.destroy();
     aborting.abort();
     await Promise.allSettled(pending);
   }

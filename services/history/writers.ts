@@ -322,6 +322,15 @@ function batchTable(values: unknown[][]): arrow.Table {
   return new arrow.Table(columns);
 }
 
+/** How the history's Parquet files are written: one set for every export (and the encoder workers). */
+export const HISTORY_PARQUET_SETTINGS: ParquetSettings = {
+  rowGroupRows: ROW_GROUP_ROWS,
+  dictionary: DICTIONARY_COLUMNS,
+  uncompressed: UNCOMPRESSED_COLUMNS,
+  withoutStatistics: WITHOUT_STATISTICS,
+  stored: STORED_PLAN,
+};
+
 /** Parquet via the Rust writer (parquet-wasm), streamed row group by row group as it is written. */
 export function parquetStream(batches: Batches): Readable;
 export function parquetStream<T>(
@@ -389,13 +398,7 @@ export function parquetStream<T>(
   const cancel = async () => {
     await iterator.return?.();
   };
-  const settings: ParquetSettings = {
-    rowGroupRows: ROW_GROUP_ROWS,
-    dictionary: DICTIONARY_COLUMNS,
-    uncompressed: UNCOMPRESSED_COLUMNS,
-    withoutStatistics: WITHOUT_STATISTICS,
-    stored: STORED_PLAN,
-  };
+  const settings = HISTORY_PARQUET_SETTINGS;
   const onWorker = encoders?.encode(settings, nextRowGroup, cancel);
   if (onWorker) return onWorker;
   batchRows = HERE_BATCH_ROWS;

@@ -23,6 +23,7 @@ import { apiErrorBody, errorHandler } from '../api/errors.ts';
 import { declared, documented, RESPONSE_HEADERS, refusal } from '../api/openapi.ts';
 import { callerHook, decorateCaller, keyRefusal, undebitedService } from '../metering/caller.ts';
 import type { QuotaMeter } from '../metering/quota-meter.ts';
+import { onResponseClosed } from '../shared/response-closed.ts';
 import { type Cursor, tagMatches } from './cursor.ts';
 import { trackRecordPage, trackRecordPolicy } from './page.ts';
 import { type ParquetEncoders, sharedParquetEncoders } from './parquet-encoders.ts';
@@ -327,13 +328,14 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
             headers: { 'retry-after': String(EXPORT_RETRY_SECONDS) },
           });
         }
-        // The response closes when it is done or when the client goes away: either way, stop
-        // reading, and give the key's place back.
-        reply.raw.on('close', () => {
+        // The response closes when it is done or when the client goes away (perhaps already, while
+        // the checks above awaited): either way, stop reading, and give the key's place back.
+        onResponseClosed(reply.raw, () => {
           abort.abort();
           if (waits !== false) waits();
           if (streams !== false) streams();
         });
+        if (abort.signal.aborted) return;
         const waitUntil = waits === false ? 0 : Date.now() + (query.wait ?? 0) * 1000;
         const scanOptions = {
           filter: historyFilter(query),

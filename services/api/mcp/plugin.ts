@@ -5,6 +5,7 @@ import { isInitializeRequest, LATEST_PROTOCOL_VERSION } from '@modelcontextproto
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { ERRORS, type ErrorCode, errorMessage, ServiceError } from '../../../contracts/errors.ts';
 import { type Caller, decorateCaller } from '../../metering/caller.ts';
+import { onResponseClosed } from '../../shared/response-closed.ts';
 import { answeredBy } from '../answer-at-turn-end.ts';
 import { errorHandler, rpcErrorBody } from '../errors.ts';
 import { codesText, documented, RESPONSE_HEADERS, type ResponseDoc, undocumented } from '../openapi.ts';
@@ -506,7 +507,7 @@ function mcpHandler(deps: HandlerDeps): Handler {
       const claim = deps.inFlight.claim(sessionId, requestIds(request.body));
       if ('conflict' in claim) return inFlightConflict(reply, claim.conflict);
       // Answered, failed or dropped by the client: the ids are free again.
-      reply.raw.once('close', () => claim.release());
+      onResponseClosed(reply.raw, () => claim.release());
     }
     return handOver(transport, request, reply, signedIn.get(request), 'mcp request failed');
   };

@@ -1,4 +1,5 @@
 import type { Registry } from 'prom-client';
+import { expect } from 'vitest';
 import { startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
 import { type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
 
@@ -31,6 +32,26 @@ export async function stackBesideReceiver(options: {
     ...(options.registry ? { registry: options.registry } : {}),
   });
   return { stack, receiver: await startReceiver(tls) };
+}
+
+/** One subscription per key on the receiver's origin (a path each), taking the key's own coin. */
+export async function tenants(stack: WebhookStack, receiver: Receiver, coins: string[]) {
+  const origin = new URL(receiver.url).origin;
+  const logs: (() => Promise<Delivery[]>)[] = [];
+  for (const coin of coins) {
+    const key = await stack.issue(`tenant-${coin}`);
+    const sub = await stack.request('POST', '/api/webhooks', key, {
+      url: `${origin}/${coin.toLowerCase()}/hook`,
+      events: ['trade_call'],
+      assets: [coin],
+    });
+    expect(sub.status).toBe(201);
+    logs.push(
+      async () =>
+        (await stack.request('GET', `/api/webhooks/${sub.body.id}/deliveries`, key)).body.deliveries,
+    );
+  }
+  return logs;
 }
 
 /** Another HTTPS receiver the stacks above trust, on an origin of its own (another port). */

@@ -4,32 +4,12 @@ import type { Receiver } from '../../test/webhooks-receiver.ts';
 import {
   anotherReceiver,
   closeBoth,
-  type Delivery,
   latest,
   settled,
   stackBesideReceiver,
+  tenants,
   until,
 } from '../../test/webhooks-shared-origin.ts';
-
-/** One subscription per key on the receiver's origin (a path each), taking the key's own coin. */
-async function tenants(stack: WebhookStack, receiver: Receiver, coins: string[]) {
-  const origin = new URL(receiver.url).origin;
-  const logs: (() => Promise<Delivery[]>)[] = [];
-  for (const coin of coins) {
-    const key = await stack.issue(`tenant-${coin}`);
-    const sub = await stack.request('POST', '/api/webhooks', key, {
-      url: `${origin}/${coin.toLowerCase()}/hook`,
-      events: ['trade_call'],
-      assets: [coin],
-    });
-    expect(sub.status).toBe(201);
-    logs.push(
-      async () =>
-        (await stack.request('GET', `/api/webhooks/${sub.body.id}/deliveries`, key)).body.deliveries,
-    );
-  }
-  return logs;
-}
 
 /**
  * One slot per key, and a timeout no case outlasts: a hung send holds its key's slot until the

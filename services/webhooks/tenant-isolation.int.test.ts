@@ -4,10 +4,10 @@ import { appendVerdict, type WebhookStack } from '../../test/webhooks-harness.ts
 import type { Receiver } from '../../test/webhooks-receiver.ts';
 import {
   closeBoth,
-  type Delivery,
   latest,
   settled,
   stackBesideReceiver,
+  tenants,
   until,
 } from '../../test/webhooks-shared-origin.ts';
 
@@ -18,26 +18,8 @@ import {
  */
 async function twoTenants(stack: WebhookStack, receiver: Receiver, coins: { a: string; b: string }) {
   receiver.behave = (request) => (request.body.includes(`"${coins.b}"`) ? 'hang' : { status: 200 });
-  const a = await stack.issue('tenant-a');
-  const b = await stack.issue('tenant-b');
-  const origin = new URL(receiver.url).origin;
-  const subA = await stack.request('POST', '/api/webhooks', a, {
-    url: `${origin}/tenant-a/hook`,
-    events: ['trade_call'],
-    assets: [coins.a],
-  });
-  const subB = await stack.request('POST', '/api/webhooks', b, {
-    url: `${origin}/tenant-b/dead`,
-    events: ['trade_call'],
-    assets: [coins.b],
-  });
-  expect([subA.status, subB.status]).toEqual([201, 201]);
-  const deliveries = async (key: string, id: string): Promise<Delivery[]> =>
-    (await stack.request('GET', `/api/webhooks/${id}/deliveries`, key)).body.deliveries;
-  return {
-    a: () => deliveries(a, subA.body.id),
-    b: () => deliveries(b, subB.body.id),
-  };
+  const [a, b] = await tenants(stack, receiver, [coins.a, coins.b]);
+  return { a: a!, b: b! };
 }
 
 describe('another key on the same origin', () => {

@@ -168,42 +168,34 @@ describe('connection caps', () => {
   // proxy's address. Before, the cap read the setting apart: an IPv4 proxy written IPv4-mapped
   // (as a dual-stack host logs it) was believed for the client's address, yet its connections
   // were counted as one client's and closed past the cap.
+  /**
+   * Two connections from `peer` to a service that caps each address at one, behind
+   * TRUST_PROXY=`setting`, each forwarding for a client of its own: whom each is metered as
+   * ('closed': the cap closed it).
+   */
+  async function twoForwarded(setting: string, peer?: string): Promise<[string, string]> {
+    const port = await startEchoing({
+      HTTP_MAX_CONNECTIONS: 0,
+      HTTP_MAX_CONNECTIONS_PER_ADDRESS: 1,
+      TRUST_PROXY: setting,
+    });
+    const first = await open(port, peer);
+    const second = await open(port, peer);
+    return [await whoAmI(first, '198.51.100.7'), await whoAmI(second, '198.51.100.8')];
+  }
+
   for (const setting of ['127.0.0.1', '127.0.0.0/8', '::ffff:127.0.0.1', '::ffff:127.0.0.0/104', '1']) {
     it(`TRUST_PROXY=${setting}: the client a proxy forwards for is the one metered, and the proxy's connections are not counted`, async () => {
-      const port = await startEchoing({
-        HTTP_MAX_CONNECTIONS: 0,
-        HTTP_MAX_CONNECTIONS_PER_ADDRESS: 1,
-        TRUST_PROXY: setting,
-      });
-      const first = await open(port);
-      const second = await open(port);
-      expect(await whoAmI(first, '198.51.100.7')).toBe('198.51.100.7');
-      expect(await whoAmI(second, '198.51.100.8')).toBe('198.51.100.8');
+      expect(await twoForwarded(setting)).toEqual(['198.51.100.7', '198.51.100.8']);
     });
   }
 
   it('a peer TRUST_PROXY does not name is metered by its own address and counted', async () => {
-    const port = await startEchoing({
-      HTTP_MAX_CONNECTIONS: 0,
-      HTTP_MAX_CONNECTIONS_PER_ADDRESS: 1,
-      TRUST_PROXY: '::ffff:127.0.0.1',
-    });
-    const first = await open(port, '127.0.0.2');
-    const second = await open(port, '127.0.0.2');
-    expect(await whoAmI(first, '198.51.100.7')).toBe('127.0.0.2');
-    expect(await whoAmI(second, '198.51.100.8')).toBe('closed');
+    expect(await twoForwarded('::ffff:127.0.0.1', '127.0.0.2')).toEqual(['127.0.0.2', 'closed']);
   });
 
   it('TRUST_PROXY=0 believes no one, the sign-in included: the peer is metered and counted', async () => {
-    const port = await startEchoing({
-      HTTP_MAX_CONNECTIONS: 0,
-      HTTP_MAX_CONNECTIONS_PER_ADDRESS: 1,
-      TRUST_PROXY: '0',
-    });
-    const first = await open(port);
-    const second = await open(port);
-    expect(await whoAmI(first, '198.51.100.7')).toBe('127.0.0.1');
-    expect(await whoAmI(second, '198.51.100.8')).toBe('closed');
+    expect(await twoForwarded('0')).toEqual(['127.0.0.1', 'closed']);
     expect(parseTrustProxy('0').any).toBe(false);
   });
 

@@ -551,6 +551,23 @@ const emptyBlock = (): BlockSums => ({
   dayRealised2: [0, 0],
 });
 
+/** BlockSums' fields, each a sum or a tuple of sums. */
+const SUM_FIELDS = Object.keys(emptyBlock()) as (keyof BlockSums)[];
+
+/** Adds `b`'s sums into `t`, field by field (a tuple element by element): a block resample's totals. */
+function addSums(t: BlockSums, b: BlockSums): void {
+  const into = t as unknown as Record<string, number | number[]>;
+  const from = b as unknown as Record<string, number | number[]>;
+  for (const field of SUM_FIELDS) {
+    const v = from[field]!;
+    if (typeof v === 'number') (into[field] as number) += v;
+    else {
+      const sums = into[field] as number[];
+      for (let k = 0; k < v.length; k++) sums[k]! += v[k]!;
+    }
+  }
+}
+
 /**
  * The interval score of a central band with `miss` nominal outside share (Gneiting & Raftery
  * 2007, Winkler 1972): its width plus 2 ÷ miss × how far outside it the outcome fell. Lower is
@@ -748,37 +765,7 @@ export function scoreDesk(
   const list = [...blocks.entries()].sort((a, b) => a[0] - b[0]).map(([, v]) => [v]);
   const total = (bs: readonly (readonly BlockSums[])[]) => {
     const t = emptyBlock();
-    for (const [b] of bs) {
-      t.n += b!.n;
-      t.served2 += b!.served2;
-      t.realised2 += b!.realised2;
-      t.inside += b!.inside;
-      t.freeInside += b!.freeInside;
-      t.mseN += b!.mseN;
-      t.sized += b!.sized;
-      t.trailingSized += b!.trailingSized;
-      t.sharpN += b!.sharpN;
-      t.width += b!.width;
-      t.freeWidth += b!.freeWidth;
-      t.winkler += b!.winkler;
-      t.freeWinkler += b!.freeWinkler;
-      t.afterMiss += b!.afterMiss;
-      t.missAfterMiss += b!.missAfterMiss;
-      t.afterHit += b!.afterHit;
-      t.missAfterHit += b!.missAfterHit;
-      t.freeAfterMiss += b!.freeAfterMiss;
-      t.freeMissAfterMiss += b!.freeMissAfterMiss;
-      for (let d = 0; d < 2; d++) {
-        t.dayN[d]! += b!.dayN[d]!;
-        t.dayInside[d]! += b!.dayInside[d]!;
-        t.dayServed2[d]! += b!.dayServed2[d]!;
-        t.dayRealised2[d]! += b!.dayRealised2[d]!;
-      }
-      for (let k = 0; k < 4; k++) {
-        t.qlike[k]! += b!.qlike[k]!;
-        t.mse[k]! += b!.mse[k]!;
-      }
-    }
+    for (const [b] of bs) addSums(t, b!);
     return t;
   };
   const all = total(list);

@@ -279,6 +279,11 @@ const roundShareLift = (l: Lift) => ({
 function shownScore(s: DeskScore): DeskScore {
   if (s.blocks >= MIN_INTERVAL_BLOCKS) return s;
   const bare = (l: Lift): Lift => ({ value: l.value, low: null, high: null });
+  const bareDay = (d: DeskScore['byDay']['weekday']) => ({
+    ...d,
+    coverage: bare(d.coverage),
+    sigmaRatio: bare(d.sigmaRatio),
+  });
   return {
     ...s,
     sigmaRatio: bare(s.sigmaRatio),
@@ -287,18 +292,7 @@ function shownScore(s: DeskScore): DeskScore {
     qlikeVs: { ewma: bare(s.qlikeVs.ewma), garch: bare(s.qlikeVs.garch), harRv: bare(s.qlikeVs.harRv) },
     sizing: { service: bare(s.sizing.service), trailing: bare(s.sizing.trailing) },
     sharpness: { width: bare(s.sharpness.width), winkler: bare(s.sharpness.winkler) },
-    byDay: {
-      weekday: {
-        ...s.byDay.weekday,
-        coverage: bare(s.byDay.weekday.coverage),
-        sigmaRatio: bare(s.byDay.weekday.sigmaRatio),
-      },
-      weekend: {
-        ...s.byDay.weekend,
-        coverage: bare(s.byDay.weekend.coverage),
-        sigmaRatio: bare(s.byDay.weekend.sigmaRatio),
-      },
-    },
+    byDay: { weekday: bareDay(s.byDay.weekday), weekend: bareDay(s.byDay.weekend) },
   };
 }
 

@@ -63,8 +63,15 @@ async function startEchoing(config: Parameters<typeof start>[0]): Promise<number
   return (app.server.address() as { port: number }).port;
 }
 
-/** GET /whoami on `socket` as a proxy forwarding for `client`: the address answered, or 'closed'. */
-function whoAmI(socket: Socket, client: string): Promise<string> {
+/**
+ * Writes `request` on `socket` and resolves with what `read` makes of the bytes received, once it
+ * makes something of them (not null); 'closed' when the socket closes first, or already has.
+ */
+function exchange<T>(
+  socket: Socket,
+  request: string,
+  read: (received: string) => T | null,
+): Promise<T | 'closed'> {
   return new Promise((resolve) => {
     if (socket.destroyed) {
       resolve('closed');
@@ -73,37 +80,32 @@ function whoAmI(socket: Socket, client: string): Promise<string> {
     let received = '';
     const onData = (chunk: Buffer) => {
       received += chunk.toString();
-      const match = /"ip":"([^"]*)"/.exec(received);
-      if (match) {
+      const answer = read(received);
+      if (answer !== null) {
         socket.off('data', onData);
-        resolve(match[1]!);
+        resolve(answer);
       }
     };
     socket.on('data', onData);
     socket.once('close', () => resolve('closed'));
-    socket.write(`GET /whoami HTTP/1.1\r\nHost: localhost\r\nX-Forwarded-For: ${client}\r\n\r\n`);
+    socket.write(request);
   });
+}
+
+/** GET /whoami on `socket` as a proxy forwarding for `client`: the address answered, or 'closed'. */
+function whoAmI(socket: Socket, client: string): Promise<string> {
+  return exchange(
+    socket,
+    `GET /whoami HTTP/1.1\r\nHost: localhost\r\nX-Forwarded-For: ${client}\r\n\r\n`,
+    (received) => /"ip":"([^"]*)"/.exec(received)?.[1] ?? null,
+  );
 }
 
 /** GET /healthz on `socket`: 'answered' when a 200 comes back (the socket stays open), else 'closed'. */
 function ask(socket: Socket): Promise<'answered' | 'closed'> {
-  return new Promise((resolve) => {
-    if (socket.destroyed) {
-      resolve('closed');
-      return;
-    }
-    let received = '';
-    const onData = (chunk: Buffer) => {
-      received += chunk.toString();
-      if (received.includes('\r\n\r\n')) {
-        socket.off('data', onData);
-        resolve(received.startsWith('HTTP/1.1 200') ? 'answered' : 'closed');
-      }
-    };
-    socket.on('data', onData);
-    socket.once('close', () => resolve('closed'));
-    socket.write('GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n');
-  });
+  return exchange(socket, 'GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n', (received) =>
+    received.includes('\r\n\r\n') ? (received.startsWith('HTTP/1.1 200') ? 'answered' : 'closed') : null,
+  );
 }
 
 async function outcomes(port: number, count: number, from = '127.0.0.1') {

@@ -20,6 +20,16 @@ export interface Delivery {
   attempts: Attempt[];
 }
 
+/**
+ * A receiver's hung request holds its slot for the whole case: a timeout no case outlasts on a
+ * busy host, never reported stuck, and failures that never disable the subscription.
+ */
+export const HUNG_HOLDS = {
+  WEBHOOK_TIMEOUT_MS: '20000',
+  WEBHOOK_STUCK_AFTER_MS: '60000',
+  WEBHOOK_DISABLE_AFTER_FAILED_DELIVERIES: '100',
+};
+
 /** A stack with `env` and an HTTPS receiver it trusts (the receiver answers 200 until told otherwise). */
 export async function stackBesideReceiver(options: {
   env: Record<string, string>;

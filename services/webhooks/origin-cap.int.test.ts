@@ -4,6 +4,7 @@ import type { Receiver } from '../../test/webhooks-receiver.ts';
 import {
   anotherReceiver,
   closeBoth,
+  HUNG_HOLDS,
   latest,
   settled,
   stackBesideReceiver,
@@ -72,9 +73,7 @@ describe('WEBHOOK_ORIGIN_CONCURRENCY', () => {
         env: {
           WEBHOOK_ENDPOINT_CONCURRENCY: '2',
           WEBHOOK_ORIGIN_CONCURRENCY: '2',
-          WEBHOOK_TIMEOUT_MS: '20000',
-          WEBHOOK_STUCK_AFTER_MS: '60000',
-          WEBHOOK_DISABLE_AFTER_FAILED_DELIVERIES: '100',
+          ...HUNG_HOLDS,
         },
       }));
     });

@@ -4,6 +4,7 @@ import { appendVerdict, type WebhookStack } from '../../test/webhooks-harness.ts
 import type { Receiver } from '../../test/webhooks-receiver.ts';
 import {
   closeBoth,
+  HUNG_HOLDS,
   latest,
   settled,
   stackBesideReceiver,
@@ -31,9 +32,7 @@ describe('another key on the same origin', () => {
       ({ stack, receiver } = await stackBesideReceiver({
         env: {
           WEBHOOK_ENDPOINT_CONCURRENCY: '1',
-          WEBHOOK_TIMEOUT_MS: '20000',
-          WEBHOOK_STUCK_AFTER_MS: '60000',
-          WEBHOOK_DISABLE_AFTER_FAILED_DELIVERIES: '100',
+          ...HUNG_HOLDS,
         },
       }));
     });

@@ -406,7 +406,7 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
   function retryAfter(response) {
     var v = response.headers.get('retry-after');
     if (!v) return null;
-    var ms = /^d+$/.test(v) ? Number(v) * 1000 : Date.parse(v) - Date.now();
+    var ms = /^\\d+$/.test(v) ? Number(v) * 1000 : Date.parse(v) - Date.now();
     return isNaN(ms) ? null : Math.max(1000, ms);
   }
   function status(text) { document.getElementById('status').textContent = text; }

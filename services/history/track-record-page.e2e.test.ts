@@ -473,11 +473,17 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
         await answer.arrayBuffer();
         if (answer.status === 429 && Number(answer.headers.get('retry-after')) >= 2) break;
       }
+      const refused = page.waitForResponse((r) => r.url().includes('/api/track-record?window=7d'));
       await page.selectOption('#window', '7d');
+      const answer = await refused;
+      expect(answer.status()).toBe(429);
       await page.locator('[role=status]:not(:empty)').waitFor();
-      const said = (await status.textContent())!;
-      expect(said).toMatch(
-        /^The figures could not be loaded: too many requests \(HTTP 429\)\. Trying again in \d+ s\.$/,
+      // The wait said is the Retry-After the page was sent (seconds), not a guess: read as a date,
+      // "4" was a day in 2001 and the page said 1 s.
+      const retryAfter = Number(await answer.headerValue('retry-after'));
+      expect(retryAfter).toBeGreaterThanOrEqual(1);
+      expect(await status.textContent()).toBe(
+        `The figures could not be loaded: too many requests (HTTP 429). Trying again in ${retryAfter} s.`,
       );
       // Retried once its window has ended: the figures of the window chosen, the status cleared.
       await page.locator('[role=status]:empty').waitFor({ state: 'attached', timeout: 30_000 });

@@ -127,40 +127,55 @@ const VerdictConfidence = z
     'Percent, 0–100. BUY/SELL: the calibrated chance the call beats the fee over the horizon. HOLD: the share of comparable leans that did not beat it (how often standing aside was right). confidence_meaning says which, in words.',
   );
 
+/** What BUY, SELL and HOLD mean, on every answer carrying a verdict (trade calls, scan rows). */
+const VerdictCall = Call.describe(
+  'The verdict over the horizon (six candles of the timeframe): BUY, go long; SELL, go short; HOLD, stand aside (no trade advised): the score is inside the neutral band (|score| < 0.1), or this cell (venue kind × timeframe) has no direction that beat the 10 bps fee on the walk-forward evidence. lean says which way the score leans and what following it earned.',
+);
+/** Which feed an answer came from, said where a trading agent reads it. */
+const AnswerFeed = FeedKind.describe(
+  "live: computed from the venues' live market data; replay: from recorded market data replayed on an accelerated clock (a demonstration, not the market now).",
+);
+
 export const TradeCall = z.object({
   coin: z.string(),
   timeframe: Timeframe,
   exchange: Exchange,
-  call: Call,
+  call: VerdictCall,
   confidence: VerdictConfidence,
   confidence_meaning: VerdictMeaning.shape.confidence_meaning,
   score: Score,
   regime: Regime,
   price: LastPrice,
   timestamp: CloseSeconds,
-  feed: FeedKind,
+  feed: AnswerFeed,
   reasoning: z.string().optional(),
   indicators: Indicators,
-  /** Id of the VerdictRecorded event and its chained content hash, for later verification. */
-  verdictId: z.uuid(),
-  signalHash: z.string(),
-  /** Public proof of recording (GET /verify/...): the chain now, the content once the outcome is known. */
-  verifyUrl: z.url().optional(),
+  verdictId: z.uuid().describe('Id of the recorded verdict, for later verification.'),
+  signalHash: z
+    .string()
+    .describe("The verdict's content hash, chained to its market's previous verdict (checked at verifyUrl)."),
+  verifyUrl: z
+    .url()
+    .optional()
+    .describe(
+      'Public proof that the verdict was recorded before its outcome (GET /verify/…): the hash chain now, the content once six candles have closed.',
+    ),
   engineVersion: z.string(),
   /**
    * Forecast realised volatility over the next candles and the expected-move band, with the
    * sizing for the call's `riskBudgetUsd` over that horizon (its fields say their units).
    */
   volatility: VolatilityForecastSchema.extend({ sizing: SizingSchema }).optional(),
-  /**
-   * Whether calls are emitted in this cell (venue kind × timeframe): only where walk-forward
-   * evidence showed timing skill in every fold and era; elsewhere the call is HOLD and the
-   * reason says "no measured edge here".
-   */
-  edge: z.object({ cell: z.string(), measured: z.boolean(), reason: z.string() }).optional(),
+  edge: z
+    .object({ cell: z.string(), measured: z.boolean(), reason: z.string() })
+    .optional()
+    .describe(
+      'Whether this cell (venue kind × timeframe) emits BUY/SELL: only where walk-forward evidence showed timing skill in every fold and era and a net return above the fee; reason says why a HOLD is a HOLD.',
+    ),
   lean: VerdictMeaning.shape.lean,
-  /** How often calls of this exchange, timeframe and confidence bucket were right (revealed ones). */
-  trackRecord: TrackRecordBrief.optional(),
+  trackRecord: TrackRecordBrief.optional().describe(
+    'How often calls of this exchange, timeframe and confidence bucket were right once their outcomes were revealed (get_track_record has the whole record).',
+  ),
 });
 export type TradeCall = z.infer<typeof TradeCall>;
 
@@ -186,7 +201,7 @@ export const RegimeReading = z.object({
   metrics: Indicators,
   price: LastPrice,
   timestamp: CloseSeconds,
-  feed: FeedKind,
+  feed: AnswerFeed,
   /** `volatile` / `squeeze` follow this forecast's percentile. */
   volatility: VolatilityForecastSchema,
   /** Whether these labels carried information beyond a free trailing-volatility label, in words. */
@@ -302,14 +317,14 @@ const QuoteVolume24h = z
 export const ScanTradeCallsOutput = z.object({
   timeframe: Timeframe,
   exchange: Exchange,
-  feed: FeedKind,
+  feed: AnswerFeed,
   timestamp: z.number().int().describe('Unix time in seconds (not ms) of the feed when the scan ran.'),
   scanned: z.number().int().describe('How many markets the scan took: topN, or fewer when there are fewer.'),
   calls: z.array(
     z.object({
       rank: z.number().int().positive().describe('Position in rankBy order, from 1.'),
       coin: z.string(),
-      call: Call,
+      call: VerdictCall,
       confidence: VerdictConfidence,
       score: Score,
       regime: Regime,
@@ -463,7 +478,7 @@ export const Carry = z.object({
 });
 
 export const ScanFundingArbOutput = z.object({
-  feed: FeedKind,
+  feed: AnswerFeed,
   timestamp: z.number().int().describe('Unix time in seconds (not ms) of the feed when the scan ran.'),
   opportunities: z
     .array(
@@ -591,7 +606,7 @@ export const TOOLS = {
     output: TradeCall,
     title: 'Trade call',
     description:
-      'Composite BUY / SELL / HOLD verdict for a coin on one timeframe and venue, from closed candles only, with calibrated confidence, regime, indicator readings, a verifiable signal hash, and sizing for a stated risk budget (riskBudgetUsd, default 100 USD): the notional whose one-σ move over the horizon is the budget, and the stops its band implies.',
+      'Composite BUY / SELL / HOLD verdict for a coin on one timeframe and venue, from closed candles only (HOLD: stand aside, no trade advised), with confidence (0–100; confidence_meaning says what it measures), regime, indicator readings, a verifiable signal hash, and sizing for a stated risk budget (riskBudgetUsd, default 100 USD): the notional whose one-σ move over the horizon is the budget, and the stops its band implies.',
     example: { coin: 'BTC', timeframe: '1h' },
     price: { key: 'X402_PRICE_GET_TRADE_CALL', by: { field: 'timeframe', keys: TRADE_CALL_PRICE_KEYS } },
   }),

@@ -49,25 +49,47 @@ export const HistoryRow = z.object({
   confidence: nullable(z.number().int()),
   score: nullable(z.number()),
   regime: nullable(Regime),
-  price: nullable(z.number()),
-  candle_close_time: nullable(z.number().int()),
+  price: nullable(z.number()).describe(
+    "Close of the verdict's candle, in the quote currency (USD): what every return of the row is measured from.",
+  ),
+  candle_close_time: nullable(z.number().int()).describe(
+    "Close of the verdict's candle: Unix milliseconds in NDJSON and CSV, a UTC timestamp in Parquet.",
+  ),
   feed: nullable(FeedKind),
   engine_version: nullable(z.string()),
   trigger: nullable(z.enum(['request', 'schedule'])),
-  inputs_json: nullable(z.string()),
+  inputs_json: nullable(z.string()).describe(
+    "The verdict's inputs as JSON (its hash covers them), among them the risk forecast it served, which the track record scores: vol_horizon_candles, vol_expected_move_pct (percent: σ of the log return over that horizon), vol_band_low, vol_band_high (prices), vol_band_coverage (a fraction), vol_percentile; replay_lap on a verdict of a looped replay lap, which no track-record figure counts.",
+  ),
   outcome_id: nullable(z.string()),
-  return_1: nullable(z.number()),
-  return_6: nullable(z.number()),
-  return_24: nullable(z.number()),
+  return_1: nullable(z.number()).describe(
+    'Simple return from price to the close 1 candle later, a fraction (0.01 is 1 %, not percent).',
+  ),
+  return_6: nullable(z.number()).describe(
+    'Simple return from price to the close 6 candles later (the verdict horizon), a fraction (0.01 is 1 %).',
+  ),
+  return_24: nullable(z.number()).describe(
+    'Simple return from price to the close 24 candles later, a fraction (0.01 is 1 %).',
+  ),
   result: nullable(z.enum(['hit', 'miss', 'no-call'])),
-  net_centi_bps: nullable(z.number().int()),
-  mae_bps: nullable(z.number()),
-  mfe_bps: nullable(z.number()),
-  realised_vol: nullable(z.number()),
+  net_centi_bps: nullable(z.number().int()).describe(
+    'BUY or SELL: what following the call earned over 6 candles after the 10 bps fee, in hundredths of a bp (round((±return_6 × 10,000 − 10) × 100)); null for a HOLD (its lean: lean_net_centi_bps).',
+  ),
+  mae_bps: nullable(z.number()).describe(
+    'BUY or SELL: the worst move against the call within the 6 candles (their lows for a BUY, highs for a SELL) from price, in bps, negative when against it; null for a HOLD.',
+  ),
+  mfe_bps: nullable(z.number()).describe(
+    'BUY or SELL: the best move in its favour within the 6 candles (their highs for a BUY, lows for a SELL) from price, in bps; null for a HOLD.',
+  ),
+  realised_vol: nullable(z.number()).describe(
+    "Sample standard deviation of the 24 per-candle log returns after the verdict's candle (the first from price), a fraction per candle: not percent and not over 6 candles (× √6 × 100 reads beside a 6-candle vol_expected_move_pct).",
+  ),
   /** The direction the verdict's score leaned, HOLD included (an outcome field: set once resolved). */
   lean: nullable(z.enum(['BUY', 'SELL'])),
   /** What following the lean earned over the horizon after the fee, hundredths of a bp. */
-  lean_net_centi_bps: nullable(z.number().int()),
+  lean_net_centi_bps: nullable(z.number().int()).describe(
+    'What following lean earned over 6 candles after the 10 bps fee, in hundredths of a bp (as net_centi_bps for a call), HOLD included; null without a lean.',
+  ),
   /**
    * The outcome's link in its stream's outcome chain (contracts/verdict-hash.ts `outcomeHash`) and
    * the log position it was recorded at; null for outcomes recorded before outcomes were chained.

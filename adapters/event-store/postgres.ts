@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import type { AppendResult, NewEvent, RecordedEvent } from '../../contracts/envelope.ts';
 import { newEventId } from '../../contracts/event-id.ts';
 import { EVENT_TYPES, isEventType } from '../../contracts/events.ts';
+import { maskUrlCredentials } from '../../contracts/mask-url.ts';
 import { AppendSignal, catchUpSubscription } from './catch-up.ts';
 import { GroupWriter, type PendingAppend } from './group-writer.ts';
 import {
@@ -105,6 +106,7 @@ export async function openPostgresEventStore(
   pool.on('error', (err) => options.logger?.warn({ err }, 'postgres: idle connection lost'));
   let recorded: string[];
   try {
+    await firstConnection(pool, options.url);
     await migrate(pool, options.schema, names, options.logger);
     recorded = (await pool.query<{ name: string }>(`SELECT name FROM ${names.schema}.event_types`)).rows.map(
       (row) => row.name,
@@ -127,6 +129,38 @@ export async function openPostgresEventStore(
   const store = new PostgresEventStore(pool, options, names, new Set(recorded));
   await store.listen();
   return store;
+}
+
+/** The server's refusals of a login, each with what to correct. */
+const LOGIN_REFUSALS: Record<string, string> = {
+  '3D000': "create the database (createdb) or correct POSTGRES_URL's database", // invalid_catalog_name
+  '28P01': "correct POSTGRES_URL's user and password", // invalid_password
+  '28000': "correct POSTGRES_URL's user, or the server's pg_hba.conf", // invalid_authorization_specification
+};
+
+/**
+ * Takes one connection before anything else, so that a server out of reach or a login it refuses
+ * stops the start with a line naming PostgreSQL, the address (password masked) and the setting to
+ * correct, rather than the driver's bare `connect ECONNREFUSED 10.0.0.5:5432`.
+ */
+async function firstConnection(pool: pg.Pool, url: string): Promise<void> {
+  try {
+    (await pool.connect()).release();
+  } catch (err) {
+    const code = (err as { code?: string }).code;
+    const message = err instanceof Error ? err.message : String(err);
+    const where = `PostgreSQL at ${maskUrlCredentials(url)} (POSTGRES_URL)`;
+    const fix = code === undefined ? undefined : LOGIN_REFUSALS[code];
+    if (fix !== undefined)
+      throw new Error(`${where} refused the login: ${message}. To fix it, ${fix}`, { cause: err });
+    if (isConnectionError(err))
+      throw new Error(
+        `${where} is unreachable: ${message}. Start the server, or correct POSTGRES_URL's host and port; ` +
+          'start this process again once it answers, or let its supervisor restart it (deploy/README.md, PostgreSQL as the shared log)',
+        { cause: err },
+      );
+    throw err;
+  }
 }
 
 /** Applies every migration newer than the schema's recorded version; safe to run concurrently. */

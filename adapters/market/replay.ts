@@ -324,14 +324,25 @@ export class ReplayFeed implements MarketFeed {
           return other !== undefined && sourceTimeframe(tf, [...other.keys()]) !== undefined;
         })
         .map(([name]) => name);
-      // The same words whichever coin was asked, when every coin here has the same files: a scan
-      // or the track record, naming no coin, is refused with its top market's refusal, and must
-      // not read as being about a coin the caller never named.
-      const sameEverywhere = [...venue.candles.values()].every((c) => sameKeys(c.files, files));
+      // The same words whichever coin was asked when every coin here has the same files, or when
+      // no coin here builds the timeframe (then of the files the venue's coins hold together): a
+      // scan or the track record, naming no coin, is refused with its top market's refusal, and
+      // must not read as being about a coin the caller never named. Only where another coin here
+      // builds it is the refusal about the coin asked.
+      const coins = [...venue.candles.values()];
+      const sameEverywhere = coins.every((c) => sameKeys(c.files, files));
+      const builtHere = coins.some((c) => sourceTimeframe(tf, [...c.files.keys()]) !== undefined);
+      const held =
+        sameEverywhere || builtHere ? available : [...new Set(coins.flatMap((c) => [...c.files.keys()]))];
+      const whose = sameEverywhere
+        ? 'of every coin here'
+        : builtHere
+          ? `of ${symbol} here`
+          : 'here (not every coin has each)';
       throw new UnsupportedTimeframeError(
         tf,
         exchange,
-        `the replay data holds ${[...available].sort((a, b) => TIMEFRAME_MS[a] - TIMEFRAME_MS[b]).join(', ')} candles ${sameEverywhere ? 'of every coin here' : `of ${symbol} here`}, which build ${buildable(available).join(', ')}` +
+        `the replay data holds ${[...held].sort((a, b) => TIMEFRAME_MS[a] - TIMEFRAME_MS[b]).join(', ')} candles ${whose}, which build ${buildable(held).join(', ')}` +
           `; ${tf} ${elsewhere.length > 0 ? `is served on ${elsewhere.join(', ')}` : 'is served by no replayed venue'} (or on the live feed)`,
       );
     }

@@ -388,6 +388,13 @@ export class NatsBus implements Bus {
   /** Ends a background retry of a refused replica raise at close(). */
   private readonly closing = new AbortController();
   private raiseRetry: Promise<boolean> | null = null;
+  /**
+   * Since when, and from which server, the connection is lost (null while connected): health()
+   * says so at once rather than wait for a stream-info request that cannot be answered.
+   */
+  private lost: { since: number; server: string } | null = null;
+  /** health() calls waiting on the server, ended by a loss of the connection. */
+  private readonly lossWaiters = new Set<() => void>();
 
   constructor(
     readonly nc: NatsConnection,
@@ -470,11 +477,34 @@ export class NatsBus implements Bus {
   async health(): Promise<BusHealth> {
     const drift = this.config.drift.length > 0 ? { drift: this.config.drift } : {};
     if (this.nc.isClosed()) return { ok: false, detail: 'connection closed', ...drift };
+    if (this.lost !== null) return { ...this.lostHealth(this.lost), ...drift };
+    // A request in flight when the connection drops is not failed by the client: it waits for its
+    // timeout. The loss ends the wait instead, so the check says what happened.
+    let onLoss = (): void => undefined;
+    const lost = new Promise<null>((resolve) => {
+      onLoss = () => resolve(null);
+      this.lossWaiters.add(onLoss);
+    });
     try {
-      return { ...streamHealth(await this.jsm.streams.info(this.config.stream)), ...drift };
+      const info = await Promise.race([this.jsm.streams.info(this.config.stream), lost]);
+      if (info === null && this.lost !== null) return { ...this.lostHealth(this.lost), ...drift };
+      if (info === null) return { ok: false, detail: 'connection lost', ...drift };
+      return { ...streamHealth(info), ...drift };
     } catch (err) {
+      if (this.lost !== null) return { ...this.lostHealth(this.lost), ...drift };
       return { ok: false, detail: err instanceof Error ? err.message : String(err), ...drift };
+    } finally {
+      this.lossWaiters.delete(onLoss);
     }
+  }
+
+  private lostHealth({ since, server }: { since: number; server: string }): BusHealth {
+    return {
+      ok: false,
+      detail:
+        `not connected to NATS since ${new Date(since).toISOString()} (lost ${server}); reconnecting to ` +
+        'the servers of NATS_URL every 0.5 s: is nats-server running and reachable?',
+    };
   }
 
   /**
@@ -515,11 +545,14 @@ export class NatsBus implements Bus {
 
   private async logConnectionStatus(): Promise<void> {
     for await (const status of this.nc.status()) {
-      if (status.type === 'disconnect')
+      if (status.type === 'disconnect') {
+        this.lost ??= { since: Date.now(), server: status.server };
+        for (const wake of this.lossWaiters) wake();
         this.config.logger.warn({ server: status.server }, 'nats disconnected');
-      else if (status.type === 'reconnect')
+      } else if (status.type === 'reconnect') {
+        this.lost = null;
         this.config.logger.info({ server: status.server }, 'nats reconnected');
-      else if (status.type === 'error') this.config.logger.error({ err: status.error }, 'nats error');
+      } else if (status.type === 'error') this.config.logger.error({ err: status.error }, 'nats error');
     }
   }
 }

@@ -34,6 +34,17 @@ export interface ClientLifetime {
  */
 export const DEFAULT_CLIENT_LIFETIME: ClientLifetime = { unusedTtlS: 86_400, maxUnused: 5_000, signInS: 600 };
 
+/**
+ * How long a refresh token, once rotated, may be presented again and still refresh (Okta's
+ * default grace period for rotation, 30 s). A host whose calls meet an expired access token
+ * together refreshes once per call with the same refresh token (the MCP SDK client does); without
+ * a grace the library read the second as a stolen token replayed and revoked the grant, so every
+ * token ended and the person had to sign in again, every OAUTH_ACCESS_TOKEN_TTL_S under parallel
+ * calls. Within it the token refreshes again (a second rotation of the same grant); past it a
+ * reuse still revokes the grant. Counted from its first use: a reuse never lengthens it.
+ */
+export const REFRESH_REUSE_GRACE_S = 30;
+
 /** The ordered list of registered clients not used yet (their ids). */
 const UNUSED_CLIENTS = 'clients:unused';
 /**
@@ -123,7 +134,10 @@ export function oauthAdapter(
       const stored = await store.get(this.key(id));
       if (stored === undefined) return undefined;
       const payload = JSON.parse(stored.value) as AdapterPayload;
-      return stored.consumedAt === null ? payload : { ...payload, consumed: stored.consumedAt };
+      if (stored.consumedAt === null) return payload;
+      const reusable =
+        this.model === 'RefreshToken' && Date.now() / 1_000 - stored.consumedAt < REFRESH_REUSE_GRACE_S;
+      return reusable ? payload : { ...payload, consumed: stored.consumedAt };
     }
 
     async findByUid(uid: string): Promise<AdapterPayload | undefined> {
@@ -137,6 +151,8 @@ export function oauthAdapter(
     }
 
     async consume(id: string): Promise<void> {
+      // The first use is kept: a refresh token used again within its grace stays consumed from then.
+      if ((await store.get(this.key(id)))?.consumedAt != null) return;
       await store.consume(this.key(id), Math.floor(Date.now() / 1_000));
     }
 

@@ -1,0 +1,117 @@
+import { existsSync } from 'node:fs';
+import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import type { BrowserContext } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  CHROMIUM,
+  consentWithKey,
+  MemoryHost,
+  redirectReceiver,
+  signinStage,
+} from '../../../test/oauth-host.ts';
+
+/**
+ * An agent host that makes tool calls in parallel, as a trading agent does, meets its access
+ * token's expiry (OAUTH_ACCESS_TOKEN_TTL_S, 10 minutes) on all of them at once: the official MCP
+ * SDK client then refreshes once per call, each with the same refresh token. A walk as an agent
+ * developer found the second refresh read as a stolen token replayed: the grant was revoked, the
+ * parallel calls failed ("401 after successful authentication", invalid_grant) and so did every
+ * later one, until the person signed in again. A rotated refresh token now refreshes again within
+ * REFRESH_REUSE_GRACE_S (adapter.ts), and the grant lives on.
+ */
+const present = existsSync(CHROMIUM);
+
+describe.runIf(present || process.env.CI === 'true')('refresh token rotation under parallel calls', () => {
+  let stage: Awaited<ReturnType<typeof signinStage>>;
+  let receiver: Awaited<ReturnType<typeof redirectReceiver>>;
+  let browser: BrowserContext;
+
+  beforeAll(async () => {
+    stage = await signinStage();
+    browser = stage.browser;
+    receiver = await redirectReceiver();
+  });
+  afterAll(async () => {
+    await receiver?.close();
+    await stage?.close();
+  });
+
+  /** A host signed in with the stage's key: its provider holds an access and a refresh token. */
+  async function signedInHost(): Promise<MemoryHost> {
+    const host = new MemoryHost(receiver.url, 'parallel agent');
+    await expect(
+      new Client({ name: 'agent', version: '1.0.0' }).connect(
+        new StreamableHTTPClientTransport(stage.url, { authProvider: host }),
+      ),
+    ).rejects.toThrow(UnauthorizedError);
+    const returned = receiver.next();
+    await consentWithKey(browser, host.authorizationUrl!, stage.key);
+    const code = (await returned).get('code')!;
+    await new StreamableHTTPClientTransport(stage.url, { authProvider: host }).finishAuth(code);
+    return host;
+  }
+
+  const regime = (client: Client) =>
+    client.callTool({ name: 'get_market_regime', arguments: { coin: 'ETH', exchange: 'BINANCE' } }).then(
+      (result) => (result.isError ? `tool error ${JSON.stringify(result.structuredContent)}` : 'served'),
+      (err: Error) => `${err.constructor.name}: ${err.message}`,
+    );
+
+  it('three parallel calls that meet an expired token each refresh, and all are served, then the next', async () => {
+    const host = await signedInHost();
+    const client = new Client({ name: 'agent', version: '1.0.0' });
+    await client.connect(new StreamableHTTPClientTransport(stage.url, { authProvider: host }));
+    expect(await regime(client)).toBe('served');
+    // The access token is refused as an expired one is: 401 invalid_token, and the SDK refreshes.
+    host.saved = { ...host.saved!, access_token: 'expired-access-token' };
+    expect(await Promise.all([regime(client), regime(client), regime(client)])).toEqual([
+      'served',
+      'served',
+      'served',
+    ]);
+    expect(await regime(client)).toBe('served');
+    await client.close();
+  });
+
+  it('a refresh token presented again just after its rotation refreshes, and the first answer stays good', async () => {
+    const host = await signedInHost();
+    const refresh = host.saved!.refresh_token!;
+    const clientId = host.info!.client_id;
+    const token = async () => {
+      const res = await fetch(new URL('/oauth/token', stage.url), {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        body: new URLSearchParams({
+          grant_type: 'refresh_token',
+          refresh_token: refresh,
+          client_id: clientId,
+        }),
+      });
+      return { status: res.status, body: (await res.json()) as { access_token?: string; error?: string } };
+    };
+    const first = await token();
+    expect(first.status).toBe(200);
+    const second = await token();
+    expect(second.status, JSON.stringify(second.body)).toBe(200);
+    // Neither answer ended the grant: both access tokens call a tool.
+    for (const access of [first.body.access_token!, second.body.access_token!]) {
+      const res = await fetch(stage.url, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          accept: 'application/json, text/event-stream',
+          authorization: `Bearer ${access}`,
+        },
+        body: JSON.stringify({
+          jsonrpc: '2.0',
+          id: 1,
+          method: 'tools/call',
+          params: { name: 'get_market_regime', arguments: { coin: 'ETH', exchange: 'BINANCE' } },
+        }),
+      });
+      expect(res.status).toBe(200);
+    }
+  });
+});

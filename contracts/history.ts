@@ -296,7 +296,9 @@ export const TrackRecordResponse = z.object({
     .describe(
       "The log position the figures are folded to: every outcome they count is at or before it (an export row's `outcome_position`). `history score --as-of <asOf> --as-of-position <asOfPosition>` reproduces them from any later export, whatever was labelled since",
     ),
-  window: TrackRecordWindow,
+  window: TrackRecordWindow.describe(
+    "7d, 30d or 90d: the verdicts whose candle closed on the last 7, 30 or 90 UTC days up to asOf's day, each counted once its outcome (24 candles on) is in, so a 1d verdict counts in 30d only when it closed 24 to 30 days before asOf, and never in 7d; all: every resolved verdict",
+  ),
   feed: TrackRecordFeed.describe(
     "The feed the figures come from: 'live' (venues as they trade), 'replay' (recorded market data served as if live: not a live track record), 'mixed' (both; each line's `feeds` counts them) or 'none' (no resolved verdict in the window)",
   ),

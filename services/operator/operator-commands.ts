@@ -306,7 +306,11 @@ export async function serviceApplied(
       if (err instanceof OtherLogError) throw err;
       if ((err as Error).name === 'TimeoutError') unanswered = `did not answer within ${probeTimeoutMs} ms`;
       else if (seen === null && unanswered === null)
-        return `no service answered at ${url}: the change applies when it starts`;
+        return (
+          `no service answered at ${url}, the service this command waits for (PUBLIC_BASE_URL, else ` +
+          'http://localhost:<PORT>; set either to reach one on another host): the change is on the event log, ' +
+          'and every service reading that log applies it once running'
+        );
     }
     if (Date.now() >= deadline) {
       if (seen === null)

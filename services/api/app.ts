@@ -22,7 +22,7 @@ import { capConnections, defaultMaxConnections } from './connection-caps.ts';
 import { SERVICE_VERSION } from './discovery/catalog.ts';
 import { RepeatedHeaderError, useApiErrors } from './errors.ts';
 import { registerJsonParser } from './json-body.ts';
-import { EVERY_ANSWER_HEADERS, registerOpenApi } from './openapi.ts';
+import { EVERY_ANSWER_HEADERS, keyChallenge, registerOpenApi } from './openapi.ts';
 import { opsRoutes } from './ops-routes.ts';
 import { OneLinePerRequest, requestLoggers } from './request-log.ts';
 
@@ -99,6 +99,17 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       ),
   });
   askInFlightToClose(app);
+  // Every 401 of a route taking an API key says how to authenticate (RFC 9110 §15.5.2). Before
+  // answerAtTurnEnd, which must be the last: the answer is written from its done().
+  app.addHook('onSend', (request, reply, payload, done) => {
+    if (
+      reply.statusCode === 401 &&
+      !reply.hasHeader('www-authenticate') &&
+      (request.routeOptions.config as { keyChallenge?: boolean } | undefined)?.keyChallenge
+    )
+      reply.header('www-authenticate', keyChallenge(request.headers.authorization));
+    done(null, payload);
+  });
   app.addHook('onSend', answerAtTurnEnd);
 
   if (deps.metrics) observeDurations(app, deps.metrics.httpDuration);

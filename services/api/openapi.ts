@@ -54,6 +54,8 @@ export const RESPONSE_HEADERS = {
   'X-History-Cursor':
     'Sent as an HTTP trailer (announced by Trailer): the cursor after the last row sent; after=<cursor> resumes there',
   Trailer: 'The fields sent as HTTP trailers after the body (X-History-Cursor)',
+  'WWW-Authenticate':
+    'The challenge of a 401 (RFC 9110 §11.6.1, RFC 6750 §3): Bearer realm="signal-service", with error="invalid_token" when the Bearer key sent is not a live one',
 } as const;
 export type ResponseHeader = keyof typeof RESPONSE_HEADERS;
 
@@ -227,10 +229,32 @@ function toFastifySchema(doc: RouteDoc): FastifySchema {
   } as FastifySchema;
 }
 
+/** The realm of the API key's Bearer challenge. */
+const KEY_REALM = 'signal-service';
+
+/** Whether an operation takes an API key (`Authorization: Bearer`): its 401 challenges for one. */
+const takesKey = (auth: RouteDoc['auth']) =>
+  auth === 'bearer' || auth === 'bearer-optional' || auth === 'x402';
+
+/**
+ * The `WWW-Authenticate` of a 401 refusing an API key (RFC 9110 requires a challenge on every
+ * 401): `Bearer realm`, and RFC 6750's invalid_token when the request sent a Bearer key.
+ */
+export function keyChallenge(authorization: string | string[] | undefined): string {
+  const sent = (Array.isArray(authorization) ? authorization[0] : authorization) ?? '';
+  return /^Bearer\s+\S/i.test(sent)
+    ? `Bearer realm="${KEY_REALM}", error="invalid_token", error_description="the API key is not a live key of this service"`
+    : `Bearer realm="${KEY_REALM}"`;
+}
+
 /** Route config that puts the route in the OpenAPI document: `app.get(url, { config: documented(...) }, ...)`. */
 export function documented(doc: RouteDoc) {
   const schema = toFastifySchema(doc);
-  return { swaggerTransform: ({ url }: { url: string }) => ({ schema, url }) };
+  return {
+    swaggerTransform: ({ url }: { url: string }) => ({ schema, url }),
+    // Read by app.ts: a 401 of this route carries keyChallenge.
+    ...(takesKey(doc.auth) ? { keyChallenge: true } : {}),
+  };
 }
 
 /**
@@ -438,6 +462,7 @@ function withOperationIds<D extends object>(document: D): D {
       const { [OPTIONAL_BODY]: optionalBody, ...op } = operation as {
         responses?: Record<string, { headers?: Json; content?: Json }>;
         requestBody?: Json;
+        security?: Json[];
         [OPTIONAL_BODY]?: boolean;
       };
       if (optionalBody && op.requestBody) op.requestBody = { ...op.requestBody, required: false };
@@ -458,6 +483,12 @@ function withOperationIds<D extends object>(document: D): D {
             ...(retryable(status) ? RETRY : []),
             // A rate limit's or a quota's refusal is never to be reused (no-store).
             ...(status === '429' ? (['Cache-Control'] as const) : []),
+            // A 401 of an operation taking an API key challenges for one (app.ts sends keyChallenge).
+            ...(status === '401' &&
+            JSON.stringify(op.security ?? []).includes('apiKey') &&
+            !Object.keys(declared.headers ?? {}).some((name) => name.toLowerCase() === 'www-authenticate')
+              ? (['WWW-Authenticate'] as const)
+              : []),
           ];
           return [status, { ...response, headers: { ...headerObjects(added), ...response.headers } }];
         }),

@@ -3,7 +3,7 @@ import { isIPv6 } from 'node:net';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import ipaddr from 'ipaddr.js';
 import { ServiceError } from '../../contracts/errors.ts';
-import { OAUTH_AUTHORIZE_PATH, OAUTH_PREFIX } from '../../contracts/oauth.ts';
+import { OAUTH_AUTHORIZE_PATH, OAUTH_PREFIX, SIGNIN_MCP_PATH } from '../../contracts/oauth.ts';
 import { isWellFormedKey } from '../keys/key-material.ts';
 import type { KeyRecord } from '../keys/key-registry.ts';
 import { type KeyLookup, type KeyResolver, KeyUnverifiableError } from '../keys/key-resolver.ts';
@@ -190,7 +190,8 @@ export function credentialOf({ headers, clientAddress }: CallerRequest): string 
     const detail =
       token === undefined
         ? `Authorization is not a Bearer token: ${HINT}`
-        : 'the Bearer token is not shaped like a live key (sk_live_…)';
+        : // An OAuth access token sent here by mistake is served as anonymous: say where it applies.
+          `the Bearer token is not shaped like a live key (sk_live_…); an OAuth access token is accepted only at ${SIGNIN_MCP_PATH}`;
     auth = { outcome: 'MALFORMED', presented: true, tier: 'free', detail };
   }
   return { auth, subject: anonymousSubject(clientAddress), keyId: null };

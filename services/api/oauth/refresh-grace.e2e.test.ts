@@ -19,90 +19,74 @@ import {
  * developer found the second refresh read as a stolen token replayed: the grant was revoked, the
  * parallel calls failed ("401 after successful authentication", invalid_grant) and so did every
  * later one, until the person signed in again. A rotated refresh token now refreshes again within
- * REFRESH_REUSE_GRACE_S (adapter.ts), and the grant lives on.
+ * REFRESH_REUSE_GRACE_S (adapter.ts), and the grant lives on. The same walk sent the access token
+ * to /mcp, the URL most examples name: served as anonymous, it was told only that it is not shaped
+ * like a key; now it is told the path that takes it.
  */
 const present = existsSync(CHROMIUM);
 
-describe.runIf(present || process.env.CI === 'true')('refresh token rotation under parallel calls', () => {
-  let stage: Awaited<ReturnType<typeof signinStage>>;
-  let receiver: Awaited<ReturnType<typeof redirectReceiver>>;
-  let browser: BrowserContext;
+describe.runIf(present || process.env.CI === 'true')(
+  'an agent host signed in: parallel refreshes, the wrong path',
+  () => {
+    let stage: Awaited<ReturnType<typeof signinStage>>;
+    let receiver: Awaited<ReturnType<typeof redirectReceiver>>;
+    let browser: BrowserContext;
 
-  beforeAll(async () => {
-    stage = await signinStage();
-    browser = stage.browser;
-    receiver = await redirectReceiver();
-  });
-  afterAll(async () => {
-    await receiver?.close();
-    await stage?.close();
-  });
+    beforeAll(async () => {
+      stage = await signinStage();
+      browser = stage.browser;
+      receiver = await redirectReceiver();
+    });
+    afterAll(async () => {
+      await receiver?.close();
+      await stage?.close();
+    });
 
-  /** A host signed in with the stage's key: its provider holds an access and a refresh token. */
-  async function signedInHost(): Promise<MemoryHost> {
-    const host = new MemoryHost(receiver.url, 'parallel agent');
-    await expect(
-      new Client({ name: 'agent', version: '1.0.0' }).connect(
-        new StreamableHTTPClientTransport(stage.url, { authProvider: host }),
-      ),
-    ).rejects.toThrow(UnauthorizedError);
-    const returned = receiver.next();
-    await consentWithKey(browser, host.authorizationUrl!, stage.key);
-    const code = (await returned).get('code')!;
-    await new StreamableHTTPClientTransport(stage.url, { authProvider: host }).finishAuth(code);
-    return host;
-  }
+    /** A host signed in with the stage's key: its provider holds an access and a refresh token. */
+    async function signedInHost(): Promise<MemoryHost> {
+      const host = new MemoryHost(receiver.url, 'parallel agent');
+      await expect(
+        new Client({ name: 'agent', version: '1.0.0' }).connect(
+          new StreamableHTTPClientTransport(stage.url, { authProvider: host }),
+        ),
+      ).rejects.toThrow(UnauthorizedError);
+      const returned = receiver.next();
+      await consentWithKey(browser, host.authorizationUrl!, stage.key);
+      const code = (await returned).get('code')!;
+      await new StreamableHTTPClientTransport(stage.url, { authProvider: host }).finishAuth(code);
+      return host;
+    }
 
-  const regime = (client: Client) =>
-    client.callTool({ name: 'get_market_regime', arguments: { coin: 'ETH', exchange: 'BINANCE' } }).then(
-      (result) => (result.isError ? `tool error ${JSON.stringify(result.structuredContent)}` : 'served'),
-      (err: Error) => `${err.constructor.name}: ${err.message}`,
-    );
+    const regime = (client: Client) =>
+      client.callTool({ name: 'get_market_regime', arguments: { coin: 'ETH', exchange: 'BINANCE' } }).then(
+        (result) => (result.isError ? `tool error ${JSON.stringify(result.structuredContent)}` : 'served'),
+        (err: Error) => `${err.constructor.name}: ${err.message}`,
+      );
 
-  it('three parallel calls that meet an expired token each refresh, and all are served, then the next', async () => {
-    const host = await signedInHost();
-    const client = new Client({ name: 'agent', version: '1.0.0' });
-    await client.connect(new StreamableHTTPClientTransport(stage.url, { authProvider: host }));
-    expect(await regime(client)).toBe('served');
-    // The access token is refused as an expired one is: 401 invalid_token, and the SDK refreshes.
-    host.saved = { ...host.saved!, access_token: 'expired-access-token' };
-    expect(await Promise.all([regime(client), regime(client), regime(client)])).toEqual([
-      'served',
-      'served',
-      'served',
-    ]);
-    expect(await regime(client)).toBe('served');
-    await client.close();
-  });
+    it('three parallel calls that meet an expired token each refresh, and all are served, then the next', async () => {
+      const host = await signedInHost();
+      const client = new Client({ name: 'agent', version: '1.0.0' });
+      await client.connect(new StreamableHTTPClientTransport(stage.url, { authProvider: host }));
+      expect(await regime(client)).toBe('served');
+      // The access token is refused as an expired one is: 401 invalid_token, and the SDK refreshes.
+      host.saved = { ...host.saved!, access_token: 'expired-access-token' };
+      expect(await Promise.all([regime(client), regime(client), regime(client)])).toEqual([
+        'served',
+        'served',
+        'served',
+      ]);
+      expect(await regime(client)).toBe('served');
+      await client.close();
+    });
 
-  it('a refresh token presented again just after its rotation refreshes, and the first answer stays good', async () => {
-    const host = await signedInHost();
-    const refresh = host.saved!.refresh_token!;
-    const clientId = host.info!.client_id;
-    const token = async () => {
-      const res = await fetch(new URL('/oauth/token', stage.url), {
-        method: 'POST',
-        headers: { 'content-type': 'application/x-www-form-urlencoded' },
-        body: new URLSearchParams({
-          grant_type: 'refresh_token',
-          refresh_token: refresh,
-          client_id: clientId,
-        }),
-      });
-      return { status: res.status, body: (await res.json()) as { access_token?: string; error?: string } };
-    };
-    const first = await token();
-    expect(first.status).toBe(200);
-    const second = await token();
-    expect(second.status, JSON.stringify(second.body)).toBe(200);
-    // Neither answer ended the grant: both access tokens call a tool.
-    for (const access of [first.body.access_token!, second.body.access_token!]) {
-      const res = await fetch(stage.url, {
+    it('an access token sent to /mcp instead of /mcp/signin is served as anonymous, and told where it applies', async () => {
+      const host = await signedInHost();
+      const res = await fetch(new URL('/mcp', stage.url), {
         method: 'POST',
         headers: {
           'content-type': 'application/json',
           accept: 'application/json, text/event-stream',
-          authorization: `Bearer ${access}`,
+          authorization: `Bearer ${host.saved!.access_token}`,
         },
         body: JSON.stringify({
           jsonrpc: '2.0',
@@ -111,7 +95,56 @@ describe.runIf(present || process.env.CI === 'true')('refresh token rotation und
           params: { name: 'get_market_regime', arguments: { coin: 'ETH', exchange: 'BINANCE' } },
         }),
       });
-      expect(res.status).toBe(200);
-    }
-  });
-});
+      const body = (await res.json()) as {
+        result: { structuredContent: { _service: { auth: Record<string, unknown> } } };
+      };
+      expect(body.result.structuredContent._service.auth).toEqual({
+        outcome: 'MALFORMED',
+        presented: true,
+        tier: 'free',
+        detail:
+          'the Bearer token is not shaped like a live key (sk_live_…); an OAuth access token is accepted only at /mcp/signin',
+      });
+    });
+
+    it('a refresh token presented again just after its rotation refreshes, and the first answer stays good', async () => {
+      const host = await signedInHost();
+      const refresh = host.saved!.refresh_token!;
+      const clientId = host.info!.client_id;
+      const token = async () => {
+        const res = await fetch(new URL('/oauth/token', stage.url), {
+          method: 'POST',
+          headers: { 'content-type': 'application/x-www-form-urlencoded' },
+          body: new URLSearchParams({
+            grant_type: 'refresh_token',
+            refresh_token: refresh,
+            client_id: clientId,
+          }),
+        });
+        return { status: res.status, body: (await res.json()) as { access_token?: string; error?: string } };
+      };
+      const first = await token();
+      expect(first.status).toBe(200);
+      const second = await token();
+      expect(second.status, JSON.stringify(second.body)).toBe(200);
+      // Neither answer ended the grant: both access tokens call a tool.
+      for (const access of [first.body.access_token!, second.body.access_token!]) {
+        const res = await fetch(stage.url, {
+          method: 'POST',
+          headers: {
+            'content-type': 'application/json',
+            accept: 'application/json, text/event-stream',
+            authorization: `Bearer ${access}`,
+          },
+          body: JSON.stringify({
+            jsonrpc: '2.0',
+            id: 1,
+            method: 'tools/call',
+            params: { name: 'get_market_regime', arguments: { coin: 'ETH', exchange: 'BINANCE' } },
+          }),
+        });
+        expect(res.status).toBe(200);
+      }
+    });
+  },
+);

@@ -1,7 +1,14 @@
 import { randomUUID } from 'node:crypto';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type PrivateNatsServer, requireNatsBinary, startNatsServer } from '../../test/nats-server.ts';
+import {
+  launchNatsServer,
+  NATS_SERVER_BIN,
+  type PrivateNatsServer,
+  requireNatsBinary,
+  startNatsServer,
+} from '../../test/nats-server.ts';
+import { freePort } from '../../test/ports.ts';
 import { sleep } from './contract.ts';
 import { connectNatsBus, type NatsBus } from './nats.ts';
 import type { BusHealth } from './port.ts';
@@ -63,5 +70,58 @@ describe.skipIf(!haveBinary)('the NATS bus health while its server is down', () 
     await server.restart();
     const up = await healthUntil(bus, true);
     expect(up).toMatchObject({ ok: true, replicas: { wanted: 1, current: 1 } });
+  });
+});
+
+/**
+ * A start that fails at once (nothing an outage explains) names NATS, its address (password
+ * masked) and NATS_URL with what to correct. Before, the fatal line read only the driver's words:
+ * `failed to start: getaddrinfo ENOTFOUND natz.invalid`, `failed to start: Authorization Violation`.
+ */
+describe.skipIf(!haveBinary)('a NATS start refused at once', () => {
+  it('names NATS_URL and its host when the host name does not resolve', async () => {
+    const failure = await connectNatsBus({
+      // .invalid never resolves (RFC 6761); a resolver that does not answer at all (EAI_AGAIN) is
+      // waited out, so the startup timeout is short.
+      url: 'nats://natz.invalid:4222',
+      stream: 'NOPE',
+      logger,
+      startupTimeoutMs: 1_000,
+    }).then(
+      () => null,
+      (err: unknown) => err as Error,
+    );
+    expect(failure?.message).toMatch(/^NATS at nats:\/\/natz\.invalid:4222 /);
+    expect(failure?.message).toContain('natz.invalid');
+    if (/ENOTFOUND/.test(failure?.message ?? ''))
+      expect(failure?.message).toMatch(
+        /\(NATS_URL\) cannot be used: .*: its host name does not resolve; correct NATS_URL's host$/,
+      );
+  });
+
+  it('names NATS_URL and the login when the server refuses it', async () => {
+    const port = await freePort();
+    const server = await launchNatsServer(
+      NATS_SERVER_BIN,
+      ['-a', '127.0.0.1', '-p', String(port), '--user', 'signal', '--pass', 'right-one'],
+      20_000,
+    );
+    try {
+      const failure = await connectNatsBus({
+        url: `nats://signal:wrong-one@127.0.0.1:${port}`,
+        stream: 'NOPE',
+        logger,
+        startupTimeoutMs: 60_000,
+      }).then(
+        () => null,
+        (err: unknown) => err as Error,
+      );
+      expect(failure?.message).toBe(
+        `NATS at nats://signal:***@127.0.0.1:${port} (NATS_URL) cannot be used: AuthorizationError: Authorization Violation: ` +
+          'the server refused the login; put its user and password in NATS_URL (nats://user:password@host:4222)',
+      );
+    } finally {
+      server.kill('SIGKILL');
+    }
   });
 });

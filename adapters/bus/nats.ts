@@ -79,18 +79,48 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<NatsBus> 
   const logger = (options.logger ?? pino({ name: 'bus' })).child({ bus: 'nats', stream: options.stream });
   const requestTimeoutMs = options.requestTimeoutMs ?? 5_000;
   const startupTimeoutMs = options.startupTimeoutMs ?? 60_000;
-  // Awaited here, so a failure's stack names connectNatsBus (the start-failure log shows it).
-  return await retryTransient(
-    () => openOnce(options, subjectPrefix, logger, requestTimeoutMs, startupTimeoutMs),
-    startupTimeoutMs,
-    logger,
-    'NATS not usable yet; retrying',
-    (attempt, err) =>
-      new Error(
-        `NATS at ${maskUrlCredentials(options.url)} not usable within ${startupTimeoutMs} ms (${attempt} tries): ${describe(err)}`,
-        { cause: err },
-      ),
-  );
+  const where = `NATS at ${maskUrlCredentials(options.url)}`;
+  let gaveUp: Error | null = null;
+  try {
+    // Awaited here, so a failure's stack names connectNatsBus (the start-failure log shows it).
+    return await retryTransient(
+      () => openOnce(options, subjectPrefix, logger, requestTimeoutMs, startupTimeoutMs),
+      startupTimeoutMs,
+      logger,
+      'NATS not usable yet; retrying',
+      (attempt, err) => {
+        gaveUp = new Error(
+          `${where} not usable within ${startupTimeoutMs} ms (${attempt} tries): ${describe(err)}`,
+          {
+            cause: err,
+          },
+        );
+        return gaveUp;
+      },
+    );
+  } catch (err) {
+    if (err === gaveUp) throw err;
+    // Failed at once (not an outage that waiting could end): name the server and the setting, as
+    // the driver's own words (`getaddrinfo ENOTFOUND nats-1`, `Authorization Violation`) do not.
+    const hint = hasCode(err, 'ENOTFOUND')
+      ? ": its host name does not resolve; correct NATS_URL's host"
+      : hasName(err, 'AuthorizationError')
+        ? ': the server refused the login; put its user and password in NATS_URL (nats://user:password@host:4222)'
+        : '';
+    throw new Error(`${where} (NATS_URL) cannot be used: ${describe(err)}${hint}`, { cause: err });
+  }
+}
+
+function hasCode(err: unknown, code: string): boolean {
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++)
+    if ((e as { code?: unknown }).code === code) return true;
+  return false;
+}
+
+function hasName(err: unknown, name: string): boolean {
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++)
+    if (e.name === name) return true;
+  return false;
 }
 
 /**
@@ -140,6 +170,8 @@ const TRANSIENT_CODES = new Set([
   'ENETUNREACH',
   'ETIMEDOUT',
   'EPIPE',
+  // A resolver that did not answer (not a name that does not exist: that is ENOTFOUND, final).
+  'EAI_AGAIN',
 ]);
 
 /** JetStream's err_code for "error creating store for stream". */

@@ -107,6 +107,28 @@ describe.runIf(present || process.env.CI === 'true')(
       });
     });
 
+    it('revoking one access token ends the sign-in: its refresh token no longer refreshes (README)', async () => {
+      const host = await signedInHost();
+      const form = (fields: Record<string, string>) => ({
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        body: new URLSearchParams({ client_id: host.info!.client_id, ...fields }),
+      });
+      const revoked = await fetch(
+        new URL('/oauth/revoke', stage.url),
+        form({ token: host.saved!.access_token }),
+      );
+      expect(revoked.status).toBe(200);
+      const refreshed = await fetch(
+        new URL('/oauth/token', stage.url),
+        form({ grant_type: 'refresh_token', refresh_token: host.saved!.refresh_token! }),
+      );
+      expect([refreshed.status, ((await refreshed.json()) as { error?: string }).error]).toEqual([
+        400,
+        'invalid_grant',
+      ]);
+    });
+
     it('a refresh token presented again just after its rotation refreshes, and the first answer stays good', async () => {
       const host = await signedInHost();
       const refresh = host.saved!.refresh_token!;

@@ -131,6 +131,10 @@ const VerdictConfidence = z
 const VerdictCall = Call.describe(
   'The verdict over the horizon (six candles of the timeframe): BUY, go long; SELL, go short; HOLD, stand aside (no trade advised): the score is inside the neutral band (|score| < 0.1), or this cell (venue kind × timeframe) has no direction that beat the 10 bps fee on the walk-forward evidence. lean says which way the score leans and what following it earned.',
 );
+/** What each regime label means, on every answer carrying one (docs/methodology.md, Market regimes). */
+const AnswerRegime = Regime.describe(
+  'The market regime from closed candles. trending-up / trending-down: directional strength (ADX) with the direction of +DI against −DI; they describe the move so far (the returns after them did not measurably differ on the training months). ranging: no directional strength, the price moved sideways. volatile: forecast volatility in the top of its recent range, larger swings ahead (size smaller for the same risk, widen stops). squeeze: forecast volatility near the bottom of its recent range, smaller swings, though a quiet stretch can end abruptly either way.',
+);
 /** Which feed an answer came from, said where a trading agent reads it. */
 const AnswerFeed = FeedKind.describe(
   "live: computed from the venues' live market data; replay: from recorded market data replayed on an accelerated clock (a demonstration, not the market now).",
@@ -144,7 +148,7 @@ export const TradeCall = z.object({
   confidence: VerdictConfidence,
   confidence_meaning: VerdictMeaning.shape.confidence_meaning,
   score: Score,
-  regime: Regime,
+  regime: AnswerRegime,
   price: LastPrice,
   timestamp: CloseSeconds,
   feed: AnswerFeed,
@@ -190,24 +194,30 @@ export const RegimeReading = z.object({
   coin: z.string(),
   timeframe: Timeframe,
   exchange: Exchange,
-  regime: Regime,
+  regime: AnswerRegime,
   confidence: z
     .number()
     .int()
     .min(0)
     .max(100)
     .describe('0–100: how clearly the metrics favour the label; a heuristic, not a probability.'),
-  suggestion: z.string(),
+  suggestion: z.string().describe('What the label says about the market, and what it does not, in words.'),
   metrics: Indicators,
   price: LastPrice,
   timestamp: CloseSeconds,
   feed: AnswerFeed,
   /** `volatile` / `squeeze` follow this forecast's percentile. */
   volatility: VolatilityForecastSchema,
-  /** Whether these labels carried information beyond a free trailing-volatility label, in words. */
-  label_evidence: z.string().optional(),
-  /** What `confidence` means here, in words (a heuristic, not a probability). */
-  confidence_meaning: z.string().optional(),
+  label_evidence: z
+    .string()
+    .optional()
+    .describe(
+      'Whether these labels carried information beyond a free trailing-volatility label on the training months, in words; for risk, use volatility.expected_move_pct.',
+    ),
+  confidence_meaning: z
+    .string()
+    .optional()
+    .describe('What confidence means here, in words (a heuristic, not a probability).'),
 });
 export type RegimeReading = z.infer<typeof RegimeReading>;
 
@@ -250,8 +260,9 @@ export const RiskForecast = RegimeReading.pick({
     .min(0)
     .max(100)
     .describe("Rank (0–100) of the verdict-horizon forecast among the market's recent forecasts."),
-  /** What the regime labels are worth against a free trailing-volatility label, in words. */
-  label_evidence: z.string(),
+  label_evidence: z
+    .string()
+    .describe('What the regime labels are worth against a free trailing-volatility label, in words.'),
   /**
    * How the forecast held up on the test months (docs/evaluation-risk.md), counted from the shipped
    * baselines; on a timeframe never scored (1m, 3m) that it was not evaluated and whose models it runs.
@@ -327,7 +338,7 @@ export const ScanTradeCallsOutput = z.object({
       call: VerdictCall,
       confidence: VerdictConfidence,
       score: Score,
-      regime: Regime,
+      regime: AnswerRegime,
       price: LastPrice,
       quoteVolume24h: QuoteVolume24h,
       verdictId: z.uuid().describe('Id of the recorded verdict, for later verification.'),

@@ -65,6 +65,22 @@ describe('what an agent reads in tools/list (SDK client, real port)', () => {
     }
   });
 
+  it('every regime label is explained where the answers carry one', () => {
+    const regimes = [
+      output('get_trade_call').properties!.regime!,
+      output('get_market_regime').properties!.regime!,
+      output('get_risk_forecast').properties!.regime!,
+      output('scan_trade_calls').properties!.calls!.items!.properties!.regime!,
+    ];
+    for (const regime of regimes) {
+      for (const label of ['trending-up / trending-down:', 'ranging:', 'volatile:', 'squeeze:'])
+        expect(regime.description).toContain(label);
+    }
+    const reading = output('get_market_regime').properties!;
+    for (const field of ['suggestion', 'label_evidence', 'confidence_meaning'])
+      expect(reading[field]!.description, field).toEqual(expect.any(String));
+  });
+
   it('an answer read against that schema is one of the verdicts it describes', async () => {
     const result = await client.callTool({
       name: 'get_trade_call',

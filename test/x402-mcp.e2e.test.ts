@@ -117,6 +117,7 @@ describe('an exhausted key pays per call over MCP', () => {
       payment: { status: 'pending', amount: '30000', payer: payer.address, network: 'eip155:8453' },
     });
     const receipt = paymentResponse(paid)!;
+    expect(paid._meta?.['x402/payment-replayed']).toBeUndefined();
     expect(receipt).toEqual({
       success: true,
       transaction: expect.stringMatching(/^0x[0-9a-f]{64}$/),
@@ -158,6 +159,8 @@ describe('an exhausted key pays per call over MCP', () => {
       transaction: receipt.transaction,
     });
     expect(paymentResponse(replay)).toMatchObject({ success: true, transaction: receipt.transaction });
+    // Said as HTTP says it with x-payment-replayed: the answer bought before, not a second charge.
+    expect(replay._meta?.['x402/payment-replayed']).toBe(true);
     // For other arguments it is not the answer it bought: refused, nothing served.
     const other = await client.callTool({
       name: 'get_trade_call',

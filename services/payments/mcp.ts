@@ -78,6 +78,7 @@ export function mcpPayments(options: McpPaymentsOptions): {
             value: outcome.result as Record<string, unknown>,
             receipt: outcome.receipt,
             settlement: settlementResponse(2, outcome.settle),
+            ...(outcome.replayed ? { replayed: true } : {}),
           };
         case 'payment_rejected':
           return {

@@ -43,6 +43,8 @@ export type PaidToolOutcome =
       receipt: PaymentReceipt;
       /** The settlement response for `_meta["x402/payment-response"]`. */
       settlement: Record<string, unknown>;
+      /** The answer this payment bought before, given again: nothing more was charged. */
+      replayed?: boolean;
     }
   /** Not paid (refused payment or failed settlement): the requirements to pay again; nothing charged. */
   | {
@@ -139,6 +141,8 @@ async function discarded(result: Record<string, unknown> | undefined): Promise<v
 /** `_meta` keys of the x402 MCP transport: the payment in a call, the settlement in its result. */
 export const MCP_PAYMENT_META = 'x402/payment';
 const MCP_PAYMENT_RESPONSE_META = 'x402/payment-response';
+/** Ours, as HTTP's `x-payment-replayed`: true on the answer a payment already bought, given again. */
+const MCP_PAYMENT_REPLAYED_META = 'x402/payment-replayed';
 
 /**
  * One tools/call, channel rules included: the caller is identified first (an unknown key is a
@@ -373,7 +377,10 @@ async function paidToolCall(deps: ToolCallDeps, caller: Caller, call: PaidToolCa
       const paid: PaidServiceMeta = { ...service, payment: outcome.receipt };
       return {
         ...toolResult({ ...outcome.value, _service: paid }, answerRevision(call.tool, outcome.value)),
-        _meta: { [MCP_PAYMENT_RESPONSE_META]: outcome.settlement },
+        _meta: {
+          [MCP_PAYMENT_RESPONSE_META]: outcome.settlement,
+          ...(outcome.replayed ? { [MCP_PAYMENT_REPLAYED_META]: true } : {}),
+        },
       };
     }
     case 'payment_refused': {

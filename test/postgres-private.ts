@@ -15,6 +15,10 @@ import { postgresUnreachable } from './postgres-probe.ts';
 export interface PrivatePostgres {
   url: string;
   stop(): Promise<void>;
+  /** Stops the server (a fast shutdown) and keeps its data directory, for start() to start it again. */
+  pause(): Promise<void>;
+  /** Starts the server paused again, on its port and data directory; resolves once it answers. */
+  start(): Promise<void>;
 }
 
 function binary(name: string): string {
@@ -67,31 +71,40 @@ export async function startPrivatePostgres(settings: Record<string, string> = {}
     'fsync=off',
     ...Object.entries(settings).flatMap(([name, value]) => ['-c', `${name}=${value}`]),
   ]);
-  const server: ChildProcess = spawn(cmd!, args, { stdio: 'ignore' });
   const url = `postgres://postgres@127.0.0.1:${port}/postgres`;
+  let server: ChildProcess;
   let exited = false;
-  server.once('exit', () => {
-    exited = true;
-  });
-  // Ready when it answers; the limit only ends a start that hangs (a loaded machine is slow).
-  const deadline = Date.now() + 120_000;
-  while ((await postgresUnreachable(url)) !== null) {
-    if (exited || Date.now() > deadline) {
-      server.kill('SIGKILL');
-      rmSync(dir, { recursive: true, force: true });
-      throw new Error(`private PostgreSQL on port ${port} did not start`);
+  const launch = async () => {
+    server = spawn(cmd!, args, { stdio: 'ignore' });
+    exited = false;
+    server.once('exit', () => {
+      exited = true;
+    });
+    // Ready when it answers; the limit only ends a start that hangs (a loaded machine is slow).
+    const deadline = Date.now() + 120_000;
+    while ((await postgresUnreachable(url)) !== null) {
+      if (exited || Date.now() > deadline) {
+        server.kill('SIGKILL');
+        rmSync(dir, { recursive: true, force: true });
+        throw new Error(`private PostgreSQL on port ${port} did not start`);
+      }
+      await new Promise((r) => setTimeout(r, 200));
     }
-    await new Promise((r) => setTimeout(r, 200));
-  }
+  };
+  const halt = async () => {
+    if (exited) return;
+    const gone = new Promise((r) => server.once('exit', r));
+    server.kill('SIGINT');
+    await gone;
+  };
+  await launch();
   return {
     url,
     async stop() {
-      if (!exited) {
-        const gone = new Promise((r) => server.once('exit', r));
-        server.kill('SIGINT');
-        await gone;
-      }
+      await halt();
       rmSync(dir, { recursive: true, force: true });
     },
+    pause: halt,
+    start: launch,
   };
 }

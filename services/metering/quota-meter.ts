@@ -2,7 +2,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import type { DebitResult } from '../../adapters/cache/port.ts';
 import { type Cache, CounterStateLostError, type QuotaWindow } from '../../adapters/cache/port.ts';
-import type { EventStore } from '../../adapters/event-store/port.ts';
+import { type EventStore, EventStoreUnavailableError } from '../../adapters/event-store/port.ts';
 import { newEventId } from '../../contracts/event-id.ts';
 import type { EventData, Plan } from '../../contracts/events.ts';
 import { turnEnd } from '../shared/turn-end.ts';
@@ -107,6 +107,15 @@ const CLOCK_SKEW_MS = 5_000;
 const MIN_UNITS = 8;
 /** Tries of each step of a give-back, an idle period apart, before its units are left charged. */
 const GIVE_BACK_TRIES = 3;
+/**
+ * How long a give-back already made on the live counters keeps trying to record it on the log while
+ * the event store is unavailable (a PostgreSQL restart or failover), pauses doubling to 5 s: given up
+ * sooner, the log would charge the key units the counters gave back, which every rebuild of the
+ * counters from the log (a Redis loss, a restore, rebuild-quota) would then charge it for. Half an
+ * hour, as the live counters' own give-back. A stopping meter tries GIVE_BACK_TRIES times only.
+ */
+const RETURN_RECORD_WITHIN_MS = 30 * 60_000;
+const RETURN_RECORD_MAX_PAUSE_MS = 5_000;
 
 /**
  * Counts served calls: the day and month windows are checked and debited in one atomic cache operation
@@ -121,6 +130,8 @@ export class QuotaMeter {
   observer: QuotaObserver | null = null;
   /** Rate limits whose requests each grant prepays beside its quota units; null: quota alone. */
   rates: RateWindows | null = null;
+  /** Aborted by stop(): ends the pauses of give-backs still waiting for the event store. */
+  private readonly stopping = new AbortController();
   private readonly leaseMs: number;
   private readonly maxUnits: number;
   private readonly idleMs: number;
@@ -354,7 +365,7 @@ export class QuotaMeter {
       lease.free = 0;
       this.uncount(at, units);
       const data = debitData(at, tool, units, generation);
-      await this.tried(() => this.append('QuotaDebitsReturned', data, id, 'flushed'));
+      await this.recordReturn(data, id);
     } catch (err) {
       this.deps.logger?.error(
         { err, subject: at.subject.id, tool, units },
@@ -365,6 +376,32 @@ export class QuotaMeter {
       const rest = this.leases.get(at.subject.id)?.filter((other) => other !== lease) ?? [];
       if (rest.length > 0) this.leases.set(at.subject.id, rest);
       else this.leases.delete(at.subject.id);
+    }
+  }
+
+  /**
+   * Records a give-back the live counters already took: tried GIVE_BACK_TRIES times an idle period
+   * apart, and while the event store is unavailable (and the meter is not stopping) on, pauses
+   * doubling to RETURN_RECORD_MAX_PAUSE_MS, for RETURN_RECORD_WITHIN_MS. Every try carries the same id.
+   */
+  private async recordReturn(data: EventData<'QuotaDebitsReturned'>, id: string): Promise<void> {
+    const deadline = Date.now() + RETURN_RECORD_WITHIN_MS;
+    let pauseMs = this.idleMs;
+    for (let tries = 1; ; tries++) {
+      try {
+        return await this.append('QuotaDebitsReturned', data, id, 'flushed');
+      } catch (err) {
+        const waitOut = err instanceof EventStoreUnavailableError && !this.stopped && Date.now() < deadline;
+        if (tries >= GIVE_BACK_TRIES && !waitOut) throw err;
+        if (tries === GIVE_BACK_TRIES)
+          this.deps.logger?.warn(
+            { err, subject: data.subject, units: data.units },
+            'quota lease give-back not on the log yet: tried again until the event store answers',
+          );
+        // A stop ends the pause: one last try, then the units are left charged, as before.
+        await delay(pauseMs, undefined, { ref: false, signal: this.stopping.signal }).catch(() => {});
+        if (tries >= GIVE_BACK_TRIES) pauseMs = Math.min(pauseMs * 2, RETURN_RECORD_MAX_PAUSE_MS);
+      }
     }
   }
 
@@ -395,6 +432,7 @@ export class QuotaMeter {
   /** Ends every lease and gives its units back (the api's shutdown): a clean stop charges only what was served. */
   async stop(): Promise<void> {
     this.stopped = true;
+    this.stopping.abort();
     if (this.sweeper !== null) clearInterval(this.sweeper);
     this.sweeper = null;
     const leases = [...this.leases.values()].flat();

@@ -137,7 +137,7 @@ const AnswerRegime = Regime.describe(
 );
 /** Which feed an answer came from, said where a trading agent reads it. */
 const AnswerFeed = FeedKind.describe(
-  "live: computed from the venues' live market data; replay: from recorded market data replayed on an accelerated clock (a demonstration, not the market now).",
+  "live: computed from the venues' live candles and funding; replay: from recorded candles and funding replayed on an accelerated clock (a demonstration, not the market now).",
 );
 
 export const TradeCall = z.object({

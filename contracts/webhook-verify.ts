@@ -124,7 +124,10 @@ export function signedHeaders(input: {
 
 export type VerifyResult =
   | { ok: true; event: string; deliveryId: string; timestamp: number }
-  | { ok: false; reason: 'missing_header' | 'bad_timestamp' | 'outside_tolerance' | 'bad_signature' };
+  | {
+      ok: false;
+      reason: 'missing_header' | 'bad_timestamp' | 'outside_tolerance' | 'bad_signature' | 'header_mismatch';
+    };
 
 type HeaderBag = Record<string, string | string[] | undefined> | Headers;
 
@@ -138,7 +141,11 @@ function header(headers: HeaderBag, name: string): string | undefined {
 
 /**
  * Checks a delivery before its body is trusted: the timestamp within `toleranceSeconds` of now
- * (stops replays) and the signature, compared in constant time.
+ * (stops replays) and the signature, compared in constant time. The signature covers the
+ * timestamp and the body only, so `event` and `deliveryId` are read from the signed body, and a
+ * delivery whose `X-Service-Event` or `X-Service-Delivery` header says otherwise is refused
+ * (`header_mismatch`): a captured delivery sent again within the tolerance under a new
+ * `X-Service-Delivery` must not pass a receiver's check of the ids it has handled.
  */
 export function verifyWebhook(input: {
   secret: string;
@@ -170,5 +177,24 @@ export function verifyWebhook(input: {
     return given.length === expected.length && timingSafeEqual(given, expected);
   });
   if (!matches) return { ok: false, reason: 'bad_signature' };
-  return { ok: true, event, deliveryId, timestamp };
+  const signed = signedIds(body);
+  if (signed === null || signed.deliveryId !== deliveryId || signed.event !== event) {
+    return { ok: false, reason: 'header_mismatch' };
+  }
+  return { ok: true, event: signed.event, deliveryId: signed.deliveryId, timestamp };
+}
+
+/** The `event` and `delivery_id` a signed body carries (every delivery's does), else null. */
+function signedIds(body: string): { event: string; deliveryId: string } | null {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body);
+  } catch {
+    return null;
+  }
+  if (typeof parsed !== 'object' || parsed === null) return null;
+  const { event, delivery_id } = parsed as { event?: unknown; delivery_id?: unknown };
+  return typeof event === 'string' && typeof delivery_id === 'string'
+    ? { event, deliveryId: delivery_id }
+    : null;
 }

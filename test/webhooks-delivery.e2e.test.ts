@@ -271,6 +271,33 @@ describe.runIf(reachable)('webhook delivery through NATS to HTTPS receivers', ()
     ).toBe(true);
   });
 
+  it('a delivery sent again under another X-Service-Delivery or X-Service-Event fails verifyWebhook (those headers are not signed)', async () => {
+    const r = await receiver();
+    const key = await stack.issue();
+    const sub = await subscribe(key, { url: r.url, events: ['trade_call'] });
+    const test = await stack.request('POST', `/api/webhooks/${sub.id}/test`, key);
+    expect(test.body).toMatchObject({ delivered: true, status: 200 });
+    const got = r.received[0]!;
+    const { delivery_id } = JSON.parse(got.body) as { delivery_id: string };
+    expect(verifyWebhook({ secret: sub.secret, headers: got.headers, rawBody: got.body })).toMatchObject({
+      ok: true,
+      deliveryId: delivery_id,
+      event: 'trade_call',
+    });
+    // What someone holding a captured delivery would send within the 300 s tolerance, so that a
+    // receiver's 'handled this delivery id already' check lets it through a second time.
+    const forgedId = { ...got.headers, 'x-service-delivery': `${delivery_id}-again` };
+    expect(verifyWebhook({ secret: sub.secret, headers: forgedId, rawBody: got.body })).toEqual({
+      ok: false,
+      reason: 'header_mismatch',
+    });
+    const forgedEvent = { ...got.headers, 'x-service-event': 'regime_shift' };
+    expect(verifyWebhook({ secret: sub.secret, headers: forgedEvent, rawBody: got.body })).toEqual({
+      ok: false,
+      reason: 'header_mismatch',
+    });
+  });
+
   it('matches top:N against the venue ranking', async () => {
     const r = await receiver();
     const key = await stack.issue();

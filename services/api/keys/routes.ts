@@ -6,7 +6,13 @@ import { type Cache, CacheUnavailableError } from '../../../adapters/cache/port.
 import type { EventStore } from '../../../adapters/event-store/port.ts';
 import { ServiceError } from '../../../contracts/errors.ts';
 import type { PlanTable } from '../../metering/plans.ts';
-import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from '../mcp/request-guard.ts';
+import {
+  corsHeaders,
+  type GuardConfig,
+  hostAllowed,
+  logRefusedHost,
+  originAllowed,
+} from '../mcp/request-guard.ts';
 import { declared, refusal } from '../openapi.ts';
 import { issueFreeKey } from './free-key.ts';
 import { consumeNonce, issueNonce } from './nonces.ts';
@@ -172,7 +178,10 @@ export function keyRoutes(options: KeyRoutesOptions): FastifyPluginAsync {
     // This plugin is encapsulated: the hook runs for its own routes (/api/keys, /api/keys/nonce)
     // alone, however their path is spelled. A check of the raw URL here let /api/%6beys past it.
     app.addHook('onRequest', async (request: FastifyRequest, reply: FastifyReply) => {
-      if (!hostAllowed(options.guard, request.headers.host)) throw new ServiceError('FORBIDDEN_HOST');
+      if (!hostAllowed(options.guard, request.headers.host)) {
+        logRefusedHost(request.log, request.headers.host);
+        throw new ServiceError('FORBIDDEN_HOST');
+      }
       const origin = request.headers.origin;
       if (!originAllowed(options.guard, origin)) throw new ServiceError('FORBIDDEN_ORIGIN');
       reply.headers(corsHeaders(origin, KEYS_METHODS));

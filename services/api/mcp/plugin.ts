@@ -14,7 +14,13 @@ import { handOver } from './hand-over.ts';
 import { ACCEPT_BOTH, acceptsAnswer, replaceHeader, timesSent } from './http-headers.ts';
 import { cancelledRequestId, InFlightIds, releaseId, requestIds } from './in-flight.ts';
 import { type ParamsRefusal, paramsRefusal } from './params-check.ts';
-import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from './request-guard.ts';
+import {
+  corsHeaders,
+  type GuardConfig,
+  hostAllowed,
+  logRefusedHost,
+  originAllowed,
+} from './request-guard.ts';
 import { createMcpServer, SERVER_INSTRUCTIONS, SIGNIN_INSTRUCTIONS } from './server.ts';
 import { answerToolCall, modernToolCall, plainToolCall } from './session-call.ts';
 import { type SessionPool, SessionTable } from './sessions.ts';
@@ -365,6 +371,7 @@ function requestGuard(config: GuardConfig): Guard {
     const host = headers.host;
     if (host === undefined || host !== allowedHost) {
       if (!hostAllowed(config, host)) {
+        logRefusedHost(request.log, host);
         jsonRpcError(reply, 403, -32000, 'Forbidden: Host not allowed');
         return false;
       }

@@ -58,6 +58,32 @@ export function hostAllowed(guard: GuardConfig, host: string | undefined): boole
   return guard.allowedHosts.includes(hostName(host));
 }
 
+/** Refused Host names already logged, each with when: one line a minute per name. */
+const refusedHostsLogged = new Map<string, number>();
+const REFUSED_HOST_LOG_MS = 60_000;
+
+/**
+ * Logs a Host the guard refused, once a minute per name, naming the setting: the client hears only
+ * 403 `Host not allowed`, and a service put behind a new name without ALLOWED_HOSTS refuses every
+ * MCP call and free-key sign-in while its own log said nothing but `statusCode: 403`.
+ */
+export function logRefusedHost(
+  log: { warn(obj: object, msg: string): void },
+  host: string | undefined,
+): void {
+  const name = host === undefined || host === '' ? '(none)' : hostName(host);
+  const now = Date.now();
+  const last = refusedHostsLogged.get(name);
+  if (last !== undefined && now - last < REFUSED_HOST_LOG_MS) return;
+  // Bounded: a flood of made-up names logs at most this many lines a minute.
+  if (refusedHostsLogged.size >= 1_000) refusedHostsLogged.clear();
+  refusedHostsLogged.set(name, now);
+  log.warn(
+    { host: name },
+    `request refused 403 'Host not allowed': Host ${name} is not in ALLOWED_HOSTS (the DNS-rebinding guard of /mcp and /api/keys); if this service is reached by that name, add it to ALLOWED_HOSTS`,
+  );
+}
+
 /** Requests without an Origin (non-browser clients) pass; a browser origin must be listed. */
 export function originAllowed(guard: GuardConfig, origin: string | undefined): boolean {
   if (origin === undefined) return true;

@@ -1,6 +1,10 @@
 import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { Writable } from 'node:stream';
+import { pino } from 'pino';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
+import type { EventStore } from '../../adapters/event-store/port.ts';
+import { openPostgresEventStore, type PostgresEventStore } from '../../adapters/event-store/postgres.ts';
 import { readCandleFile } from '../../adapters/market/csv.ts';
 import { fixtureFetch } from '../../adapters/market/fixture-fetch.ts';
 import { type FetchImplementation, LiveFeed } from '../../adapters/market/live.ts';
@@ -8,6 +12,8 @@ import { SHIPPED_MARKET_DIR } from '../../adapters/market/replay.ts';
 import type { EventData } from '../../contracts/events.ts';
 import type { Candle, MarketKey } from '../../contracts/market.ts';
 import { verifyVerdictChain } from '../../contracts/verdict-hash.ts';
+import { type PrivatePostgres, startPrivatePostgres } from '../../test/postgres-private.ts';
+import { shouldRunPostgresSuite, uniqueSchema } from '../../test/postgres-probe.ts';
 import { SignalEngine, type SignalEngineOptions } from './engine.ts';
 import { VerdictScheduler } from './scheduler.ts';
 import { verdictStream } from './verdict-recorder.ts';
@@ -74,16 +80,15 @@ afterEach(async () => {
  * One market's verdict log on a store that outlives engines: `open()` starts an engine on a
  * fresh live feed reading the shared clock, as a restart would.
  */
-async function restartable(start: number) {
+async function restartable(start: number, store: EventStore = new MemoryEventStore()) {
   const candles = await readCandleFile(join(SHIPPED_MARKET_DIR, 'candles/binance-spot/BTCUSDT-1h.csv.gz'));
-  const store = new MemoryEventStore();
   const clock = { now: start };
   const tickers: Tickers = { reads: 0, down: false };
   return {
     store,
     clock,
     tickers,
-    open(options: Pick<SignalEngineOptions, 'schedule'> = {}) {
+    open(options: Pick<SignalEngineOptions, 'schedule' | 'logger'> = {}) {
       const feed = new LiveFeed({
         exchanges: ['BINANCE_SPOT'],
         now: () => clock.now,
@@ -288,4 +293,67 @@ describe('live feed restart: candles that closed while the engine was down', () 
       }
     });
   });
+});
+
+const runPostgres = await shouldRunPostgresSuite('a requested verdict while PostgreSQL is down');
+
+/**
+ * A request on a scheduled market whose backfill meets the event store out of reach (PostgreSQL
+ * restarting, a failover): refused as unavailable, retryable. Before, it logged 'backfill before a
+ * requested verdict failed; the closes before it stay unrecorded' (seven times in an 8 s outage
+ * of the walk on a scaled-out deployment) and went on to record its own close, which failed too
+ * while the store was down, or left the closes before it a hole for good had the store answered
+ * again in between.
+ */
+describe.runIf(runPostgres)('a request whose backfill meets the event store down', () => {
+  let server: PrivatePostgres;
+  let store: PostgresEventStore;
+
+  beforeAll(async () => {
+    server = await startPrivatePostgres();
+    store = await openPostgresEventStore({
+      url: server.url,
+      schema: uniqueSchema('backfill_outage'),
+      pollMs: 200,
+    });
+  }, 180_000);
+
+  afterAll(async () => {
+    await store?.close();
+    await server?.stop();
+  });
+
+  it('is refused as unavailable; once the store is back a request backfills, leaving no hole', async () => {
+    const lines: string[] = [];
+    const logger = pino(
+      { level: 'warn' },
+      new Writable({
+        write(chunk, _encoding, done) {
+          lines.push(String(chunk));
+          done();
+        },
+      }),
+    );
+    const scheduled = {
+      schedule: { exchanges: ['BINANCE_SPOT' as const], timeframes: ['1h' as const], topN: 1 },
+      logger,
+    };
+    const { clock, open, verdicts } = await restartable(Date.UTC(2025, 9, 20, 10, 30), store);
+    await open(scheduled).scheduledTradeCall({ ...MARKET });
+    clock.now += 5 * H;
+    const after = open(scheduled);
+
+    await server.pause();
+    await expect(after.getTradeCall({ ...MARKET })).rejects.toMatchObject({
+      code: 'event_store_unavailable',
+    });
+    expect(lines.filter((l) => l.includes('stay unrecorded'))).toEqual([]);
+
+    await server.start();
+    const call = await after.getTradeCall({ ...MARKET });
+    expect(call.timestamp * 1000).toBe(Date.UTC(2025, 9, 20, 15));
+    const recorded = await verdicts();
+    expect(recorded.map((v) => v.candleCloseTime)).toEqual(hours(20, 10, 11, 12, 13, 14, 15));
+    expect(verifyVerdictChain(recorded)).toEqual({ ok: true });
+  }, 240_000);
 });

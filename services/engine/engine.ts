@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { z } from 'zod';
-import type { EventStore } from '../../adapters/event-store/port.ts';
+import { type EventStore, EventStoreUnavailableError } from '../../adapters/event-store/port.ts';
 import {
   MarketDataError,
   UnsupportedExchangeError,
@@ -382,6 +382,11 @@ export class SignalEngine implements EngineOperations {
       try {
         if (await this.behindSchedule(input, closeTime)) await this.backfill(input, { before: closeTime });
       } catch (err) {
+        // The event store out of reach (an outage, a failover): the call is refused as unavailable
+        // (retryable) rather than record this close past the closes the backfill could not write,
+        // a hole for good if the store answered again in between. Before, each such call logged
+        // that the closes 'stay unrecorded', and then failed on its own record anyway.
+        if (err instanceof EventStoreUnavailableError) throw err;
         this.logger?.warn(
           { market: key, err: describeFailure(err) },
           'backfill before a requested verdict failed; the closes before it stay unrecorded',

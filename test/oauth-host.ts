@@ -8,6 +8,7 @@ import type {
 } from '@modelcontextprotocol/sdk/shared/auth.js';
 import type { BrowserContext } from 'playwright-core';
 import { MemoryCache } from '../adapters/cache/memory.ts';
+import type { Cache } from '../adapters/cache/port.ts';
 import { launchChromium as launchProfile } from './chromium.ts';
 import { startKeyedServer } from './keyed-harness.ts';
 import { freePort } from './ports.ts';
@@ -111,11 +112,13 @@ export const launchChromium = () => launchProfile('oauth');
  * own loopback origin, a pro key, and Chromium for the consent page. `rateLimited` puts the
  * service's rate limit in front, with `env`'s settings beside the issuer.
  */
-export async function signinStage(options: { rateLimited?: boolean; env?: Record<string, string> } = {}) {
+export async function signinStage(
+  options: { rateLimited?: boolean; env?: Record<string, string>; cache?: Cache } = {},
+) {
   const port = await freePort();
   const base = `http://127.0.0.1:${port}`;
   const server = await startKeyedServer({
-    cache: new MemoryCache(),
+    cache: options.cache ?? new MemoryCache(),
     port,
     env: { ...options.env, PUBLIC_BASE_URL: base },
     ...(options.rateLimited ? { rateLimited: true } : {}),

@@ -1,5 +1,24 @@
+import { hash } from 'node:crypto';
 import type { Adapter, AdapterPayload } from 'oidc-provider';
 import type { OAuthStore } from './store.ts';
+
+/**
+ * Models whose id is the bearer value itself (opaque access and refresh tokens, codes, the
+ * registration access token): a record is kept under the SHA-256 of its id and without its `jti`
+ * (which is the id), so the store (Redis, an RDB snapshot or AOF of it) holds nothing a caller
+ * could present, as an API key is kept by its hash only; `find` is given the value and puts it
+ * back. A record saved before this (under the id itself) is still found and ended, so a host
+ * signed in then stays signed in until its token ends.
+ */
+const SECRET_IDS = new Set([
+  'AccessToken',
+  'AuthorizationCode',
+  'RefreshToken',
+  'ClientCredentials',
+  'RegistrationAccessToken',
+  'DeviceCode',
+  'BackchannelAuthenticationRequest',
+]);
 
 /** Models whose records belong to a grant: revoking the grant deletes them. */
 const GRANTABLE = new Set([
@@ -79,10 +98,26 @@ export function oauthAdapter(
   model: string,
 ) => Adapter {
   return class StoreAdapter implements Adapter {
-    constructor(private readonly model: string) {}
+    private readonly secretId: boolean;
+
+    constructor(private readonly model: string) {
+      this.secretId = SECRET_IDS.has(model);
+    }
 
     private key(id: string): string {
+      return this.secretId ? `${this.model}:sha256:${hash('sha256', id, 'hex')}` : this.legacyKey(id);
+    }
+
+    /** Where a record was kept before ids that are bearer values were hashed (and still is, for the rest). */
+    private legacyKey(id: string): string {
       return `${this.model}:${id}`;
+    }
+
+    /** The key that holds the record of `id`: its hashed key, else a record saved before hashing. */
+    private async located(id: string): Promise<string> {
+      const key = this.key(id);
+      if (!this.secretId || (await store.get(key)) !== undefined) return key;
+      return (await store.get(this.legacyKey(id))) !== undefined ? this.legacyKey(id) : key;
     }
 
     async upsert(id: string, payload: AdapterPayload, expiresIn: number): Promise<void> {
@@ -103,7 +138,8 @@ export function oauthAdapter(
       const clientId = typeof payload.clientId === 'string' ? payload.clientId : undefined;
       const ttl = this.model === 'RegistrationAccessToken' ? (given ?? lifetime.unusedTtlS) : given;
       const key = this.key(id);
-      await store.put(key, JSON.stringify(payload), ttl);
+      const { jti: _value, ...kept } = payload;
+      await store.put(key, JSON.stringify(this.secretId ? kept : payload), ttl);
       if (this.model === 'RegistrationAccessToken' && clientId !== undefined) {
         await store.put(clientRat(clientId), key, ttl);
       }
@@ -131,9 +167,10 @@ export function oauthAdapter(
     }
 
     async find(id: string): Promise<AdapterPayload | undefined> {
-      const stored = await store.get(this.key(id));
+      const stored = await store.get(await this.located(id));
       if (stored === undefined) return undefined;
       const payload = JSON.parse(stored.value) as AdapterPayload;
+      if (this.secretId) payload.jti = id;
       if (stored.consumedAt === null) return payload;
       const reusable =
         this.model === 'RefreshToken' && Date.now() / 1_000 - stored.consumedAt < REFRESH_REUSE_GRACE_S;
@@ -152,15 +189,17 @@ export function oauthAdapter(
 
     async consume(id: string): Promise<void> {
       // The first use is kept: a refresh token used again within its grace stays consumed from then.
-      if ((await store.get(this.key(id)))?.consumedAt != null) return;
-      await store.consume(this.key(id), Math.floor(Date.now() / 1_000));
+      const key = await this.located(id);
+      if ((await store.get(key))?.consumedAt != null) return;
+      await store.consume(key, Math.floor(Date.now() / 1_000));
     }
 
     async destroy(id: string): Promise<void> {
       const payload = await this.find(id);
-      await store.del([this.key(id)]);
+      const keys = this.secretId ? [this.key(id), this.legacyKey(id)] : [this.key(id)];
+      await store.del(keys);
       if (payload?.grantId && GRANTABLE.has(this.model))
-        await store.removeMember(grantSet(payload.grantId), this.key(id));
+        for (const key of keys) await store.removeMember(grantSet(payload.grantId), key);
     }
 
     async revokeByGrantId(grantId: string): Promise<void> {

@@ -26,6 +26,9 @@ import { EVERY_ANSWER_HEADERS, keyChallenge, registerOpenApi } from './openapi.t
 import { opsRoutes } from './ops-routes.ts';
 import { OneLinePerRequest, requestLoggers } from './request-log.ts';
 
+/** A year, the floor of the HSTS preload list's requirement. */
+export const HSTS = 'max-age=31536000';
+
 export interface AppDeps {
   config: Pick<Config, 'BODY_LIMIT_BYTES'> &
     Partial<
@@ -52,6 +55,12 @@ export interface AppDeps {
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const requestTimeout = deps.config.REQUEST_TIMEOUT_MS ?? 30_000;
   const trust = parseTrustProxy(deps.config.TRUST_PROXY ?? '');
+  // Served on https (the public origin is, or a proxy TRUST_PROXY believes says the request came
+  // over it): browsers are told to use https only for a year, so a person typing the address or
+  // following an http:// link to the sign-in page (where an API key is typed) is not downgraded
+  // on the way. Browsers ignore the field on http answers; no includeSubDomains, as the service
+  // does not own its origin's sibling hosts.
+  const publicHttps = deps.config.PUBLIC_BASE_URL?.startsWith('https:') ?? false;
   const app = Fastify({
     loggerInstance: deps.logger as FastifyBaseLogger,
     logController: new OneLinePerRequest(),
@@ -125,6 +134,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     // On every answer, refusals and answers written by the MCP transport included (on the socket's
     // response, so a route's own headers keep theirs): no type sniffing, no Referer to follow a link.
     for (const [name, value] of EVERY_ANSWER_HEADERS) reply.raw.setHeader(name, value);
+    if (publicHttps || request.protocol === 'https') reply.raw.setHeader('strict-transport-security', HSTS);
     const repeated = repeatedField(request.raw.rawHeaders);
     if (repeated !== null) {
       done(new RepeatedHeaderError(repeated));

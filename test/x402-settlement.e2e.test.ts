@@ -1813,6 +1813,13 @@ describe("the payer's own use of the authorisation mined before the request", ()
         'PaymentSettled',
       ]);
       expect(await reconcilerOf(stack).runOnce()).toMatchObject({ settled: 0 });
+      // The published policy owns up to the refund the refusal promised (finance walk: it read
+      // 'none issued' while the ledger listed this payment as a refund due).
+      const manifest = (await (await fetch(`${stack.url}/.well-known/x402`)).json()) as {
+        policy: { refunds: { policy: string; refundDue?: string[] } };
+      };
+      expect(manifest.policy.refunds.policy).not.toMatch(/none issued/);
+      expect(manifest.policy.refunds.refundDue?.join(' ')).toMatch(/already used on chain to pay the seller/);
     } finally {
       await stack.stop();
     }

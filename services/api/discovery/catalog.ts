@@ -85,9 +85,19 @@ export function paymentPolicy(retentionMs: number) {
     },
     refunds: {
       policy:
-        'none issued: a call that fails is never charged, and a paid answer can be fetched again for ' +
+        'a call that fails is never charged, and a paid answer can be fetched again for ' +
         'storedResponseSeconds past its authorisation (the same payment or payment id presented again is ' +
-        'answered with it, never with a new quote)',
+        'answered with it, never with a new quote); the one payment owed back is one that paid the seller ' +
+        'with nothing served for it, and it is refunded by hand, not automatically',
+      /**
+       * When a payment reaches the seller and nothing is served for it: the operator's payments
+       * ledger (`npm run keys -- payments`) lists it as a refund due, and the refusal said so.
+       */
+      refundDue: [
+        "an authorisation already used on chain to pay the seller before it was presented (the payer's own " +
+          'transaction, say): refused 402 naming that transaction, nothing served, recorded settled and refunded ' +
+          'by the operator to the paying address',
+      ],
       contact: null,
     },
   };

@@ -1,7 +1,7 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { connectRedisCache, type RedisCache } from '../../../adapters/cache/redis.ts';
 import { REDIS_URL, shouldRunRedisSuite, wipePrefix } from '../../../test/redis-probe.ts';
-import { oauthAdapter } from './adapter.ts';
+import { oauthAdapter, REFRESH_REUSE_GRACE_S } from './adapter.ts';
 import { MemoryOAuthStore, type OAuthStore, RedisOAuthStore } from './store.ts';
 
 /**
@@ -40,6 +40,33 @@ function contract(name: string, make: () => Promise<OAuthStore>) {
 
       await tokens.destroy('t2');
       expect(await tokens.find('t2')).toBeUndefined();
+    });
+
+    it('lets a rotated refresh token refresh again only within the grace of its first use', async () => {
+      // A reuse inside the grace must not move the first use: else a token replayed every few
+      // seconds (a thief's) would refresh for good, never seen as reused.
+      const Adapter = oauthAdapter(store);
+      const tokens = new Adapter('RefreshToken');
+      const codes = new Adapter('AuthorizationCode');
+      const id = `grace-${Math.random().toString(36).slice(2)}`;
+      await tokens.upsert(id, { grantId: `${id}-grant`, accountId: 'k1' }, 600);
+      await codes.upsert(`${id}-code`, { grantId: `${id}-grant`, accountId: 'k1' }, 600);
+      vi.useFakeTimers({ toFake: ['Date'] });
+      try {
+        const start = Date.now();
+        await tokens.consume(id);
+        await codes.consume(`${id}-code`);
+        // A code has no grace: its reuse is seen at once.
+        expect((await codes.find(`${id}-code`))?.consumed).toEqual(expect.any(Number));
+        expect((await tokens.find(id))?.consumed).toBeUndefined();
+        vi.setSystemTime(start + (REFRESH_REUSE_GRACE_S - 5) * 1_000);
+        expect((await tokens.find(id))?.consumed).toBeUndefined();
+        await tokens.consume(id);
+        vi.setSystemTime(start + (REFRESH_REUSE_GRACE_S + 2) * 1_000);
+        expect((await tokens.find(id))?.consumed).toBe(Math.floor(start / 1_000));
+      } finally {
+        vi.useRealTimers();
+      }
     });
 
     it('keeps a registered client a while unused, the newest few at most, and as long as its grants once used', async () => {

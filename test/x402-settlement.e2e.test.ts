@@ -26,6 +26,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createMemoryCache } from '../adapters/cache/memory.ts';
 import { type LmdbEventStore, openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import { chainReadersFor } from '../services/payments/chain-reader.ts';
+import { ledgerTotals, readLedger } from '../services/payments/ledger-report.ts';
 import { createLocalFacilitator, type LocalFacilitator } from '../services/payments/local-facilitator.ts';
 import { PaymentReconciler } from '../services/payments/reconcile.ts';
 import { BASE_USDC, FACILITATOR_KEY, type LocalChain, startLocalChain } from './chain/local-chain.ts';
@@ -513,6 +514,11 @@ describe('an authorisation used on chain by someone else before the settlement',
       // The wait for the log is bounded (3 s), not the whole settlement budget.
       expect(Date.now() - started).toBeLessThan(15_000);
       await expectRefusedUnpaid(stack, { auth, header }, before);
+      // The operator's ledger names it for a check on chain: had the payer's own transaction paid
+      // the seller, no later round would see it (finance walk: it showed as a plain failure).
+      expect(ledgerTotals(await readLedger(stack.store))).toContain(
+        'refused, their authorisation used on chain by no transaction seen (check each nonce on chain: a refund due if it paid the seller): 1, 0.020000 USDC',
+      );
     } finally {
       await stack.stop();
     }

@@ -3,6 +3,7 @@ import type { RecordedEvent } from '../../contracts/envelope.ts';
 import { parseDomainEvent } from '../../contracts/events.ts';
 import { csvField } from '../shared/csv.ts';
 import { evolveRecorded, type PaymentState, type PaymentStatus } from './payment-state.ts';
+import { NONCE_ALREADY_USED } from './reasons.ts';
 
 /**
  * The operator's payments ledger: one row per x402 payment the log holds, what was sold, to whom,
@@ -206,13 +207,34 @@ export function ledgerTotals(rows: LedgerRow[]): string {
   // whoever presents a mined authorisation may not be the payer): the seller owes a refund.
   const unserved = rows.filter((row) => row.status === 'settled' && !row.served);
   const owed = unserved.reduce((total, row) => total + BigInt(row.amount_atomic), 0n);
+  const unseen = rows.filter(usedUnseen);
+  const toCheck = unseen.reduce((total, row) => total + BigInt(row.amount_atomic), 0n);
   return [
     ...lines,
     `${rows.length} payments; revenue (settled): ${usdc(sumOf(rows, 'settled'))} USDC; ` +
       `open (authorized or pending): ${usdc(sumOf(rows, 'authorized') + sumOf(rows, 'pending'))} USDC; ` +
       `answers served and never paid: ${losses}; ` +
-      `paid and never served (refund due): ${unserved.length}, ${usdc(owed)} USDC`,
+      `paid and never served (refund due): ${unserved.length}, ${usdc(owed)} USDC; ` +
+      `refused, their authorisation used on chain by no transaction seen (check each nonce on chain: ` +
+      `a refund due if it paid the seller): ${unseen.length}, ${usdc(toCheck)} USDC`,
   ].join('\n');
+}
+
+/**
+ * Refused because the token showed the authorisation used while no transaction of its use was
+ * visible within the settlement's short wait (a node whose logs lag, say): recorded failed with
+ * no transaction, nothing served. If the payer's own transaction used it to pay the seller, the
+ * money arrived and nothing was sold, and no later round looks at a failed payment again: the
+ * operator checks the nonce on chain (its AuthorizationUsed log) and refunds it when it paid.
+ */
+function usedUnseen(row: LedgerRow): boolean {
+  return (
+    row.status === 'failed' &&
+    !row.served &&
+    !row.seller_loss &&
+    row.tx_hash === null &&
+    row.reason === NONCE_ALREADY_USED
+  );
 }
 
 function sumOf(rows: LedgerRow[], status: PaymentStatus): bigint {

@@ -219,7 +219,6 @@ describe('npm run keys beside a running service on the same log', () => {
     // is compared by position, the service's /readyz names its log (its first event's id).
     const elsewhere = mkdtempSync(join(tmpdir(), 'keys-elsewhere-'));
     try {
-      const started = Date.now();
       const other = await exec(process.execPath, [...CLI, 'create', '--plan', 'free', '--owner', 'ops'], {
         cwd: ROOT,
         env: {
@@ -233,7 +232,6 @@ describe('npm run keys beside a running service on the same log', () => {
       expect(code).toBe(1);
       expect(stdout).toMatch(/key: +sk_live_/);
       expect(stderr).toContain(`the service at ${running.service.url}/readyz reads another event log`);
-      expect(Date.now() - started).toBeLessThan(8_000);
       expect((await call(/key: +(\S+)/.exec(stdout)![1]!)).status).toBe(401);
     } finally {
       rmSync(elsewhere, { recursive: true, force: true });

@@ -67,7 +67,8 @@ export async function onLiveCounters<T>(op: () => Promise<T>, ensure?: () => Pro
  *   `maxUnits` and 1/LEASE_SHARE of what is left: near a limit every call goes to the counters, and
  *   no replica holds units another one needs; the next grant is asked for once half the last is left;
  * - given back after one to two idle periods without a call, when the day or plan changes, and at a
- *   clean stop; lost on a crash or after GIVE_BACK_TRIES failed give-backs: its unused units stay charged.
+ *   clean stop; lost on a crash, or when its give-back cannot be recorded (GIVE_BACK_TRIES failed tries,
+ *   or half an hour while the event store is unavailable: recordReturn): its unused units stay charged.
  * Measured against a debit per call: `npm run bench -- budget`.
  */
 class QuotaLease {

@@ -58,9 +58,13 @@ export function hostAllowed(guard: GuardConfig, host: string | undefined): boole
   return guard.allowedHosts.includes(hostName(host));
 }
 
-/** Refused Host names already logged, each with when: one line a minute per name. */
+/**
+ * Refused Host names logged within the last minute, each with when, oldest first: one line a minute
+ * per name, and at most REFUSED_HOSTS_PER_MINUTE names a minute however many are made up.
+ */
 const refusedHostsLogged = new Map<string, number>();
 const REFUSED_HOST_LOG_MS = 60_000;
+const REFUSED_HOSTS_PER_MINUTE = 1_000;
 
 /**
  * Logs a Host the guard refused, once a minute per name, naming the setting: the client hears only
@@ -75,8 +79,14 @@ export function logRefusedHost(
   const now = Date.now();
   const last = refusedHostsLogged.get(name);
   if (last !== undefined && now - last < REFUSED_HOST_LOG_MS) return;
-  // Bounded: a flood of made-up names logs at most this many lines a minute.
-  if (refusedHostsLogged.size >= 1_000) refusedHostsLogged.clear();
+  // Names logged over a minute ago leave (the map is in logging order); a flood of made-up names
+  // past the bound in one minute is not logged, rather than emptying the map and logging on.
+  for (const [logged, at] of refusedHostsLogged) {
+    if (now - at < REFUSED_HOST_LOG_MS) break;
+    refusedHostsLogged.delete(logged);
+  }
+  if (refusedHostsLogged.size >= REFUSED_HOSTS_PER_MINUTE) return;
+  refusedHostsLogged.delete(name);
   refusedHostsLogged.set(name, now);
   log.warn(
     { host: name },

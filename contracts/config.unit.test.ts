@@ -202,6 +202,10 @@ describe('maskUrlCredentials (every URL the service prints: Redis, NATS, Postgre
     ['nats://a:1@h1:4222,nats://h2:4222', 'nats://a:***@h1:4222,nats://h2:4222'],
     ['postgres://p:x y@h/db', 'postgres://p:***@h/db'],
     ['u:pw@h:4222', 'u:***@h:4222'],
+    // A slash too many parses as a URL with no host, its user:password@ in the path.
+    ['postgres:///signal:PGSECRET@127.0.0.1:5432/signals', 'postgres:///signal:***@127.0.0.1:5432/signals'],
+    ['redis:////u:pw@h:6379', 'redis:////u:***@h:6379'],
+    ['postgres:///signals?host=/var/run/postgresql', 'postgres:///signals?host=/var/run/postgresql'],
     ['redis://h:6379', 'redis://h:6379'],
     ['not-a-url', 'not-a-url'],
   ])('%s -> %s', (url, masked) => {

@@ -1163,6 +1163,60 @@ describe('reconciliation after a restart', () => {
       await stack.stop();
     }
   });
+
+  it("the same, reconciled by the service's own reconciler on its defaults: broadcast again while the authorisation is valid, not booked as the seller's loss", async () => {
+    // Finance walk: with X402_RECONCILE_AFTER_MS (5 min) the reconciler first looked at a served
+    // pending payment long after its authorisation lapsed (the quote's maxTimeoutSeconds, 120 s),
+    // so a settlement the node lost was never broadcast again, always the seller's loss.
+    const stack = await startX402Stack({ X402_SETTLE_CONFIRM_TIMEOUT_MS: '700' }, chain);
+    try {
+      const payer = await chain.fundedPayer(1_000_000n);
+      const client = new x402Client();
+      registerExactEvmScheme(client, { signer: privateKeyToAccount(payer.key) });
+      const payFetch = wrapFetchWithPayment(fetch, client);
+      const local = stack.x402.facilitator as LocalFacilitator;
+      await chain.testClient.setAutomine(false);
+      let res: Response;
+      try {
+        res = await payFetch(`${stack.url}${PATH}`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify(BODY),
+        });
+        expect(res.status).toBe(200);
+        const receipt = decodePaymentResponseHeader(res.headers.get('payment-response')!);
+        await stack.x402.settled();
+        await chain.testClient.dropTransaction({ hash: receipt.transaction as Hex });
+        nonceManager.reset({ address: local.signerAddress, chainId: 8453 });
+      } finally {
+        await chain.testClient.setAutomine(true);
+      }
+      expect(((await res.json()) as ServedBody)._service.payment.status).toBe('pending');
+      const restarted = await startX402Stack(
+        { X402_PAY_TO: stack.payTo, X402_SETTLE_CONFIRM_TIMEOUT_MS: '700' },
+        chain,
+        undefined,
+        { store: stack.store },
+      );
+      try {
+        // Past the request's settle wait and the reconciler's margin after it (10 s), well inside
+        // the authorisation's 120 s.
+        await new Promise((resolve) => setTimeout(resolve, 11_000));
+        expect(await restarted.x402.reconciler.runOnce()).toMatchObject({
+          examined: 1,
+          rebroadcast: 1,
+          lost: 0,
+        });
+      } finally {
+        await restarted.stop();
+      }
+      const nonce = (await settledNonce(stack))!;
+      await expectSettledOnChain(stack, nonce, { reconciled: true });
+      await expectChargedOnce(payer.address, nonce);
+    } finally {
+      await stack.stop();
+    }
+  });
 });
 
 /** The nonce of the one payment of this stack still pending, or null. */

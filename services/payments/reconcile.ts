@@ -62,6 +62,13 @@ export interface ReconcilerOptions {
   chains: Map<string, ChainReader>;
   /** Only payments whose last step is older than this are touched (others may still be in flight). */
   olderThanMs: number;
+  /**
+   * A payment handed to settlement whose answer was served is touched once its last step is older
+   * than this instead (the request's settle wait and a margin; at most olderThanMs): its
+   * authorisation lapses within the quote's maxTimeoutSeconds (120 s by default), so a settlement
+   * the node lost can only be broadcast again if it is looked at before then.
+   */
+  servedPendingAfterMs?: number;
   logger?: Logger;
   now?: () => number;
   /** Where the open-payments projection keeps its snapshots; without it, in this process only. */
@@ -135,9 +142,14 @@ export class PaymentReconciler {
       stillPending: 0,
       unreadable: 0,
     };
-    const cutoff = (this.options.now ?? Date.now)() - this.options.olderThanMs;
+    const now = (this.options.now ?? Date.now)();
+    const { olderThanMs, servedPendingAfterMs = olderThanMs } = this.options;
     for (const [stream, state] of Object.entries(this.openPayments.state)) {
-      if (Date.parse(state.lastAt) > cutoff || !state.authorized) continue;
+      const after =
+        state.status === 'pending' && state.served
+          ? Math.min(servedPendingAfterMs, olderThanMs)
+          : olderThanMs;
+      if (Date.parse(state.lastAt) > now - after || !state.authorized) continue;
       summary.examined++;
       try {
         const outcome = await this.reconcileOne(stream, state);

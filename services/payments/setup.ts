@@ -61,6 +61,9 @@ export interface X402Setup {
   stop(): Promise<void>;
 }
 
+/** Past the request's settle wait before the reconciler looks at its served, pending payment. */
+const SERVED_PENDING_MARGIN_MS = 10_000;
+
 const NOT_CONFIGURED =
   'pay-per-call is quoting the development rail but cannot settle: set X402_FACILITATOR_PRIVATE_KEY ' +
   '(a wallet with Base Sepolia ETH for gas) or X402_FACILITATOR=remote; nothing was reserved or charged';
@@ -182,6 +185,13 @@ export async function setupX402(
     store: deps.store,
     chains,
     olderThanMs: config.X402_RECONCILE_AFTER_MS,
+    // A served payment's settlement the node lost is broadcast again only while its authorisation
+    // is valid (maxTimeoutSeconds, 120 s by default): looked at once the request's own settle wait
+    // is over, not after X402_RECONCILE_AFTER_MS (5 min), when it had always lapsed (the loss).
+    servedPendingAfterMs:
+      (config.X402_FACILITATOR === 'remote'
+        ? config.X402_FACILITATOR_TIMEOUT_MS
+        : config.X402_SETTLE_CONFIRM_TIMEOUT_MS) + SERVED_PENDING_MARGIN_MS,
     logger: deps.logger,
     snapshotEvery: config.PROJECTION_SNAPSHOT_EVERY,
     ...(deps.projections ? { projections: deps.projections } : {}),

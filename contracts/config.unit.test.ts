@@ -206,6 +206,11 @@ describe('maskUrlCredentials (every URL the service prints: Redis, NATS, Postgre
     ['postgres:///signal:PGSECRET@127.0.0.1:5432/signals', 'postgres:///signal:***@127.0.0.1:5432/signals'],
     ['redis:////u:pw@h:6379', 'redis:////u:***@h:6379'],
     ['postgres:///signals?host=/var/run/postgresql', 'postgres:///signals?host=/var/run/postgresql'],
+    // A password may hold a comma: a list is cut only where another server starts.
+    ['postgres://signal:PG,SECRET@127.0.0.1:5432/signals', 'postgres://signal:***@127.0.0.1:5432/signals'],
+    ['nats://u:p,w@h1:4222,nats://h2:4222', 'nats://u:***@h1:4222,nats://h2:4222'],
+    ['nats://a:b@h1,nats//c:d@h2', 'nats://a:***@h1,nats//c:***@h2'],
+    ['postgres//u:p,w@h', 'postgres//u:***@h'],
     ['redis://h:6379', 'redis://h:6379'],
     ['not-a-url', 'not-a-url'],
   ])('%s -> %s', (url, masked) => {

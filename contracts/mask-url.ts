@@ -4,14 +4,16 @@
  * `redis://admin:***@h:6379`. A value that does not parse as a URL still has a `user:password@`
  * before its host masked (everything from the user's colon to the last `@`), whatever is
  * mistyped before the user (`postgres//u:pw@h`, `redis:/u:pw@h`, `postgres:///u:pw@h`, which
- * parses with no host), so a malformed setting cannot
- * leak its password either.
+ * parses with no host), so a malformed setting cannot leak its password either. The list is cut
+ * only at a comma that starts another server (`,nats://`, `,nats//`, `,nats:/`), as a password
+ * may hold a comma (`postgres://u:pa,ss@h`).
  */
 const UNPARSED_USERINFO = /^(\s*(?:[a-z][a-z0-9+.-]*:?\/+|[a-z][a-z0-9+.-]*:)?[^:/@\s]*):.*@/i;
+const NEXT_SERVER = /,(?=\s*[a-z][a-z0-9+.-]*(?::\/|\/\/))/i;
 
 export function maskUrlCredentials(value: string): string {
   return value
-    .split(',')
+    .split(NEXT_SERVER)
     .map((part) => {
       if (!part.includes('://')) return part.replace(UNPARSED_USERINFO, '$1:***@');
       try {

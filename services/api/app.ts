@@ -60,7 +60,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // following an http:// link to the sign-in page (where an API key is typed) is not downgraded
   // on the way. Browsers ignore the field on http answers; no includeSubDomains, as the service
   // does not own its origin's sibling hosts.
-  const publicHttps = deps.config.PUBLIC_BASE_URL?.startsWith('https:') ?? false;
+  // In any case, as config accepts the scheme (`HTTPS://…`).
+  const publicHttps = /^https:/i.test(deps.config.PUBLIC_BASE_URL ?? '');
   const app = Fastify({
     loggerInstance: deps.logger as FastifyBaseLogger,
     logController: new OneLinePerRequest(),

@@ -32,6 +32,11 @@ describe('Strict-Transport-Security on https', () => {
     const origin = await serve({ PUBLIC_BASE_URL: 'https://signals.example' });
     expect(await hsts(`${origin}/healthz`)).toBe(HSTS);
     expect(await hsts(`${origin}/no-such-page`)).toBe(HSTS);
+    // The scheme in capitals, as the setting accepts it.
+    const capitals = await serve({ PUBLIC_BASE_URL: 'HTTPS://signals.example' });
+    expect(await hsts(`${capitals}/healthz`)).toBe(HSTS);
+    const plain = await serve({ PUBLIC_BASE_URL: 'http://signals.example' });
+    expect(await hsts(`${plain}/healthz`)).toBeNull();
   });
 
   it('when a proxy TRUST_PROXY believes says the request came over https, and not otherwise', async () => {

@@ -1217,6 +1217,53 @@ describe('reconciliation after a restart', () => {
       await stack.stop();
     }
   });
+
+  it('a settlement the node dropped leaves no nonce gap in the same process: the next settlement and the first sent again both land', async () => {
+    // Finance walk: one settlement dropped from the node's pool left the facilitator's nonce
+    // manager a nonce ahead of the chain, so every later settlement of the process (and the
+    // dropped one broadcast again) queued behind the gap, never mined, each served pending and
+    // then the seller's loss.
+    const stack = await startX402Stack({ X402_SETTLE_CONFIRM_TIMEOUT_MS: '700' }, chain);
+    try {
+      const payer = await chain.fundedPayer(1_000_000n);
+      const client = new x402Client();
+      registerExactEvmScheme(client, { signer: privateKeyToAccount(payer.key) });
+      const payFetch = wrapFetchWithPayment(fetch, client);
+      const pay = () =>
+        payFetch(`${stack.url}${PATH}`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify(BODY),
+        });
+      const before = await chain.balanceOf(stack.payTo);
+      await chain.testClient.setAutomine(false);
+      try {
+        const first = await pay();
+        expect(first.status).toBe(200);
+        const receipt = decodePaymentResponseHeader(first.headers.get('payment-response')!);
+        await stack.x402.settled();
+        await chain.testClient.dropTransaction({ hash: receipt.transaction as Hex });
+      } finally {
+        await chain.testClient.setAutomine(true);
+      }
+      const second = await pay();
+      expect(second.status).toBe(200);
+      await stack.x402.settled();
+      const reconciler = new PaymentReconciler({
+        store: stack.store,
+        chains: chainReadersFor([{ network: 'eip155:8453', rpcUrl: chain.rpcUrl } as never]),
+        olderThanMs: 0,
+        resettle: stack.x402.resettle,
+      });
+      await reconciler.runOnce();
+      await reconciler.runOnce();
+      const settled = (await stack.store.readAll()).filter((e) => e.type === 'PaymentSettled');
+      expect(settled).toHaveLength(2);
+      expect(await chain.balanceOf(stack.payTo)).toBe(before + 2n * PRICE);
+    } finally {
+      await stack.stop();
+    }
+  });
 });
 
 /** The nonce of the one payment of this stack still pending, or null. */

@@ -424,8 +424,17 @@ export function createLocalFacilitator(options: LocalFacilitatorOptions): LocalF
       client.getTransaction({ hash }).then(
         () => true,
         (err: unknown) => {
-          if (err instanceof TransactionNotFoundError) return false;
-          throw err;
+          if (!(err instanceof TransactionNotFoundError)) throw err;
+          // The node lost a transaction of ours (dropped from its pool): the nonce manager still
+          // counts its nonce, so every later send would wait behind the gap, queued and never
+          // mined, each settlement left pending until its authorisation lapsed. Read the next
+          // nonce from the node again: the send that follows (this one sent again) fills the gap.
+          nonceManager.reset({ address: account.address, chainId: chain.id });
+          options.logger?.warn(
+            { transaction: hash, wallet: account.address, network },
+            'a settlement transaction the node no longer knows; sending it again with the nonce the node expects',
+          );
+          return false;
         },
       ),
     );

@@ -111,16 +111,19 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<NatsBus> 
   }
 }
 
+/** An error and the causes it wraps, five deep at most (the driver wraps the socket's error). */
+function causeChain(err: unknown): Error[] {
+  const chain: Error[] = [];
+  for (let e: unknown = err; e instanceof Error && chain.length < 5; e = e.cause) chain.push(e);
+  return chain;
+}
+
 function hasCode(err: unknown, code: string): boolean {
-  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++)
-    if ((e as { code?: unknown }).code === code) return true;
-  return false;
+  return causeChain(err).some((e) => (e as { code?: unknown }).code === code);
 }
 
 function hasName(err: unknown, name: string): boolean {
-  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++)
-    if (e.name === name) return true;
-  return false;
+  return causeChain(err).some((e) => e.name === name);
 }
 
 /**
@@ -179,7 +182,7 @@ const STORE_CREATE_FAILED = 10077;
 
 /** True for failures that a server coming back or a leader being elected would end. */
 export function isTransient(err: unknown): boolean {
-  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+  for (const e of causeChain(err)) {
     if (TRANSIENT_NAMES.has(e.name)) return true;
     const code = (e as { code?: unknown }).code;
     if (typeof code === 'string' && TRANSIENT_CODES.has(code)) return true;

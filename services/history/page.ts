@@ -184,11 +184,24 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
   function dayAxis() {
     return { incrs: [1, 2, 3, 7, 14, 30, 60, 90, 180, 365].map(function (n) { return n * 86400; }) };
   }
+  // The series a reader hid with the legend, per chart (labels): a redraw keeps them hidden.
+  var hiddenSeries = {};
   // A chart with no points is not drawn (an empty frame says nothing): \`empty\` says why instead.
+  // A redraw (the refresh, a resize or zoom) replaces the chart: the series hidden stay hidden and
+  // a legend toggle that had the keyboard focus has it again, so the focus is not lost to the page.
   function draw(id, opts, data, points, empty, format) {
     var el = document.getElementById(id);
     var note = document.getElementById(id + '-empty');
-    if (charts[id]) { charts[id].destroy(); delete charts[id]; }
+    var focused = -1;
+    if (charts[id]) {
+      charts[id].root.querySelectorAll('.u-legend .u-series').forEach(function (row, i) {
+        if (row.firstChild === document.activeElement) focused = i;
+      });
+      hiddenSeries[id] = charts[id].series.filter(function (s) { return !s.show; }).map(function (s) { return s.label; });
+      charts[id].destroy();
+      delete charts[id];
+    }
+    opts.series.forEach(function (s, i) { if (i > 0 && (hiddenSeries[id] || []).indexOf(s.label) >= 0) s.show = false; });
     window.trackRecordCharts[id] = points;
     el.hidden = points === 0;
     note.hidden = points > 0;
@@ -201,6 +214,7 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
     charts[id] = new uPlot(opts, data, el);
     describe(el, charts[id].root.querySelector('.u-wrap'), opts, data, format);
     keyboardLegend(charts[id]);
+    if (focused > 0) charts[id].root.querySelectorAll('.u-legend .u-series')[focused].firstChild.focus();
   }
   // A chart's text alternative (a canvas says nothing to a screen reader): a summary as the label
   // of its plot area (role img; the legend beside it stays its own) and its figures, row by row, in

@@ -299,7 +299,7 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     await page.close();
   });
 
-  it('the legend toggles are keyboard controls: focusable buttons, Enter and Space toggle a series', async () => {
+  it('the legend toggles are keyboard controls: focusable buttons, Enter and Space toggle a series, kept through a redraw', async () => {
     const { page, problems } = await open(1400, 1000);
     const toggles = page.locator('#chart-hit .u-legend [role=button]');
     // One per series (the day is not one).
@@ -321,6 +321,22 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     await toggles.nth(2).focus();
     await page.keyboard.press('Tab');
     expect(await page.evaluate('document.activeElement.textContent')).toBe('random');
+    // A redraw (the page's refresh, a resize, a zoom to 200 %) replaces the chart: the series
+    // hidden stays hidden and the toggle keeps the focus (it was lost to the page before).
+    await page.keyboard.press('Enter');
+    await page.evaluate("window.trackRecordPlots['chart-hit'].stale = true");
+    await page.evaluate("window.dispatchEvent(new Event('resize'))");
+    await expect
+      .poll(() => page.evaluate("window.trackRecordPlots['chart-hit'].stale === undefined"), {
+        timeout: 30_000,
+      })
+      .toBe(true);
+    expect(await shown()).toBe(false);
+    expect(await page.evaluate('document.activeElement.textContent')).toBe('random');
+    expect(await page.evaluate("document.activeElement.getAttribute('aria-pressed')")).toBe('false');
+    expect(
+      await page.evaluate("window.trackRecordPlots['chart-hit'].root.contains(document.activeElement)"),
+    ).toBe(true);
     expect(problems).toEqual([]);
     await page.close();
   });

@@ -6,7 +6,7 @@ import type {
   OAuthClientMetadata,
   OAuthTokens,
 } from '@modelcontextprotocol/sdk/shared/auth.js';
-import type { BrowserContext } from 'playwright-core';
+import type { BrowserContext, Page } from 'playwright-core';
 import { MemoryCache } from '../adapters/cache/memory.ts';
 import type { Cache } from '../adapters/cache/port.ts';
 import { launchChromium as launchProfile } from './chromium.ts';
@@ -167,6 +167,8 @@ export async function consentWithWallet(
   authorizationUrl: URL | string,
   wallet: { address: string; sign(message: string): Promise<string> },
   keyId: string,
+  /** Looks at the key choice before the key is picked (an accessibility check). */
+  inspect?: (page: Page) => Promise<void>,
 ) {
   await browser.clearCookies();
   const page = await browser.newPage();
@@ -186,6 +188,7 @@ export async function consentWithWallet(
     await page.waitForSelector('#choose, #wallet-status:not(:empty), .error');
     const refused = await page.$('.error, #wallet-status:not(:empty)');
     if (refused) throw new Error(`wallet sign-in refused: ${await refused.textContent()}`);
+    await inspect?.(page);
     await page.check(`input[name="key_id"][value="${keyId}"]`);
     await page.click('#choose');
     await page.waitForURL(/\/callback\?/);

@@ -2,6 +2,7 @@ import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { axeViolations } from '../../test/axe.ts';
 import { CHROMIUM, launchChromium } from '../../test/chromium.ts';
 import { contrast } from '../../test/contrast.ts';
 import { MARKETS, recordHistory, startHistoryServer } from '../../test/history-harness.ts';
@@ -178,6 +179,8 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
   it('desktop: no console errors, every chart with its points and unclipped axes, refresh as often as the data may be cached', async () => {
     const { page, problems } = await open(1400, 1000);
     await expectCharts(page);
+    // axe-core (WCAG 2.2 A/AA and best practice) finds nothing, the charts drawn.
+    expect(await axeViolations(page)).toEqual([]);
     const rows = await page.locator('#lines tbody tr').count();
     expect(rows).toBe(3);
     expect(await page.locator('#lines tbody tr').first().textContent()).toContain('ALL');
@@ -569,6 +572,7 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     const { page, problems } = await open(390, 844);
     expect(await page.evaluate('document.documentElement.scrollWidth')).toBeLessThanOrEqual(390);
     await expectCharts(page);
+    expect(await axeViolations(page)).toEqual([]);
     // The wide table scrolls inside its own box instead of widening the page.
     const wrap = (await page.evaluate(
       "(() => { const w = document.querySelector('.table-wrap'); return [w.clientWidth, w.scrollWidth]; })()",

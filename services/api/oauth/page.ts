@@ -113,7 +113,7 @@ ${view.wallet.keys
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
 <meta name="referrer" content="no-referrer"><link rel="icon" href="data:,"><title>Sign in — allow an MCP host</title><style>${STYLE}</style></head>
-<body><h1>Allow an MCP host</h1>${who}${error}${body}${deny}</body></html>`;
+<body><main><h1>Allow an MCP host</h1>${who}${error}${body}${deny}</main></body></html>`;
 }
 
 /** A page and the Content-Security-Policy it is sent with. */
@@ -143,5 +143,5 @@ export function errorDocument(title: string, detail: string): HtmlDocument {
 export function errorPage(title: string, detail: string): string {
   return `<!doctype html><html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width,initial-scale=1"><link rel="icon" href="data:,"><title>${escapeHtml(title)}</title>
-<style>${STYLE}</style></head><body><h1>${escapeHtml(title)}</h1><p>${escapeHtml(detail)}</p></body></html>`;
+<style>${STYLE}</style></head><body><main><h1>${escapeHtml(title)}</h1><p>${escapeHtml(detail)}</p></main></body></html>`;
 }

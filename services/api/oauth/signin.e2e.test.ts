@@ -5,6 +5,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import type { BrowserContext } from 'playwright-core';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { axeViolations } from '../../../test/axe.ts';
 import type { startKeyedServer } from '../../../test/keyed-harness.ts';
 import {
   CHROMIUM,
@@ -68,6 +69,9 @@ describe.runIf(present || process.env.CI === 'true')('OAuth sign-in with the off
       await page.goto(String(host.authorizationUrl!));
       expect(await page.locator('#wallet-status').getAttribute('role')).toBe('status');
       expect(await page.locator('#api_key').getAttribute('aria-invalid')).toBeNull();
+      // axe-core (WCAG 2.2 A/AA and best practice): nothing on the sign-in page (it had no main landmark).
+      expect(await axeViolations(page)).toEqual([]);
+      expect(await page.title()).toBe('Sign in — allow an MCP host');
       await page.fill('#api_key', 'sk_live_not-a-key-of-this-service');
       await page.click('#allow');
       await page.locator('#consent-error').waitFor();
@@ -77,6 +81,7 @@ describe.runIf(present || process.env.CI === 'true')('OAuth sign-in with the off
       expect(await page.locator('#consent-error').textContent()).toBe(
         'This is not an API key of this service.',
       );
+      expect(await axeViolations(page)).toEqual([]);
       // The page's own 401 aside, nothing failed: no /favicon.ico asked for and refused.
       expect(problems.filter((p) => !p.includes('401'))).toEqual([]);
     } finally {
@@ -118,7 +123,12 @@ describe.runIf(present || process.env.CI === 'true')('OAuth sign-in with the off
       // the signature, which this stand-in wallet declines.
       await page.click('#wallet-button');
       await expect.poll(() => page.locator('#wallet-status').textContent()).toBe('signing declined');
-      expect(problems).toEqual([]);
+      expect(await axeViolations(page)).toEqual([]);
+      // An error page of the flow (an interaction that is gone), as a person meets it.
+      await page.goto(`${base}/oauth/interaction/not-an-interaction`);
+      expect(await page.locator('main h1').count()).toBe(1);
+      expect(await axeViolations(page)).toEqual([]);
+      expect(problems.filter((p) => !p.includes('400'))).toEqual([]);
     } finally {
       await page.close();
     }
@@ -246,6 +256,14 @@ describe.runIf(present || process.env.CI === 'true')('OAuth sign-in with the off
       host.authorizationUrl!,
       { address: account.address, sign: (message) => account.signMessage({ message }) },
       starter.keyId,
+      // The key choice: a radio group in a fieldset named by its legend; axe finds nothing.
+      async (page) => {
+        expect(await page.getByRole('group', { name: 'Choose the key the host will act as' }).count()).toBe(
+          1,
+        );
+        expect(await page.getByRole('radio').count()).toBe(2);
+        expect(await axeViolations(page)).toEqual([]);
+      },
     );
     const code = (await returned).get('code')!;
     const transport = new StreamableHTTPClientTransport(url, { authProvider: host });

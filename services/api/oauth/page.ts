@@ -75,13 +75,14 @@ const walletScript = (
 
 export function consentPage(view: ConsentView): string {
   const action = (step: string) => `/oauth/interaction/${encodeURIComponent(view.uid)}/${step}`;
+  // A refusal comes on a new page load, where a screen reader does not announce role=alert: the
+  // title says "Error:" first (read on load), and the focus starts on the field refused (which
+  // reads out the refusal that describes it), else on the refusal itself.
+  const onField = Boolean(view.error) && view.errorField === 'api_key';
   const error = view.error
-    ? `<p class="error" id="consent-error" role="alert">${escapeHtml(view.error)}</p>`
+    ? `<p class="error" id="consent-error" role="alert"${onField ? '' : ' tabindex="-1" autofocus'}>${escapeHtml(view.error)}</p>`
     : '';
-  const keyInvalid =
-    view.error && view.errorField === 'api_key'
-      ? ' aria-invalid="true" aria-describedby="consent-error"'
-      : '';
+  const keyInvalid = onField ? ' aria-invalid="true" aria-describedby="consent-error" autofocus' : '';
   const who = `<p><strong>${escapeHtml(view.clientName)}</strong> asks to call this service's MCP tools
  as one of your API keys: with that key's plan, quota and rate limits.</p>
 <p class="muted">It will be sent back to ${view.redirectApp ? 'the app on this device that opens ' : ''}<code>${escapeHtml(view.redirectHost)}</code>${view.redirectApp ? ' links' : ''}.
@@ -112,7 +113,7 @@ ${view.wallet.keys
 <script>${walletScript(action('nonce'))}</script>`;
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
-<meta name="referrer" content="no-referrer"><link rel="icon" href="data:,"><title>Sign in — allow an MCP host</title><style>${STYLE}</style></head>
+<meta name="referrer" content="no-referrer"><link rel="icon" href="data:,"><title>${view.error ? 'Error: ' : ''}Sign in — allow an MCP host</title><style>${STYLE}</style></head>
 <body><main><h1>Allow an MCP host</h1>${who}${error}${body}${deny}</main></body></html>`;
 }
 

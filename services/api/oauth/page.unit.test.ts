@@ -30,6 +30,24 @@ describe('the OAuth sign-in pages', () => {
     expect(tag(consentPage(VIEW), 'api_key')).not.toContain('aria-invalid');
   });
 
+  it('a refusal is said on load: the title starts "Error:" and the focus starts on the field refused, else on the refusal', () => {
+    const key = consentPage({
+      ...VIEW,
+      error: 'This is not an API key of this service.',
+      errorField: 'api_key',
+    });
+    expect(key).toContain('<title>Error: Sign in — allow an MCP host</title>');
+    expect(tag(key, 'api_key')).toContain(' autofocus');
+    expect(tag(key, 'consent-error')).not.toContain('autofocus');
+    const wallet = consentPage({ ...VIEW, error: 'The signature does not match.' });
+    expect(wallet).toContain('<title>Error: Sign in');
+    expect(tag(wallet, 'consent-error')).toContain('tabindex="-1" autofocus');
+    expect(tag(wallet, 'api_key')).not.toContain('autofocus');
+    const calm = consentPage(VIEW);
+    expect(calm).toContain('<title>Sign in — allow an MCP host</title>');
+    expect(calm).not.toContain('autofocus');
+  });
+
   it("an app's own scheme is worded as an app on the device, never as a web host", () => {
     const app = consentPage({ ...VIEW, redirectHost: 'www.cursor.com:', redirectApp: true });
     expect(app).toContain(

@@ -81,6 +81,10 @@ describe.runIf(present || process.env.CI === 'true')('OAuth sign-in with the off
       expect(await page.locator('#consent-error').textContent()).toBe(
         'This is not an API key of this service.',
       );
+      // The refusal comes on a new page, where role=alert is not announced: the title read on load
+      // says it, and the focus starts on the field refused (read with the refusal describing it).
+      expect(await page.title()).toBe('Error: Sign in — allow an MCP host');
+      expect(await page.evaluate('document.activeElement.id')).toBe('api_key');
       expect(await axeViolations(page)).toEqual([]);
       // The page's own 401 aside, nothing failed: no /favicon.ico asked for and refused.
       expect(problems.filter((p) => !p.includes('401'))).toEqual([]);

@@ -8,7 +8,9 @@ import { pagePolicy } from '../shared/content-security-policy.ts';
  * their longest tick label. A chart with nothing to plot is not drawn: a sentence says why in
  * its place. `window.trackRecordCharts` lists each chart's point count (0 = the sentence),
  * `window.trackRecordPlots` the uPlot instances drawn, `window.trackRecordRefreshMs` the refresh
- * period, for a person and a test.
+ * period, for a person and a test. The refresh can be paused (WCAG 2.2.2: a screen reader's place in
+ * a table is lost when its rows are replaced): `window.trackRecordNextLoad` is when the next load
+ * is due (epoch ms), null while paused.
  */
 export function trackRecordPage(): string {
   return PAGE;
@@ -70,6 +72,8 @@ the same points. <code>npm run history -- score</code> recomputes them from an e
   <option value="90d">90 days</option><option value="all" selected>all</option>
 </select></label>
 <span id="asof"></span>
+<p><label><input type="checkbox" id="auto-refresh" checked> Update the figures automatically as new
+verdicts resolve</label></p>
 <p class="feed" id="feed-note" hidden></p>
 <p class="note" id="window-note" hidden></p>
 <p class="note" id="status" role="status"></p>
@@ -412,9 +416,13 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
     var m = /max-age=(\\d+)/.exec(response.headers.get('cache-control') || '');
     return m ? Math.max(5, Number(m[1])) * 1000 : 60000;
   }
+  var autoRefresh = document.getElementById('auto-refresh');
+  window.trackRecordNextLoad = null;
+  // The next load, unless the reader paused the updates (the box unticked): then none.
   function schedule(ms) {
     clearTimeout(timer);
-    timer = setTimeout(load, ms);
+    window.trackRecordNextLoad = autoRefresh.checked ? Date.now() + ms : null;
+    if (autoRefresh.checked) timer = setTimeout(load, ms);
   }
   // Retry-After in seconds or as an HTTP date; null without one.
   function retryAfter(response) {
@@ -430,7 +438,8 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
     var wait = e.retryAfter || window.trackRecordRefreshMs;
     var why = e.status === 429 ? 'too many requests (HTTP 429)'
       : e.status ? 'the server answered HTTP ' + e.status : 'the server could not be reached';
-    status('The figures could not be loaded: ' + why + '. Trying again in ' + Math.ceil(wait / 1000) + ' s.');
+    status('The figures could not be loaded: ' + why + '.' + (autoRefresh.checked
+      ? ' Trying again in ' + Math.ceil(wait / 1000) + ' s.' : ' Tick "Update the figures automatically" to try again.'));
     schedule(wait);
   }
   function load() {
@@ -466,6 +475,10 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
     windowNote.textContent = 'There is no window "' + asked + '" (7d, 30d, 90d or all): showing ' + select.value + '.';
     windowNote.hidden = false;
   }
+  autoRefresh.addEventListener('change', function () {
+    if (autoRefresh.checked) load();
+    else schedule(0);
+  });
   select.addEventListener('change', function () {
     var url = new URL(location.href);
     url.searchParams.set('window', select.value);

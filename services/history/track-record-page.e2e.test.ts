@@ -344,6 +344,26 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     await page.close();
   });
 
+  it('the updates can be paused and resumed from the keyboard (WCAG 2.2.2): paused, no load is due', async () => {
+    const { page, problems } = await open(1400, 1000);
+    const box = page.getByRole('checkbox', {
+      name: 'Update the figures automatically as new verdicts resolve',
+    });
+    expect(await box.isChecked()).toBe(true);
+    expect(await page.evaluate('typeof window.trackRecordNextLoad')).toBe('number');
+    await box.focus();
+    await page.keyboard.press(' ');
+    expect(await box.isChecked()).toBe(false);
+    expect(await page.evaluate('window.trackRecordNextLoad')).toBeNull();
+    // Ticked again: the figures load at once and the refresh is scheduled again.
+    const loaded = page.waitForResponse((r) => r.url().includes('/api/track-record?window=all'));
+    await page.keyboard.press(' ');
+    expect((await loaded).status()).toBe(200);
+    await expect.poll(() => page.evaluate('typeof window.trackRecordNextLoad')).toBe('number');
+    expect(problems).toEqual([]);
+    await page.close();
+  });
+
   it('every line reads at 3:1 or more on white and is told apart by its dash, not its colour alone', async () => {
     const { page, problems } = await open(1400, 1000);
     const plots = (await page.evaluate(`Object.entries(window.trackRecordPlots).map(([id, u]) => ({ id,

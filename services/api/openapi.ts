@@ -635,9 +635,10 @@ export async function registerOpenApi(
         agent: { disabled: true },
         // Scalar's muted text greys read at 4.5:1 or more (WCAG AA) on its page and panel
         // backgrounds (its own light #8e8e8e is 3.3:1 on white, its dark #797979 4.4:1), darkest
-        // text first as in its theme.
+        // text first as in its theme; so does its light green, the POST label of every webhook
+        // and POST route (its display-p3 green, #00935d in sRGB, is 3.6:1 on the sidebar's #f6f6f6; #007a4d is 5.0:1).
         customCss: [
-          '.light-mode { --scalar-color-2: #5c5c5c; --scalar-color-3: #6b6b6b; }',
+          '.light-mode { --scalar-color-2: #5c5c5c; --scalar-color-3: #6b6b6b; --scalar-color-green: #007a4d; }',
           '.dark-mode { --scalar-color-3: #919191; }',
         ].join('\n'),
       },

@@ -1,5 +1,4 @@
 import { join } from 'node:path';
-import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
@@ -325,15 +324,7 @@ describe.runIf(runPostgres)('a request whose backfill meets the event store down
 
   it('is refused as unavailable; once the store is back a request backfills, leaving no hole', async () => {
     const lines: string[] = [];
-    const logger = pino(
-      { level: 'warn' },
-      new Writable({
-        write(chunk, _encoding, done) {
-          lines.push(String(chunk));
-          done();
-        },
-      }),
-    );
+    const logger = pino({ level: 'warn' }, { write: (line: string) => void lines.push(line) });
     const scheduled = {
       schedule: { exchanges: ['BINANCE_SPOT' as const], timeframes: ['1h' as const], topN: 1 },
       logger,

@@ -1,5 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryCache } from '../../adapters/cache/memory.ts';
@@ -36,15 +35,7 @@ describe.runIf(run)('a quota give-back while PostgreSQL is down', () => {
   let server: PrivatePostgres;
   let store: PostgresEventStore;
   const lines: string[] = [];
-  const logger = pino(
-    { level: 'warn' },
-    new Writable({
-      write(chunk, _encoding, done) {
-        lines.push(String(chunk));
-        done();
-      },
-    }),
-  );
+  const logger = pino({ level: 'warn' }, { write: (line: string) => void lines.push(line) });
 
   beforeAll(async () => {
     server = await startPrivatePostgres();

@@ -1,6 +1,8 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { OAuthClientProvider } from '@modelcontextprotocol/sdk/client/auth.js';
+import { type OAuthClientProvider, UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type {
   OAuthClientInformationMixed,
   OAuthClientMetadata,
@@ -156,6 +158,32 @@ export async function consentWithKey(browser: BrowserContext, authorizationUrl: 
   } finally {
     await page.close();
   }
+}
+
+/**
+ * A host signed in through the whole flow with the stage's key: the SDK client meets the 401 and
+ * sends the person to the authorization URL (anything but UnauthorizedError there is thrown), the
+ * person allows in Chromium, the host exchanges the code. The host's provider then holds an
+ * access and a refresh token; the code it exchanged is returned beside it.
+ */
+export async function signInHost(
+  stage: { url: URL; key: string; browser: BrowserContext },
+  receiver: { url: string; next(): Promise<URLSearchParams> },
+  name: string,
+): Promise<{ host: MemoryHost; code: string }> {
+  const host = new MemoryHost(receiver.url, name);
+  const refused = await new Client({ name: 'agent', version: '1.0.0' })
+    .connect(new StreamableHTTPClientTransport(stage.url, { authProvider: host }))
+    .then(
+      () => new Error('the host connected before signing in'),
+      (err: unknown) => (err instanceof UnauthorizedError ? null : err),
+    );
+  if (refused !== null) throw refused;
+  const returned = receiver.next();
+  await consentWithKey(stage.browser, host.authorizationUrl!, stage.key);
+  const code = (await returned).get('code')!;
+  await new StreamableHTTPClientTransport(stage.url, { authProvider: host }).finishAuth(code);
+  return { host, code };
 }
 
 /**

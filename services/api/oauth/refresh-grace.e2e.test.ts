@@ -1,14 +1,12 @@
 import { existsSync } from 'node:fs';
-import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import type { BrowserContext } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   CHROMIUM,
-  consentWithKey,
-  MemoryHost,
+  type MemoryHost,
   redirectReceiver,
+  signInHost,
   signinStage,
 } from '../../../test/oauth-host.ts';
 
@@ -30,11 +28,9 @@ describe.runIf(present || process.env.CI === 'true')(
   () => {
     let stage: Awaited<ReturnType<typeof signinStage>>;
     let receiver: Awaited<ReturnType<typeof redirectReceiver>>;
-    let browser: BrowserContext;
 
     beforeAll(async () => {
       stage = await signinStage();
-      browser = stage.browser;
       receiver = await redirectReceiver();
     });
     afterAll(async () => {
@@ -43,19 +39,8 @@ describe.runIf(present || process.env.CI === 'true')(
     });
 
     /** A host signed in with the stage's key: its provider holds an access and a refresh token. */
-    async function signedInHost(): Promise<MemoryHost> {
-      const host = new MemoryHost(receiver.url, 'parallel agent');
-      await expect(
-        new Client({ name: 'agent', version: '1.0.0' }).connect(
-          new StreamableHTTPClientTransport(stage.url, { authProvider: host }),
-        ),
-      ).rejects.toThrow(UnauthorizedError);
-      const returned = receiver.next();
-      await consentWithKey(browser, host.authorizationUrl!, stage.key);
-      const code = (await returned).get('code')!;
-      await new StreamableHTTPClientTransport(stage.url, { authProvider: host }).finishAuth(code);
-      return host;
-    }
+    const signedInHost = async (): Promise<MemoryHost> =>
+      (await signInHost(stage, receiver, 'parallel agent')).host;
 
     const regime = (client: Client) =>
       client.callTool({ name: 'get_market_regime', arguments: { coin: 'ETH', exchange: 'BINANCE' } }).then(

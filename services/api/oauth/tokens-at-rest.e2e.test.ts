@@ -1,17 +1,10 @@
 import { existsSync } from 'node:fs';
-import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connectRedisCache, type RedisCache } from '../../../adapters/cache/redis.ts';
-import {
-  CHROMIUM,
-  consentWithKey,
-  MemoryHost,
-  redirectReceiver,
-  signinStage,
-} from '../../../test/oauth-host.ts';
+import { CHROMIUM, redirectReceiver, signInHost, signinStage } from '../../../test/oauth-host.ts';
 import { REDIS_URL, shouldRunRedisSuite, wipePrefix } from '../../../test/redis-probe.ts';
 import { oauthAdapter } from './adapter.ts';
 import { MemoryOAuthStore } from './store.ts';
@@ -70,16 +63,7 @@ describe.runIf(run || process.env.CI === 'true')('OAuth tokens at rest (Redis)',
   });
 
   it('a signed-in host works, refreshes and is revoked, and Redis never holds a token it was given', async () => {
-    const host = new MemoryHost(receiver.url, 'tokens at rest');
-    await expect(
-      new Client({ name: 'agent', version: '1.0.0' }).connect(
-        new StreamableHTTPClientTransport(stage.url, { authProvider: host }),
-      ),
-    ).rejects.toThrow(UnauthorizedError);
-    const returned = receiver.next();
-    await consentWithKey(stage.browser, host.authorizationUrl!, stage.key);
-    const code = (await returned).get('code')!;
-    await new StreamableHTTPClientTransport(stage.url, { authProvider: host }).finishAuth(code);
+    const { host, code } = await signInHost(stage, receiver, 'tokens at rest');
     const given = [code, host.saved!.access_token, host.saved!.refresh_token!];
     const registration = (host.info as { registration_access_token?: string }).registration_access_token;
     if (registration !== undefined) given.push(registration);

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type HistoryRow, OUTCOME_AFTER_CANDLES } from '../../contracts/history.ts';
 import { type Exchange, TIMEFRAME_MS } from '../../contracts/market.ts';
 import { recordHistory, startHistoryServer } from '../../test/history-harness.ts';
+import { answerSchema } from '../../test/openapi-answer.ts';
 
 /**
  * What a quant recomputing the export needs: the unit of every number an outcome row carries, in
@@ -27,26 +28,8 @@ describe('the history export says the unit of every outcome figure, and its rows
   });
 
   it("GET /openapi.json: each number of a row names its unit in the NDJSON row's schema", async () => {
-    const doc = (await (await fetch(`${server.url}/openapi.json`)).json()) as {
-      paths: Record<
-        string,
-        {
-          get: {
-            responses: Record<
-              string,
-              {
-                content: Record<
-                  string,
-                  { schema: { anyOf: { properties?: Record<string, { description?: string }> }[] } }
-                >;
-              }
-            >;
-          };
-        }
-      >;
-    };
-    const ndjson = doc.paths['/api/verdicts']!.get.responses['200']!.content['application/x-ndjson']!.schema;
-    const row = ndjson.anyOf.find((s) => s.properties?.realised_vol !== undefined)!.properties!;
+    const ndjson = await answerSchema(server.url, '/api/verdicts', 'application/x-ndjson');
+    const row = ndjson.anyOf!.find((s) => s.properties?.realised_vol !== undefined)!.properties!;
     const units: Record<string, RegExp> = {
       price: /USD/,
       candle_close_time: /Unix milliseconds/,

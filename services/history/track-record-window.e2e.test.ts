@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { HistoryRow, TrackRecordResponse } from '../../contracts/history.ts';
 import { MARKETS, recordHistory, startHistoryServer } from '../../test/history-harness.ts';
+import { answerSchema } from '../../test/openapi-answer.ts';
 
 const DAY = 86_400_000;
 
@@ -29,23 +30,8 @@ describe('a track-record window counts the verdicts whose candle closed on its d
   });
 
   it("GET /openapi.json: the answer's window says which verdicts it counts", async () => {
-    const doc = (await (await fetch(`${server.url}/openapi.json`)).json()) as {
-      paths: Record<
-        string,
-        {
-          get: {
-            responses: Record<
-              string,
-              {
-                content: Record<string, { schema: { properties: Record<string, { description?: string }> } }>;
-              }
-            >;
-          };
-        }
-      >;
-    };
-    const answer = doc.paths['/api/track-record']!.get.responses['200']!.content['application/json']!.schema;
-    expect(answer.properties.window?.description).toMatch(
+    const answer = await answerSchema(server.url, '/api/track-record', 'application/json');
+    expect(answer.properties?.window?.description).toMatch(
       /^7d, 30d or 90d: the verdicts whose candle closed on the last 7, 30 or 90 UTC days up to asOf's day/,
     );
   });

@@ -1110,32 +1110,12 @@ describe('reconciliation after a restart', () => {
   it('a settlement the node dropped after its answer was served is broadcast again, once (official client)', async () => {
     const stack = await startX402Stack({ X402_SETTLE_CONFIRM_TIMEOUT_MS: '700' }, chain);
     try {
-      const payer = await chain.fundedPayer(1_000_000n);
-      const client = new x402Client();
-      registerExactEvmScheme(client, { signer: privateKeyToAccount(payer.key) });
-      const payFetch = wrapFetchWithPayment(fetch, client);
+      // The node loses the transaction (a restart of its mempool), and so does our process: a
+      // new process numbers its transactions from the chain again.
+      const { payer, res, receipt } = await servedThenDropped(stack);
+      expect(receipt.success).toBe(true);
       const local = stack.x402.facilitator as LocalFacilitator;
-      await chain.testClient.setAutomine(false);
-      let first: Hex;
-      let res: Response;
-      try {
-        res = await payFetch(`${stack.url}${PATH}`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify(BODY),
-        });
-        expect(res.status).toBe(200);
-        const receipt = decodePaymentResponseHeader(res.headers.get('payment-response')!);
-        expect(receipt.success).toBe(true);
-        first = receipt.transaction as Hex;
-        await stack.x402.settled();
-        // The node loses the transaction (a restart of its mempool), and so does our process: a
-        // new process numbers its transactions from the chain again.
-        await chain.testClient.dropTransaction({ hash: first });
-        nonceManager.reset({ address: local.signerAddress, chainId: 8453 });
-      } finally {
-        await chain.testClient.setAutomine(true);
-      }
+      nonceManager.reset({ address: local.signerAddress, chainId: 8453 });
       const body = (await res.json()) as { _service: { payment: { status: string } } };
       expect(body._service.payment.status).toBe('pending');
       expect(await chain.authorizationState(payer.address, (await pendingNonce(stack))!)).toBe(false);
@@ -1170,27 +1150,9 @@ describe('reconciliation after a restart', () => {
     // so a settlement the node lost was never broadcast again, always the seller's loss.
     const stack = await startX402Stack({ X402_SETTLE_CONFIRM_TIMEOUT_MS: '700' }, chain);
     try {
-      const payer = await chain.fundedPayer(1_000_000n);
-      const client = new x402Client();
-      registerExactEvmScheme(client, { signer: privateKeyToAccount(payer.key) });
-      const payFetch = wrapFetchWithPayment(fetch, client);
+      const { payer, res } = await servedThenDropped(stack);
       const local = stack.x402.facilitator as LocalFacilitator;
-      await chain.testClient.setAutomine(false);
-      let res: Response;
-      try {
-        res = await payFetch(`${stack.url}${PATH}`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify(BODY),
-        });
-        expect(res.status).toBe(200);
-        const receipt = decodePaymentResponseHeader(res.headers.get('payment-response')!);
-        await stack.x402.settled();
-        await chain.testClient.dropTransaction({ hash: receipt.transaction as Hex });
-        nonceManager.reset({ address: local.signerAddress, chainId: 8453 });
-      } finally {
-        await chain.testClient.setAutomine(true);
-      }
+      nonceManager.reset({ address: local.signerAddress, chainId: 8453 });
       expect(((await res.json()) as ServedBody)._service.payment.status).toBe('pending');
       const restarted = await startX402Stack(
         { X402_PAY_TO: stack.payTo, X402_SETTLE_CONFIRM_TIMEOUT_MS: '700' },
@@ -1225,27 +1187,8 @@ describe('reconciliation after a restart', () => {
     // then the seller's loss.
     const stack = await startX402Stack({ X402_SETTLE_CONFIRM_TIMEOUT_MS: '700' }, chain);
     try {
-      const payer = await chain.fundedPayer(1_000_000n);
-      const client = new x402Client();
-      registerExactEvmScheme(client, { signer: privateKeyToAccount(payer.key) });
-      const payFetch = wrapFetchWithPayment(fetch, client);
-      const pay = () =>
-        payFetch(`${stack.url}${PATH}`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify(BODY),
-        });
       const before = await chain.balanceOf(stack.payTo);
-      await chain.testClient.setAutomine(false);
-      try {
-        const first = await pay();
-        expect(first.status).toBe(200);
-        const receipt = decodePaymentResponseHeader(first.headers.get('payment-response')!);
-        await stack.x402.settled();
-        await chain.testClient.dropTransaction({ hash: receipt.transaction as Hex });
-      } finally {
-        await chain.testClient.setAutomine(true);
-      }
+      const { pay } = await servedThenDropped(stack);
       const second = await pay();
       expect(second.status).toBe(200);
       await stack.x402.settled();
@@ -1265,6 +1208,35 @@ describe('reconciliation after a restart', () => {
     }
   });
 });
+
+/**
+ * One call paid through the official client (a funded payer's) and served while blocks wait,
+ * after which the node drops its settlement transaction: the payer, a function paying the same
+ * call again, the answer and its receipt.
+ */
+async function servedThenDropped(stack: X402Stack) {
+  const payer = await chain.fundedPayer(1_000_000n);
+  const client = new x402Client();
+  registerExactEvmScheme(client, { signer: privateKeyToAccount(payer.key) });
+  const payFetch = wrapFetchWithPayment(fetch, client);
+  const pay = () =>
+    payFetch(`${stack.url}${PATH}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(BODY),
+    });
+  await chain.testClient.setAutomine(false);
+  try {
+    const res = await pay();
+    expect(res.status).toBe(200);
+    const receipt = decodePaymentResponseHeader(res.headers.get('payment-response')!);
+    await stack.x402.settled();
+    await chain.testClient.dropTransaction({ hash: receipt.transaction as Hex });
+    return { payer, pay, res, receipt };
+  } finally {
+    await chain.testClient.setAutomine(true);
+  }
+}
 
 /** The nonce of the one payment of this stack still pending, or null. */
 async function pendingNonce(stack: X402Stack): Promise<Hex | null> {

@@ -113,11 +113,18 @@ export function oauthAdapter(
       return `${this.model}:${id}`;
     }
 
-    /** The key that holds the record of `id`: its hashed key, else a record saved before hashing. */
-    private async located(id: string): Promise<string> {
+    /**
+     * The key that holds the record of `id` and the record read there: its hashed key, else a
+     * record saved before hashing (one read for a record under its hashed key, two otherwise).
+     */
+    private async located(
+      id: string,
+    ): Promise<{ key: string; stored: Awaited<ReturnType<OAuthStore['get']>> }> {
       const key = this.key(id);
-      if (!this.secretId || (await store.get(key)) !== undefined) return key;
-      return (await store.get(this.legacyKey(id))) !== undefined ? this.legacyKey(id) : key;
+      const stored = await store.get(key);
+      if (!this.secretId || stored !== undefined) return { key, stored };
+      const legacy = await store.get(this.legacyKey(id));
+      return legacy !== undefined ? { key: this.legacyKey(id), stored: legacy } : { key, stored };
     }
 
     async upsert(id: string, payload: AdapterPayload, expiresIn: number): Promise<void> {
@@ -167,7 +174,7 @@ export function oauthAdapter(
     }
 
     async find(id: string): Promise<AdapterPayload | undefined> {
-      const stored = await store.get(await this.located(id));
+      const { stored } = await this.located(id);
       if (stored === undefined) return undefined;
       const payload = JSON.parse(stored.value) as AdapterPayload;
       if (this.secretId) payload.jti = id;
@@ -189,8 +196,8 @@ export function oauthAdapter(
 
     async consume(id: string): Promise<void> {
       // The first use is kept: a refresh token used again within its grace stays consumed from then.
-      const key = await this.located(id);
-      if ((await store.get(key))?.consumedAt != null) return;
+      const { key, stored } = await this.located(id);
+      if (stored?.consumedAt != null) return;
       await store.consume(key, Math.floor(Date.now() / 1_000));
     }
 

@@ -92,6 +92,14 @@ export const SPENT_SETS = [] as const;
  * track record in plain words, written blind on 2026-11-28 after the fourteenth change and
  * committed with this line, before the picker's next change and before the chat was ever asked
  * them. Summary line only.
+ *
+ * scout.json: 87 questions and 16 off-topic ones asked by a market-data vendor's product manager
+ * comparing the service with competitors, a hobbyist building a Telegram or Discord bot on the
+ * webhooks and the HTTP API, a portfolio risk manager using the risk band and sizing, an auditor of
+ * the verdict history (verify, anchors, exports) and an agent developer using the MCP tools and x402,
+ * written blind by a helper from the indexed documentation on 2026-11-29 and committed with this
+ * line, before the picker's fifteenth change and before the chat was ever asked them. Summary line
+ * only.
  */
 export const BLIND_SETS = [
   'integrator.json',
@@ -99,6 +107,7 @@ export const BLIND_SETS = [
   'auditor.json',
   'desk.json',
   'frontline.json',
+  'scout.json',
 ] as const;
 
 export const QUESTION_SETS = [...TUNED_SETS, ...SPENT_SETS, ...BLIND_SETS] as const;

@@ -83,6 +83,9 @@ const RARE_ACT = 3;
  */
 const LONG_PASSAGE = 3_000;
 const NEIGHBOURS = 2;
+/** What a unit stating the kind of quantity asked must carry of the question, and where it stands. */
+const MEASURE_UNIT = 0.4;
+const MEASURE_PASSAGES = 5;
 /** A best sentence shorter than this is read with the one after it. */
 const SHORT_ANSWER = 120;
 
@@ -681,9 +684,18 @@ function countedNoun(question: string, asked: { term: string; meets: Set<string>
   const m = /\bhow many\b/i.exec(question);
   if (!m) return null;
   // "how many venue and timeframe combinations does …": the noun is the last of the phrase.
-  const phrase = question
-    .slice(m.index + 8)
-    .split(/\b(?:does|do|did|can|could|is|are|was|were|will|would|should|go|in|of|on|at|for|per)\b/i)[0]!;
+  // "How many chats a month …", "how many coins have …": the noun ends before an article or a verb.
+  // "How many of the cells …" counts cells; "out of all the cells, how many …" too.
+  const before = /\bout of (?:all )?(?:the |its |your |our |their )?([^,]+),\s*how many\b/i.exec(
+    question,
+  )?.[1];
+  const phrase = (
+    before ?? question.slice(m.index + 8).replace(/^\s*of (?:the|its|your|my|our|their|these|those)\s+/i, '')
+  ).split(
+    /\b(?:does|do|did|can|could|is|are|was|were|will|would|should|go|in|of|on|at|for|per|a|an|the|have|has|get|gets)\b/i,
+  )[0]!;
+  // "How many actually issue BUY or SELL": no noun follows.
+  if (words(phrase).length > 4) return null;
   const last = words(phrase).at(-1);
   const t = last === undefined ? null : termOf(last);
   if (t === null) return null;
@@ -702,6 +714,30 @@ function countsNoun(text: string, noun: Set<string>): boolean {
   };
   if (list.some((w, i) => /^\d/.test(w) && list.slice(i + 1, i + 3).some(isNoun))) return true;
   return list.some((w, i) => isNoun(w) && BOUNDED.test(list.slice(i + 1, i + 6).join(' ')));
+}
+
+/** A length of time: "30 s", "REQUEST_TIMEOUT_MS (30 s)", "24 h", "three minutes", "a day". */
+const DURATION =
+  /\b\d+(?:[.,]\d+)?\s?(?:ms|s|sec|seconds?|min|minutes?|h|hours?|d|days?|weeks?|months?|years?)\b|\b(?:two|three|four|five|six|ten|thirty) (?:seconds|minutes|hours|days|weeks|months)\b/i;
+/** A size: "7.8 KB", "64 KiB", "500 characters", "8 bytes". */
+const SIZE = /\d\s?(?:bytes?|B|KB|KiB|MB|MiB|GB|GiB|characters|chars)\b/;
+/** A bound or a range: "at most 10,000,000", "up to 30 s", "top_n (1–100)", "from 1 to 100". */
+const BOUND =
+  /\b(?:at most|at least|up to|capped at|limited to|maximum|minimum|no more than|no fewer than)\b|\d ?– ?\d|\bfrom -?\d[\d,.]* to \d/i;
+
+/**
+ * The kind of quantity a "how many / how long / how large / the largest" question asks for: a
+ * count of its noun ("how many cells": "0 of 15 cells"), a length of time, a size, a bound. Any
+ * number does not answer it: "120 requests a minute" does not say how long a long poll waits.
+ * Null for a price or a quantity of no such kind.
+ */
+function measureOf(question: string, counted: Set<string> | null): ((text: string) => boolean) | null {
+  if (counted !== null) return (text) => countsNoun(text, counted);
+  if (/\bhow long\b/i.test(question)) return (text) => DURATION.test(text) || SIZE.test(text);
+  if (/\bhow (?:large|big)\b/i.test(question)) return (text) => SIZE.test(text);
+  if (/\b(?:largest|biggest|maximum|minimum|smallest|highest|lowest|at most|at least)\b/i.test(question))
+    return (text) => BOUND.test(text);
+  return null;
 }
 
 /** A bound stated after what it bounds: "capped at 16", "limited to 5", "at most 50", "up to 100". */
@@ -1315,6 +1351,27 @@ export function extractiveAnswer(
       if (beside.length === 0) return dontKnow;
       carrying.splice(0, carrying.length, ...beside);
     }
+  }
+  // "How long will it hold my request": a length of time answers, not the nearest number. Where
+  // no carrying unit states the kind of quantity asked, a unit that does and carries
+  // MEASURE_UNIT of the question, in a leading passage or one that carries it, answers instead.
+  // Not "how do I see how many calls I have left": that asks where to read the count.
+  const measure =
+    kind === 'number' && !/\bhow (?:do|can|should|would) (?:i|we|you)\b/i.test(question)
+      ? measureOf(question, counted)
+      : null;
+  if (measure !== null && carrying.length > 0) {
+    const fitting = carrying.filter((c) => measure(c.quotes.join(' ')));
+    const near = candidates
+      .filter(
+        (c) =>
+          c.coverage >= MEASURE_UNIT &&
+          (c.rank < MEASURE_PASSAGES || carrying.some((k) => k.passage.id === c.passage.id)) &&
+          measure(c.quotes.join(' ')),
+      )
+      .sort(bestFirst);
+    if (fitting.length > 0) carrying.splice(0, carrying.length, ...fitting);
+    else if (near.length > 0) carrying.splice(0, carrying.length, ...near);
   }
   const best = carrying[0];
   if (best === undefined) return dontKnow;

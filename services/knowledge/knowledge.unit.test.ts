@@ -667,6 +667,43 @@ describe('extractive answers', () => {
     expect(answer.answer).not.toContain('most asked for');
   });
 
+  it('answers "how long" with a length of time and "how many X" with a count of X, not with the nearest number', () => {
+    const ask = askOf([
+      [
+        'rates',
+        'Service › History route › Requests',
+        'The history route answers 120 requests a minute per key, and every request that holds it open counts once.',
+      ],
+      [
+        'poll',
+        'Service › Long poll',
+        'A long poll of the history route stays open up to 30 s when nothing is new.',
+      ],
+      [
+        'gate',
+        'Methodology › Cells',
+        'A cell emits BUY or SELL only where its calls beat random calls and the 10 bps fee on every fold of 2022.',
+      ],
+      [
+        'summary',
+        'Evaluation › Summary',
+        'Direction only where it pays: 0 of 15 cells emit BUY or SELL today.',
+      ],
+    ]);
+    const poll = ask('How long will the history route hold my request open when nothing is new?');
+    expect(poll.grounded).toBe(true);
+    expect(poll.answer).toContain('up to 30 s');
+    expect(poll.answer).not.toContain('120 requests a minute');
+    for (const question of [
+      'How many of the cells are allowed to emit BUY or SELL?',
+      'Out of all the cells, how many emit BUY or SELL?',
+    ]) {
+      const cells = ask(question);
+      expect(cells.grounded, question).toBe(true);
+      expect(cells.answer, question).toContain('0 of 15 cells');
+    }
+  });
+
   it('answers "how do I" with the unit that states the step, not with a neighbour that shares its nouns', () => {
     const answer = askOf([
       [

@@ -288,7 +288,11 @@ export const ConfigSchema = z
     /** EIP-712 domain of the asset; a wrong name makes every signature invalid. */
     X402_ASSET_NAME: z.string().min(1).default('USD Coin'),
     X402_ASSET_VERSION: z.string().min(1).default('2'),
-    /** How long a signed authorisation may take to arrive (quoted as maxTimeoutSeconds). */
+    /**
+     * How long a signed authorisation may take to arrive (quoted as maxTimeoutSeconds). No upper
+     * bound from the reconciler: it releases an unsettled payment only once its authorisation's
+     * validBefore has passed on chain.
+     */
     X402_MAX_TIMEOUT_SECONDS: positiveInt.default(120),
     /** Prices in atomic units of the asset (USDC: 6 decimals, so 20000 = 0.02 USD). */
     X402_PRICE_GET_TRADE_CALL: atomic.default(20_000),

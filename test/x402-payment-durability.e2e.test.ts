@@ -228,40 +228,86 @@ describe('a restart changes nothing for a payment already made', () => {
 });
 
 describe('a payment whose request died mid-call', () => {
-  it('presented again while its reservation is open: 409 payment_in_use (retryable, no quote), then served once reconciled', async () => {
+  /** What a process killed while the call ran leaves: the reservation, nothing after it. */
+  async function reserveAsKilled(
+    stack: X402Stack,
+    payer: { address: Hex },
+    auth: AuthorizationFields,
+    signature: Hex,
+  ) {
+    const { PaymentLedger } = await import('../services/payments/ledger.ts');
+    return new PaymentLedger(stack.store).reserve({
+      nonce: auth.nonce,
+      network: NETWORK,
+      asset: BASE_USDC,
+      payer: payer.address,
+      payTo: stack.payTo,
+      amount: String(PRICE),
+      resource: `${stack.url}${PATH}`,
+      x402Version: 2,
+      validAfter: String(auth.validAfter),
+      validBefore: String(auth.validBefore),
+      requestId: 'killed',
+      tool: 'get_market_regime',
+      signature,
+    });
+  }
+
+  it('presented again while its reservation is open: 409 payment_in_use (retryable, no quote); not released while its authorisation is valid, and settled when someone else lands it', async () => {
     const stack = await startX402Stack({ X402_SETTLE_CONFIRM_TIMEOUT_MS: '1500' }, chain);
     try {
       const payer = await chain.fundedPayer(100_000n);
       const auth = freshAuthorization(stack.payTo, payer.address, PRICE);
       const signature = await signAuthorization(payer.key, auth);
       const header = await paymentHeader(payer.key, auth);
-      // What a process killed while the call ran leaves: the reservation, nothing after it.
-      const { PaymentLedger } = await import('../services/payments/ledger.ts');
-      const reserved = await new PaymentLedger(stack.store).reserve({
-        nonce: auth.nonce,
-        network: NETWORK,
-        asset: BASE_USDC,
-        payer: payer.address,
-        payTo: stack.payTo,
-        amount: String(PRICE),
-        resource: `${stack.url}${PATH}`,
-        x402Version: 2,
-        validAfter: String(auth.validAfter),
-        validBefore: String(auth.validBefore),
-        requestId: 'killed',
-        tool: 'get_market_regime',
-        signature,
-      });
-      expect(reserved.ok).toBe(true);
+      expect((await reserveAsKilled(stack, payer, auth, signature)).ok).toBe(true);
       const busy = await post(stack, BODY, { 'payment-signature': header });
       expect(busy.status).toBe(409);
       expect(busy.headers.get('payment-required')).toBeNull();
       expect(await busy.json()).toMatchObject({ code: 'payment_in_use', retryable: true });
-      expect(await reconcilerOn(stack).runOnce()).toMatchObject({ released: 1 });
-      const served = await post(stack, BODY, { 'payment-signature': header });
-      expect(served.status).toBe(200);
-      await stack.x402.settled();
+      // Unused but still valid: anyone holding it could settle it, so it is not given back.
+      expect(await reconcilerOn(stack).runOnce()).toMatchObject({ released: 0, stillPending: 1 });
+      // The payer lands it themselves: the money moved, and the record says so.
+      await chain.testClient.setBalance({ address: payer.address, value: 10n ** 18n });
+      const wallet = createWalletClient({
+        account: privateKeyToAccount(payer.key),
+        chain: base,
+        transport: http(chain.rpcUrl),
+      });
+      await chain.publicClient.waitForTransactionReceipt({
+        hash: await wallet.writeContract({
+          address: BASE_USDC,
+          abi: chain.usdcAbi,
+          functionName: 'transferWithAuthorization',
+          args: [auth.from, auth.to, auth.value, auth.validAfter, auth.validBefore, auth.nonce, signature],
+        }),
+      });
+      expect(await reconcilerOn(stack).runOnce()).toMatchObject({ settled: 1, released: 0 });
+      expect(await paymentTypes(stack.store, payer.address, auth.nonce)).toEqual([
+        'PaymentAuthorized',
+        'PaymentSettled',
+      ]);
       expect(await chain.balanceOf(payer.address)).toBe(100_000n - PRICE);
+    } finally {
+      await stack.stop();
+    }
+  });
+
+  it('released once its authorisation has expired unused on chain, nothing charged', async () => {
+    const stack = await startX402Stack({}, chain);
+    try {
+      const payer = await chain.fundedPayer(100_000n);
+      await chain.testClient.mine({ blocks: 1 });
+      const auth = freshAuthorization(stack.payTo, payer.address, PRICE, { validBefore: 1_000n });
+      expect((await reserveAsKilled(stack, payer, auth, await signAuthorization(payer.key, auth))).ok).toBe(
+        true,
+      );
+      expect(await reconcilerOn(stack).runOnce()).toMatchObject({ released: 1, stillPending: 0 });
+      expect(await paymentTypes(stack.store, payer.address, auth.nonce)).toEqual([
+        'PaymentAuthorized',
+        'PaymentReleased',
+      ]);
+      expect(await chain.balanceOf(payer.address)).toBe(100_000n);
     } finally {
       await stack.stop();
     }

@@ -1029,7 +1029,7 @@ describe('settlement that outlasts the receipt wait', () => {
 });
 
 describe('reconciliation after a restart', () => {
-  it('releases a reservation never handed off, broadcasts a handed-off one again, and records an expired one as the loss', async () => {
+  it('releases an expired reservation never handed off, broadcasts a handed-off one again, and records an expired one as the loss', async () => {
     const stack = await startX402Stack({}, chain);
     try {
       const { PaymentLedger } = await import('../services/payments/ledger.ts');
@@ -1060,7 +1060,9 @@ describe('reconciliation after a restart', () => {
           nonce,
         }),
       });
-      const stopped = await ledger.reserve(await signed(randomNonce(), now + 600n));
+      // Never handed off, its authorisation expired unused: released (a valid one waits, see
+      // x402-payment-durability.e2e).
+      const stopped = await ledger.reserve(await signed(randomNonce(), now - 1n));
       // Handed off to settlement (its answer kept), then the process died before the broadcast.
       const handedOff = await ledger.reserve(await signed(randomNonce(), now + 600n));
       const expired = await ledger.reserve(await signed(randomNonce(), now - 1n));

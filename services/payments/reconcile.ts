@@ -94,7 +94,8 @@ const CATCH_UP_TIMEOUT_MS = 60_000;
  * it, or it reverted), it is broadcast again; once the authorisation expired unused it is
  * recorded failed as the seller's loss (`sellerLoss`, counted by the `payments{state="lost"}`
  * gauge). An authorisation reserved but never handed off (the process stopped before settling,
- * so the caller got no answer either) is released. Nothing is broadcast twice while a
+ * so the caller got no answer either) is released once it has expired unused (until then anyone
+ * holding it could still settle it; used meanwhile, it is settled or failed as above). Nothing is broadcast twice while a
  * transaction of it may still land, and the token's nonce lets at most one land.
  */
 export class PaymentReconciler {
@@ -187,6 +188,9 @@ export class PaymentReconciler {
     };
     const record = (step: PaymentStep) => this.ledger.transition(handle, step);
 
+    // The chain's clock is read before the authorisation's use: a clock at or past validBefore
+    // then means no later block can use it, so an unused one read after it stays unused.
+    const expired = (await chain.chainTime()) >= BigInt(auth.validBefore);
     if (await chain.authorizationUsed(asset, payer, nonce)) {
       // Used is not paid: the payer can cancel the authorisation, or use its nonce for a transfer
       // to themselves. Only the agreed transfer in the transaction that used it settles it.
@@ -264,6 +268,9 @@ export class PaymentReconciler {
       return 'lost';
     }
     if (state.status === 'authorized') {
+      // Released only once its authorisation has expired: until then anyone holding it could
+      // still settle it, and the money would move on a payment recorded as given back.
+      if (!expired) return 'stillPending';
       await record({
         kind: 'release',
         reason: 'the request stopped before settlement; nothing was charged',
@@ -271,7 +278,7 @@ export class PaymentReconciler {
       return 'released';
     }
     // Pending: the settlement was handed off after the answer was kept, so the answer is the payer's.
-    if ((await chain.chainTime()) >= BigInt(auth.validBefore)) {
+    if (expired) {
       if (!state.served) {
         // Handed off, and the process stopped before anyone had the answer (nor fetched it since):
         // nothing was charged and nothing was given; the expired authorisation can never charge.

@@ -86,6 +86,8 @@ const NEIGHBOURS = 2;
 /** What a unit stating the kind of quantity asked must carry of the question, and where it stands. */
 const MEASURE_UNIT = 0.4;
 const MEASURE_PASSAGES = 5;
+/** Leading passages whose unit naming the step after the question's words may answer a "how do I". */
+const STEP_PASSAGES = 3;
 /** A best sentence shorter than this is read with the one after it. */
 const SHORT_ANSWER = 120;
 
@@ -1018,6 +1020,20 @@ function itemList(quotes: string[], asked: { meets: Set<string> }[]): boolean {
 const STEP_TOKEN =
   /\b(?:GET|POST|PUT|PATCH|DELETE)\s+\/[\w./:{}-]*|\b(?:npm run|npx) [@\w/.-]+(?: -- [\w-]+)?|@[\w-]+\/[\w-]+|\b[A-Z][A-Z0-9_]*=[\w.:/-]+/g;
 
+/** Settings, options and query parameters a step is written with: "WEBHOOK_TEST_ALLOW_CIDRS", "--role api", "format=csv". */
+const SETTING_TOKEN =
+  /\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b|(?<![\w-])--[a-z][\w-]*(?: [a-z][\w-]*)?|\b[a-z_]+=[\w|]+/g;
+
+/** A route, command, package, setting or option the unit names whose own words meet the question's. */
+function stepNamesAny(text: string, terms: Set<string>): boolean {
+  for (const m of [...text.matchAll(STEP_TOKEN), ...text.matchAll(SETTING_TOKEN)])
+    for (const w of m[0].split(/[^\p{L}\p{N}]+/u)) {
+      const t = termOf(w);
+      if (t !== null && terms.has(t)) return true;
+    }
+  return false;
+}
+
 /** A step the unit names whose own words meet what the question acts on. */
 function stepNames(text: string, object: Set<string>): boolean {
   for (const m of text.matchAll(STEP_TOKEN))
@@ -1335,7 +1351,34 @@ export function extractiveAnswer(
       kind === 'steps' && actMeets !== null
         ? stating.filter((c) => stepNames(c.quotes.join(' '), actMeets))
         : [];
+    // "How do I start just the api role": where no carrying unit states a step named after what
+    // the question names (--role api, WEBHOOK_TEST_ALLOW_CIDRS, format=csv), a unit of a leading
+    // passage that does, names the act and carries MEASURE_UNIT of the question answers: the
+    // step asked for, though the question's other words ("scale the HTTP front separately") are
+    // not the documentation's.
+    const topical =
+      kind === 'steps'
+        ? new Set(
+            asked.flatMap(({ meets }, i) => (i === cruxAt || rarity[i]! >= unknownWeight ? [] : [...meets])),
+          )
+        : null;
+    const namingTopic =
+      topical === null ? [] : stating.filter((c) => stepNamesAny(c.quotes.join(' '), topical));
+    const nearTopic =
+      topical === null || namingTopic.length > 0
+        ? []
+        : candidates
+            .filter(
+              (c) =>
+                c.acts &&
+                c.coverage >= MEASURE_UNIT &&
+                c.rank < STEP_PASSAGES &&
+                stated.test(c.quotes.join(' ')) &&
+                stepNamesAny(c.quotes.join(' '), topical),
+            )
+            .sort(bestFirst);
     if (naming.length > 0) carrying.splice(0, carrying.length, ...naming);
+    else if (nearTopic.length > 0) carrying.splice(0, carrying.length, ...nearTopic);
     else if (stating.length > 0) carrying.splice(0, carrying.length, ...stating);
     else if (stated.required) {
       // The number may stand beside the sentence that repeats the question's words: a unit of a

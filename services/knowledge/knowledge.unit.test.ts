@@ -704,6 +704,30 @@ describe('extractive answers', () => {
     }
   });
 
+  it('answers "how do I" with the step named after what the question names, though the question words the rest otherwise', () => {
+    const ask = askOf([
+      [
+        'roles',
+        'Service › Running › Roles',
+        'Roles: npm start runs them all; npm start -- --role api runs only the api role, the HTTP app.',
+      ],
+      [
+        'keys',
+        'Service › Using it › API keys',
+        'An api key is sent in the Authorization header of every HTTP call.',
+      ],
+      [
+        'front',
+        'Service › Running',
+        'The HTTP front serves every api route on PORT; start it behind a proxy with TRUST_PROXY=1 to scale it.',
+      ],
+    ]);
+    const answer = ask('We want to scale the HTTP front separately: how do I start just the api role?');
+    expect(answer.grounded).toBe(true);
+    expect(answer.answer).toContain('--role api');
+    expect(answer.answer).not.toContain('TRUST_PROXY');
+  });
+
   it('answers "how do I" with the unit that states the step, not with a neighbour that shares its nouns', () => {
     const answer = askOf([
       [

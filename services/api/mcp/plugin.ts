@@ -331,28 +331,31 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
       if (refused !== null) throw refused;
       return payload;
     });
-    // CORS headers from the start for a listed origin: an answer sent before the route's handler
-    // (the rate limit's 429 with Retry-After, a body that cannot be read) is readable by the page
-    // too. The handler's guard still refuses a Host or Origin that is not allowed.
+    // The Host and Origin guard (DNS rebinding) first, on every route here: a refused request is
+    // answered before the body is read and before the rate limit (preValidation), so it takes
+    // nothing from any budget and is 403 whatever is left of it. Then CORS headers from the start
+    // for a listed origin: an answer sent before the route's handler (the rate limit's 429 with
+    // Retry-After, a body that cannot be read) is readable by the page too.
+    const guard = requestGuard(options.guard);
     app.addHook('onRequest', (request, reply, done) => {
-      const { origin, host } = request.headers;
-      if (origin !== undefined && hostAllowed(options.guard, host) && originAllowed(options.guard, origin))
-        reply.headers(corsHeaders(origin, MCP_METHODS));
+      // Refused: answered here, and the rest of the request's hooks never run.
+      if (!guard(request, reply)) return;
+      const { origin } = request.headers;
+      if (origin !== undefined) reply.headers(corsHeaders(origin, MCP_METHODS));
       done();
     });
     app.addHook('onClose', async () => sessions.closeAll());
     const stateless = statelessMcp(options);
     app.addHook('onClose', async () => stateless.close());
 
-    const guard = requestGuard(options.guard);
-    const handle = mcpHandler({ options, sessions, inFlight, stateless, guard });
+    const handle = mcpHandler({ options, sessions, inFlight, stateless });
     // One route handler for both paths: the answer is sent by the handler, never returned (answeredBy).
     const route: RouteHandler = (request, reply) => answeredBy(handle(request, reply), reply);
-    app.options('/mcp', preflight(guard));
+    app.options('/mcp', preflight);
     for (const method of MCP_METHODS_ROUTED) {
       app.route({ method, url: '/mcp', handler: route, config: docOf(MCP_DOCS, method) });
     }
-    if (options.signin) signInRoutes(app, options.signin, guard, route);
+    if (options.signin) signInRoutes(app, options.signin, route);
   };
 }
 
@@ -389,11 +392,9 @@ function requestGuard(config: GuardConfig): Guard {
   };
 }
 
-function preflight(guard: Guard) {
-  return async (request: FastifyRequest, reply: FastifyReply) => {
-    if (!guard(request, reply)) return reply;
-    return reply.code(204).send();
-  };
+/** Its Host and Origin passed the plugin's guard (onRequest). */
+async function preflight(_request: FastifyRequest, reply: FastifyReply) {
+  return reply.code(204).send();
 }
 
 interface HandlerDeps {
@@ -401,14 +402,13 @@ interface HandlerDeps {
   sessions: SessionTable;
   inFlight: InFlightIds;
   stateless: ReturnType<typeof statelessMcp>;
-  guard: Guard;
 }
 
 /** Every method at the MCP path: to a session's transport, a one-shot or modern call, or the stateless SDKs. */
 function mcpHandler(deps: HandlerDeps): Handler {
-  const { options, sessions, stateless, guard } = deps;
+  const { options, sessions, stateless } = deps;
+  // Host and Origin were checked by the plugin's guard (onRequest), before the rate limit.
   return async (request, reply) => {
-    if (!guard(request, reply)) return reply;
     const method = request.method;
     if (method !== 'GET' && method !== 'POST' && method !== 'DELETE') {
       reply.header('allow', MCP_METHODS);
@@ -649,15 +649,15 @@ async function openSession(
 }
 
 /** The same handler at the sign-in path, behind the gate that turns an access token into its key. */
-function signInRoutes(app: FastifyInstance, gate: SignInGate, guard: Guard, route: RouteHandler): void {
-  app.options(gate.path, preflight(guard));
+function signInRoutes(app: FastifyInstance, gate: SignInGate, route: RouteHandler): void {
+  app.options(gate.path, preflight);
   for (const method of MCP_METHODS_ROUTED) {
     app.route({
       method,
       url: gate.path,
       handler: route,
       config: docOf(SIGNIN_DOCS, method),
-      onRequest: signInGate(gate, guard),
+      onRequest: signInGate(gate),
     });
   }
 }
@@ -665,11 +665,11 @@ function signInRoutes(app: FastifyInstance, gate: SignInGate, guard: Guard, rout
 /**
  * Before the rate limit (a preValidation hook): the limit then counts the key the token acts as.
  */
-function signInGate(gate: SignInGate, guard: Guard) {
+function signInGate(gate: SignInGate) {
   return async (request: FastifyRequest, reply: FastifyReply) => {
-    // Host and Origin first, as for a request with a token: a refused Origin gets 403 and no
-    // Access-Control-Allow-Origin, never a 401 that lets its page read the challenge.
-    if (!guard(request, reply)) return reply;
+    // Host and Origin were checked first (the plugin's guard, an onRequest hook before this
+    // route's): a refused Origin gets 403 and no Access-Control-Allow-Origin, never a 401 that
+    // lets its page read the challenge.
     const outcome = await gate.authenticate(request);
     if ('caller' in outcome) {
       signedIn.set(request, outcome.caller);

@@ -30,4 +30,25 @@ describe('a start that fails once the configuration holds', () => {
     expect(r.stderr).not.toContain('failed to start');
     expect(JSON.stringify(r.lines) + r.stderr).not.toContain('SECRETPW2');
   }, 60_000);
+
+  it("states the cause once: the logged error's message does not repeat the cause its text already names", async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'start-failure-'));
+    dirs.push(dir);
+    // Nothing listens on port 9: the first connection is refused.
+    const r = runServiceProcess({
+      DATA_DIR: dir,
+      EVENT_STORE: 'postgres',
+      POSTGRES_URL: 'postgres://signal:SECRETPW3@127.0.0.1:9/signals',
+    });
+    expect(await r.exit).toBe(1);
+    const fatal = r.lines.filter((l) => l.level === 60);
+    expect(fatal).toHaveLength(1);
+    const cause = 'connect ECONNREFUSED 127.0.0.1:9';
+    expect(fatal[0]!.msg).toContain(`is unreachable: ${cause}.`);
+    const { message } = fatal[0]!.err as { message: string };
+    // pino's serializer appended the cause's message to one that already ended its sentence with it.
+    expect(message.split(cause)).toHaveLength(2);
+    expect(message).toBe((fatal[0]!.msg as string).slice('failed to start: '.length));
+    expect(JSON.stringify(r.lines) + r.stderr).not.toContain('SECRETPW3');
+  }, 60_000);
 });

@@ -133,6 +133,24 @@ function writeAll(fd: number, chunk: Buffer): void {
 export const REDACTED = '[redacted]';
 
 /**
+ * pino's error serializer, with each cause stated once in the message: pino appends every cause's
+ * message to the error's, so an error whose text already names its cause (`postgres unreachable:
+ * X`, with cause X) was logged `postgres unreachable: X: X`. A cause the text so far already holds
+ * is not appended again; the others are, as pino does. The stack keeps pino's `caused by:` chain.
+ */
+export function serializeError(err: unknown): unknown {
+  const serialized = pino.stdSerializers.err(err as Error);
+  if (!(err instanceof Error)) return serialized;
+  let message = err.message;
+  const seen = new Set<unknown>([err]);
+  for (let cause = err.cause; cause instanceof Error && !seen.has(cause); cause = cause.cause) {
+    seen.add(cause);
+    if (cause.message !== '' && !message.includes(cause.message)) message += `: ${cause.message}`;
+  }
+  return { ...serialized, message };
+}
+
+/**
  * JSON logs to stdout, buffered (a line reaches stdout within FLUSH_MS, and main's exit path
  * writes what is left); secrets that may pass through request headers are redacted.
  */
@@ -151,6 +169,7 @@ export function createLogger(
     {
       level: config.LOG_LEVEL,
       base: { service: 'signal-service', ...bindings },
+      serializers: { err: serializeError },
       redact: {
         paths: [
           'req.headers.authorization',

@@ -1111,6 +1111,29 @@ function derived(a: AskedTerm, weight: (term: string) => number, unknown: number
   return found.length === 0 ? a : { ...a, meets: new Set([...a.meets, ...found]) };
 }
 
+/** A question asking for a judgement or a forecast: what is best, worth it, or will go up. */
+const JUDGEMENT = /\b(?:best|better|worth|recommend(?:ed)?)\b|\bwill\b[^?]*\bgo (?:up|down)\b/i;
+/** A sentence that makes a judgement. */
+const JUDGED = /\b(?:best|better|worse|worst|recommend\w*|prefer\w*)\b/i;
+
+/** A capitalised word inside a sentence with a lower-case letter in it: a proper name ("Stripe", "CoinGecko"). */
+const PROPER_NAME = /(?<![.?!:;]\s*|["'(]|^\s*)\b[A-Z][\p{L}\p{N}]*\p{Ll}[\p{L}\p{N}]*/gu;
+
+/** Whether the question names something by a proper name the documentation never uses. */
+function namesUnknown(
+  question: string,
+  asked: AskedTerm[],
+  rarity: number[],
+  unknownWeight: number,
+): boolean {
+  for (const m of question.matchAll(PROPER_NAME)) {
+    const t = termOf(m[0]);
+    const at = t === null ? -1 : asked.findIndex(({ term }) => term === t);
+    if (at >= 0 && rarity[at]! >= unknownWeight) return true;
+  }
+  return false;
+}
+
 /**
  * Answers from the retrieved passages. `weight` gives a term's weight (its rarity in the
  * corpus); without it every term weighs the same.
@@ -1142,6 +1165,11 @@ export function extractiveAnswer(
     asked.every(({ term }, i) => rarity[i]! >= unknownWeight || TRADING_AT_LARGE.has(term))
   )
     return dontKnow;
+  // A proper name the documentation never uses (capitalised inside the sentence, in part lower
+  // case: "Stripe", "CoinGecko", "Heroku"; not an acronym such as "SRE") is what the question is
+  // about: "what retry schedule does Stripe use" asks about Stripe's webhooks, not these, though
+  // a passage states this service's schedule in every other word of it.
+  if (namesUnknown(raw, asked, rarity, unknownWeight)) return dontKnow;
   // A word the documentation never uses still counts against an answer, at half its weight: a
   // question about sorting in Python is not answered by a sentence that sorts test points.
   const known = all - unknown + UNKNOWN_PENALTY * unknown;
@@ -1418,6 +1446,9 @@ export function extractiveAnswer(
   }
   const best = carrying[0];
   if (best === undefined) return dontKnow;
+  // "Which timeframe is best for day trading", "which coins will go up": a judgement or a
+  // forecast is asked, and only a unit that makes one ("the best long/short pair") answers it.
+  if (JUDGEMENT.test(raw) && !JUDGED.test(best.quotes.join(' '))) return dontKnow;
   const chosen: Candidate[] = [best];
   let length = best.quotes.join(' ').length;
   const overlaps = (c: Candidate) =>

@@ -503,7 +503,7 @@ describe('extractive answers', () => {
       [
         'oauth',
         'Service › Using it › Sign in (OAuth)',
-        'Hosts that connect only through OAuth use POST /mcp/signin: the same MCP server as /mcp, for a caller holding a token.',
+        'Hosts that connect only through OAuth (Claude) use POST /mcp/signin: the same MCP server as /mcp, for a caller holding a token.',
       ],
       ['mcp', 'Service › Using it › MCP', 'POST /mcp over Streamable HTTP, sessions via Mcp-Session-Id.'],
     ]);
@@ -726,6 +726,32 @@ describe('extractive answers', () => {
     expect(answer.grounded).toBe(true);
     expect(answer.answer).toContain('--role api');
     expect(answer.answer).not.toContain('TRUST_PROXY');
+  });
+
+  it('does not know a question about a proper name the documentation never uses, nor one asking for a judgement no unit makes', () => {
+    const ask = askOf([
+      [
+        'retries',
+        'Webhooks › Deliveries › Retries',
+        'A failed webhook delivery is retried on a schedule: at once, after 5 s, 5 min and 30 min.',
+      ],
+      [
+        'stripe-free',
+        'Webhooks › Receiver',
+        'A receiver verifies the webhook signature before it reads the body.',
+      ],
+      [
+        'timeframes',
+        'Service › Timeframes',
+        'Trade calls are served for the timeframes 5m, 15m, 1h and 4h of day trading and swing trading alike.',
+      ],
+    ]);
+    expect(ask('What retry schedule does a webhook delivery use?').answer).toContain('5 min');
+    for (const question of [
+      'What webhook retry schedule does Stripe use?',
+      'Which timeframe is best for day trading?',
+    ])
+      expect(ask(question), question).toEqual({ answer: DONT_KNOW, citations: [], grounded: false });
   });
 
   it('answers "how do I" with the unit that states the step, not with a neighbour that shares its nouns', () => {

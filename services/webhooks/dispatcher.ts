@@ -84,6 +84,8 @@ export class WebhookDispatcher {
   private readonly digestsFired = new Set<string>();
   /** Feed time at which each digest subscription was first seen (replay clocks only). */
   private readonly firstSeen = new Map<string, number>();
+  /** The log's head when this dispatcher started: a subscription at or below it predates the start. */
+  private headAtStart = Number.POSITIVE_INFINITY;
   private readonly digestScans = new Map<string, Promise<ScanTradeCallsOutput>>();
   private readonly submissions = new Set<Promise<unknown>>();
   private readonly recovering = new Map<string, Promise<void>>();
@@ -98,6 +100,7 @@ export class WebhookDispatcher {
   async start(): Promise<void> {
     const { bus } = this.options;
     await this.options.worker.startedAt();
+    this.headAtStart = await this.options.store.headPosition();
     const prefix = this.options.subjectPrefix ?? DEFAULT_SUBJECT_PREFIX;
     const durable = this.options.durablePrefix ?? 'dispatcher';
     this.running = true;
@@ -542,12 +545,14 @@ export class WebhookDispatcher {
     const now = (this.options.now ?? Date.now)();
     this.digestScans.clear();
     // On a replay clock a subscription's wall-clock creation time says nothing about feed time:
-    // it counts as existing from the feed time this dispatcher first saw it.
+    // one created while this dispatcher runs counts as existing from the feed time it first saw
+    // it. One recorded before this dispatcher started existed before it: a restart (the replay
+    // clock runs on meanwhile, anchored in the log) must not skip the period it comes back in.
     const seen = this.options.feedClock
-      ? (sub: { id: string }) => {
+      ? (sub: { id: string; createdPosition: number }) => {
           let t = this.firstSeen.get(sub.id);
           if (t === undefined) {
-            t = now;
+            t = sub.createdPosition <= this.headAtStart ? Number.NEGATIVE_INFINITY : now;
             this.firstSeen.set(sub.id, t);
           }
           return t;

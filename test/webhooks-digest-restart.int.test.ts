@@ -1,0 +1,73 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ReplayFeed } from '../adapters/market/replay.ts';
+import { WebhookEnvelope } from '../contracts/webhooks.ts';
+import { requireNats } from './nats-server.ts';
+import { dispatcherPool, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
+import { type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
+
+const reachable = await requireNats();
+const tls = selfSignedCert();
+const HOUR = 3_600_000;
+
+/** The period (ISO) each digest the receiver got covers, in the order they came. */
+const periods = (receiver: Receiver): string[] =>
+  receiver.received.map((r) => {
+    const envelope = WebhookEnvelope.parse(JSON.parse(r.body));
+    if (envelope.data.type !== 'scan_digest') throw new Error('not a digest');
+    return envelope.data.period_start;
+  });
+
+describe.runIf(reachable)('scan digests on the replay clock across a dispatcher restart', () => {
+  let stack: WebhookStack;
+  let receiver: Receiver;
+  const pool = dispatcherPool(() => stack, { tag: 'restart', env: {}, settings: { tls: { ca: tls.cert } } });
+
+  beforeAll(async () => {
+    // No digestNow: the dispatchers read the replay feed's own clock, as `npm start` does; the
+    // test steps it by hand (the harness opens it stopped).
+    stack = await startWebhookStack({ settings: { tls: { ca: tls.cert } }, dispatcher: false });
+    receiver = await startReceiver(tls);
+  });
+  afterAll(async () => {
+    await pool.stopAll();
+    await stack?.close();
+    await receiver?.close();
+  });
+
+  it('a subscription from before the restart gets the digest of the period the restart falls in', async () => {
+    const clock = (stack.engine.feed as ReplayFeed).clock;
+    const first = await pool.start();
+    const key = await stack.issue();
+    const created = await stack.request('POST', '/api/webhooks', key, {
+      url: receiver.url,
+      events: ['scan_digest'],
+      timeframe: '1h',
+      exchange: 'BINANCE',
+      top_n: 3,
+      cadence: '1h',
+    });
+    expect(created.status, JSON.stringify(created.body)).toBe(201);
+    // Seen by the running dispatcher in the period it was created in: its first digest is the next one.
+    await new Promise((r) => setTimeout(r, 500));
+    const next = Math.floor(clock.now() / HOUR) * HOUR + HOUR;
+    clock.setTime(next + 10 * 60_000);
+    await receiver.waitFor(1, 40_000);
+    expect(periods(receiver)).toEqual([new Date(next).toISOString()]);
+
+    // Down while the feed moves into the next period, as on a restart of `npm start` (whose replay
+    // clock keeps running, anchored in the log): the process that comes back must still send it.
+    await pool.stop(first);
+    clock.setTime(next + HOUR + 10 * 60_000);
+    const second = await pool.start();
+    await receiver.waitFor(2, 40_000);
+    expect(periods(receiver)).toEqual([new Date(next).toISOString(), new Date(next + HOUR).toISOString()]);
+
+    // Restarted again within that period, whose digest went out: it is not sent twice.
+    await pool.stop(second);
+    await pool.start();
+    await new Promise((r) => setTimeout(r, 1_500)); // a digest tick (WEBHOOK_TICK_MS) or more in it
+    clock.setTime(next + 2 * HOUR + 10 * 60_000);
+    await receiver.waitFor(3, 40_000);
+    expect(periods(receiver)).toEqual([0, 1, 2].map((i) => new Date(next + i * HOUR).toISOString()));
+  });
+});

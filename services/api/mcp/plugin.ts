@@ -48,10 +48,11 @@ export interface McpPluginOptions extends ToolCallDeps {
 /** Who a request to the sign-in path acts as, or why it is refused (401 with its challenge). */
 export type SignInOutcome =
   | { caller: Caller }
-  | { status: 401 | 403 | 503; challenge: string | null; message: string };
+  | { status: 401 | 403; challenge: string | null; message: string };
 
 export interface SignInGate {
   path: string;
+  /** Throws the catalog's SERVICE_UNAVAILABLE (503, Retry-After) when the token cannot be checked now. */
   authenticate(request: FastifyRequest): Promise<SignInOutcome>;
 }
 
@@ -221,7 +222,12 @@ const SIGNIN_DOCS = mcpDocs(
     403: rpcError(
       '-32000: Host or Origin not allowed (DNS-rebinding guard); or the token lacks the mcp scope (WWW-Authenticate: Bearer error="insufficient_scope")',
     ),
-    503: rpcError('-32000: the token could not be checked right now; retry shortly'),
+    503: {
+      ...rpcError(
+        '-32600, data.code SERVICE_UNAVAILABLE: the token could not be checked right now (the sign-in store out of reach, at start too); retry shortly',
+      ),
+      headers: { 'Retry-After': 'seconds to wait before retrying' },
+    },
   },
 );
 

@@ -5,6 +5,7 @@ import type { Cache } from '../../../adapters/cache/port.ts';
 import { RedisCache } from '../../../adapters/cache/redis.ts';
 import type { EventStore } from '../../../adapters/event-store/port.ts';
 import { type Config, parseTrustProxy, publicBaseUrl } from '../../../contracts/config.ts';
+import { ServiceError } from '../../../contracts/errors.ts';
 import { SIGNIN_MCP_PATH } from '../../../contracts/oauth.ts';
 import { findById, type KeyRecord, type KeyRegistry } from '../../keys/key-registry.ts';
 import { type KeyResolver, KeyUnverifiableError } from '../../keys/key-resolver.ts';
@@ -192,12 +193,12 @@ export function oauthSignIn(deps: OAuthSignInDeps): {
           message: check.description,
         };
       } catch (err) {
+        // The sign-in not started (its store unreachable since start) or a read that failed: the
+        // catalog's 503, in JSON-RPC with its code and Retry-After (the MCP plugin's error handler).
         deps.logger.warn({ err }, 'access token could not be checked');
-        return {
-          status: 503,
-          challenge: null,
-          message: 'the access token could not be checked right now; retry shortly',
-        };
+        throw new ServiceError('SERVICE_UNAVAILABLE', {
+          detail: 'the access token could not be checked right now; retry shortly',
+        });
       }
     },
   };

@@ -429,6 +429,12 @@ export function llmsTxt(origin: string, tools: CatalogTool[], rails: QuotedRail[
     `- [x402 manifest](${origin}/.well-known/x402): routes, prices, networks, refund and fulfilment policy`,
     ...rails.map((r) => `- Accepted: ${r.name} ${r.asset} on ${r.network}, paid to ${r.payTo}`),
     '',
+    '## HTTP API with a key, and webhooks',
+    '',
+    `- [OpenAPI document](${origin}/openapi.json): every HTTP route, its errors and the webhook payloads; rendered at ${origin}/docs/`,
+    `- Free key: GET ${origin}/api/keys/nonce, then POST ${origin}/api/keys with a Sign-In with Ethereum message and its signature; send it as Authorization: Bearer <key> (the /x402 routes and /mcp take it too)`,
+    `- Webhooks: POST ${origin}/api/webhooks with a key registers an HTTPS receiver for signed trade_call, regime_shift, risk_shift and scan_digest events; payload schemas at ${origin}/api/webhooks/schemas`,
+    '',
     '## Tools',
     '',
     ...tools.map((t) => {

@@ -714,7 +714,19 @@ function countsNoun(text: string, noun: Set<string>): boolean {
     const t = termOf(w);
     return t !== null && noun.has(t);
   };
-  if (list.some((w, i) => /^\d/.test(w) && list.slice(i + 1, i + 3).some(isNoun))) return true;
+  // The number and the noun stand in one phrase, spaces only between them: "120, free keys 300"
+  // counts no keys.
+  const phrase = tokens(text);
+  const counts = (i: number) => {
+    const next = phrase[i + 1];
+    return (
+      phrase[i]!.joined &&
+      next !== undefined &&
+      ((next.term !== null && noun.has(next.term)) ||
+        (next.joined && phrase[i + 2]?.term != null && noun.has(phrase[i + 2]!.term!)))
+    );
+  };
+  if (phrase.some((t, i) => t.term !== null && /^\d/.test(t.term) && counts(i))) return true;
   return list.some((w, i) => isNoun(w) && BOUNDED.test(list.slice(i + 1, i + 6).join(' ')));
 }
 
@@ -1442,7 +1454,9 @@ export function extractiveAnswer(
       )
       .sort(bestFirst);
     if (fitting.length > 0) carrying.splice(0, carrying.length, ...fitting);
-    else if (near.length > 0) carrying.splice(0, carrying.length, ...near);
+    // A count may be stated of what the sentence calls otherwise ("at most 5,000 such are kept"):
+    // only a carrying unit that counts the noun is preferred, none is sought further.
+    else if (near.length > 0 && counted === null) carrying.splice(0, carrying.length, ...near);
   }
   const best = carrying[0];
   if (best === undefined) return dontKnow;

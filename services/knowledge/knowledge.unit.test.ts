@@ -690,6 +690,20 @@ describe('extractive answers', () => {
         'Direction only where it pays: 0 of 15 cells emit BUY or SELL today.',
       ],
     ]);
+    // "120, free keys 300": the number before a comma counts no keys.
+    const free = askOf([
+      [
+        'rates',
+        'Service › Using it › Request-rate limits',
+        'Every route takes one request per window: anonymous callers by client address 120, free keys 300, pro 6,000.',
+      ],
+      [
+        'free',
+        'Service › Using it › API keys',
+        'Free keys are budgeted per client network: at most FREE_KEYS_PER_ADDRESS_PER_DAY (3) a UTC day per IPv4 address.',
+      ],
+    ])('How many free keys can one IPv4 address get in a UTC day?');
+    expect(free.answer).toContain('FREE_KEYS_PER_ADDRESS_PER_DAY (3)');
     const poll = ask('How long will the history route hold my request open when nothing is new?');
     expect(poll.grounded).toBe(true);
     expect(poll.answer).toContain('up to 30 s');

@@ -58,9 +58,15 @@ export const TUNED_SETS = [
  * written blind on 2026-11-27, before the picker's eleventh change): out of sample until the
  * thirteenth change, whose wrong answers and grounded off-topic one were read to make that change
  * (out-of-sample figures before: 41 / 79 before the eleventh change, 45 / 79 after it, and 46 / 79
- * with 1 / 14 off-topic grounded after the twelfth); 55 / 79 and 0 / 14 after it. None now.
+ * with 1 / 14 off-topic grounded after the twelfth); 55 / 79 and 0 / 14 after it.
+ *
+ * tuning15.json: in sample from the start, written for the picker's fifteenth change and tuned on
+ * by it: 12 questions of the kinds that change aimed at (a kind of quantity, a step named after
+ * what the question names) and 30 near-topic off-topic probes (another exchange's, payment
+ * provider's or host's API, webhooks and deployment; trading advice and forecasts), 13 of them
+ * answered grounded before that change and 6 after it, so it has no floor yet.
  */
-export const SPENT_SETS = [] as const;
+export const SPENT_SETS = ['tuning15.json'] as const;
 
 /**
  * Sets never tuned on, scored by the CLI only when named (main.ts), never by a test a picker

@@ -4,7 +4,7 @@ import type { SubscriptionRecord } from './subscription-fold.ts';
 const CADENCE_MS: Record<Cadence, number> = { '1h': 3_600_000, '4h': 4 * 3_600_000, '1d': 86_400_000 };
 
 /** Start (Unix ms, UTC-aligned) of the cadence period containing `now`. */
-function periodStart(cadence: Cadence, now: number): number {
+export function periodStart(cadence: Cadence, now: number): number {
   const ms = CADENCE_MS[cadence];
   return Math.floor(now / ms) * ms;
 }

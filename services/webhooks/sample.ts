@@ -3,6 +3,7 @@ import type { z } from 'zod';
 import { TRADE_CALL_TRACK_RECORD_WINDOW } from '../../contracts/history.ts';
 import type { FeedKind } from '../../contracts/market.ts';
 import type { TradeCallData, WebhookEnvelope } from '../../contracts/webhooks.ts';
+import { periodStart } from './digest-schedule.ts';
 import { pinnedEnvelope } from './payloads.ts';
 import type { SubscriptionRecord } from './subscription-fold.ts';
 
@@ -121,7 +122,8 @@ function sampleData(
         cadence: sub.cadence ?? '1h',
         timeframe: sub.timeframe ?? '1h',
         exchange: sub.exchange ?? 'BINANCE',
-        period_start: created,
+        // Aligned to the cadence, as a real digest's period is (on the wall clock here).
+        period_start: new Date(periodStart(sub.cadence ?? '1h', Date.parse(created))).toISOString(),
         calls: [
           {
             rank: 1,

@@ -73,6 +73,18 @@ describe('test deliveries carry every field the real payload carries', () => {
     expect(got.track_record!.window).toBe(carried.window);
   });
 
+  it("scan_digest: its period starts on a boundary of the cadence, as a real digest's does", () => {
+    const hours = { '1h': 1, '4h': 4, '1d': 24 } as const;
+    for (const cadence of ['1h', '4h', '1d'] as const) {
+      const got = sample(
+        sub(['scan_digest'], { cadence, timeframe: '1h', exchange: 'BINANCE_SPOT', topN: 3 }),
+      ).data;
+      if (got.type !== 'scan_digest') throw new Error('not a digest');
+      expect(Date.parse(got.period_start) % (hours[cadence] * 3_600_000), cadence).toBe(0);
+      expect(Date.parse(got.period_start)).toBeLessThanOrEqual(Date.now());
+    }
+  });
+
   it('scan_digest: every row field, expected_move_pct included, schema-valid', () => {
     const real = scanDigestEnvelope({
       deliveryId: 'd',

@@ -253,7 +253,14 @@ export const RegimeShiftData = z.object({
   exchange: Exchange,
   regime: Regime,
   prior_regime: Regime,
-  confidence: z.number().int().min(0).max(100),
+  confidence: z
+    .number()
+    .int()
+    .min(0)
+    .max(100)
+    .describe(
+      "Confidence of the verdict that carried the shift (the figure min_confidence filters; for a HOLD, how often standing aside was right), not of the regime label: get_market_regime's confidence is the regime's",
+    ),
   price_at_call: z.number(),
   candle_close_time: CandleCloseSeconds,
   /** Hash of the verdict that carried the shift; null if that verdict could not be read. */

@@ -282,6 +282,14 @@ describe('the webhooks section of the OpenAPI document', () => {
     expect(carried).toBeGreaterThanOrEqual(3);
   });
 
+  it("says whose confidence a regime_shift carries: the verdict's, not the regime label's", () => {
+    const [, { post }] = operations().find(([name]) => name === 'regime_shift.v1')!;
+    const data = post.requestBody.content['application/json'].schema.properties!.data!;
+    expect(data.properties!.confidence!.description).toMatch(
+      /^Confidence of the verdict that carried the shift/,
+    );
+  });
+
   it('describes every header a delivery carries, on every delivery operation', () => {
     // Every header the sender sets but Content-Type and User-Agent: a rotation's overlap signs twice.
     const sent = Object.keys(

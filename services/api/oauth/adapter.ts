@@ -4,11 +4,13 @@ import type { OAuthStore } from './store.ts';
 
 /**
  * Models whose id is the bearer value itself (opaque access and refresh tokens, codes, the
- * registration access token): a record is kept under the SHA-256 of its id and without its `jti`
- * (which is the id), so the store (Redis, an RDB snapshot or AOF of it) holds nothing a caller
- * could present, as an API key is kept by its hash only; `find` is given the value and puts it
- * back. A record saved before this (under the id itself) is still found and ended, so a host
- * signed in then stays signed in until its token ends.
+ * registration access token) or what a cookie carries to resume a person's sign-in (the session
+ * id, an interaction's uid): a record is kept under the SHA-256 of its id and without its `jti`
+ * (which is the id) nor any other copy of it (an interaction's `returnTo` names its uid), so the
+ * store (Redis, an RDB snapshot or AOF of it) holds nothing a caller could present, as an API key
+ * is kept by its hash only; `find` is given the value and puts it back. A record saved before
+ * this (under the id itself) is still found and ended, so a host signed in then stays signed in
+ * until its token ends.
  */
 const SECRET_IDS = new Set([
   'AccessToken',
@@ -18,7 +20,29 @@ const SECRET_IDS = new Set([
   'RegistrationAccessToken',
   'DeviceCode',
   'BackchannelAuthenticationRequest',
+  'Session',
+  'Interaction',
 ]);
+
+/**
+ * What stands for the record's own id inside a kept record. JSON.stringify writes U+0000 as an
+ * escape, so no serialized value can hold it: put back on read, it only ever stood for the id.
+ */
+const ID_MARK = '\u0000';
+
+/**
+ * A record of a SECRET_IDS model as kept: no `jti`, its id nowhere in it; for an interaction, not
+ * the id of the session it was started in either (`session.cookie`, which the library writes and
+ * never reads: the person's session is found by its cookie, or by `session.uid`).
+ */
+function keptRecord(model: string, id: string, payload: AdapterPayload): string {
+  const { jti: _value, ...kept } = payload;
+  if (model === 'Interaction' && kept.session !== undefined) {
+    const { cookie: _session, ...session } = kept.session as Record<string, unknown>;
+    kept.session = session as AdapterPayload['session'];
+  }
+  return JSON.stringify(kept).replaceAll(id, ID_MARK);
+}
 
 /** Models whose records belong to a grant: revoking the grant deletes them. */
 const GRANTABLE = new Set([
@@ -145,8 +169,11 @@ export function oauthAdapter(
       const clientId = typeof payload.clientId === 'string' ? payload.clientId : undefined;
       const ttl = this.model === 'RegistrationAccessToken' ? (given ?? lifetime.unusedTtlS) : given;
       const key = this.key(id);
-      const { jti: _value, ...kept } = payload;
-      await store.put(key, JSON.stringify(this.secretId ? kept : payload), ttl);
+      await store.put(
+        key,
+        this.secretId ? keptRecord(this.model, id, payload) : JSON.stringify(payload),
+        ttl,
+      );
       if (this.model === 'RegistrationAccessToken' && clientId !== undefined) {
         await store.put(clientRat(clientId), key, ttl);
       }
@@ -169,24 +196,40 @@ export function oauthAdapter(
       }
       if (GRANTABLE.has(this.model) && payload.grantId)
         await store.addMember(grantSet(payload.grantId), key, ttl);
-      if (this.model === 'Session' && payload.uid) await store.put(sessionUid(payload.uid), id, ttl);
+      // The uid's index names the session's key (its id's hash), not the id.
+      if (this.model === 'Session' && payload.uid) await store.put(sessionUid(payload.uid), key, ttl);
       if (payload.userCode) await store.put(userCode(payload.userCode), id, ttl);
     }
 
     async find(id: string): Promise<AdapterPayload | undefined> {
       const { stored } = await this.located(id);
-      if (stored === undefined) return undefined;
-      const payload = JSON.parse(stored.value) as AdapterPayload;
-      if (this.secretId) payload.jti = id;
+      return stored === undefined ? undefined : this.payloadOf(stored, id);
+    }
+
+    /** A kept record as the library reads it: its id put back where it is known. */
+    private payloadOf(
+      stored: NonNullable<Awaited<ReturnType<OAuthStore['get']>>>,
+      id: string | null,
+    ): AdapterPayload {
+      const payload = JSON.parse(stored.value.replaceAll(ID_MARK, id ?? '')) as AdapterPayload;
+      if (this.secretId && id !== null) payload.jti = id;
       if (stored.consumedAt === null) return payload;
       const reusable =
         this.model === 'RefreshToken' && Date.now() / 1_000 - stored.consumedAt < REFRESH_REUSE_GRACE_S;
       return reusable ? payload : { ...payload, consumed: stored.consumedAt };
     }
 
+    /**
+     * A session by its uid (the library checks a token's or an interaction's session with it, and
+     * reads its account and grants): the index names its key; the session id is not kept, so the
+     * record comes without it. An index saved before ids were hashed names the id itself.
+     */
     async findByUid(uid: string): Promise<AdapterPayload | undefined> {
-      const id = await store.get(sessionUid(uid));
-      return id === undefined ? undefined : this.find(id.value);
+      const indexed = await store.get(sessionUid(uid));
+      if (indexed === undefined) return undefined;
+      if (!indexed.value.startsWith(`${this.model}:sha256:`)) return this.find(indexed.value);
+      const stored = await store.get(indexed.value);
+      return stored === undefined ? undefined : this.payloadOf(stored, null);
     }
 
     async findByUserCode(code: string): Promise<AdapterPayload | undefined> {

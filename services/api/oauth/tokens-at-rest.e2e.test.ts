@@ -65,6 +65,10 @@ describe.runIf(run || process.env.CI === 'true')('OAuth tokens at rest (Redis)',
   it('a signed-in host works, refreshes and is revoked, and Redis never holds a token it was given', async () => {
     const { host, code } = await signInHost(stage, receiver, 'tokens at rest');
     const given = [code, host.saved!.access_token, host.saved!.refresh_token!];
+    // The person's sign-in session: its id is the cookie that resumes it.
+    const sessionId = (await stage.browser.cookies()).find((c) => c.name === '_session')?.value;
+    expect(sessionId).toBeDefined();
+    given.push(sessionId!);
     const registration = (host.info as { registration_access_token?: string }).registration_access_token;
     if (registration !== undefined) given.push(registration);
 
@@ -83,8 +87,19 @@ describe.runIf(run || process.env.CI === 'true')('OAuth tokens at rest (Redis)',
     given.push(host.saved!.access_token, host.saved!.refresh_token!);
     await client.close();
 
+    // A sign-in left open on its page: its uid (in its cookie and URL) resumes it.
+    await stage.browser.clearCookies();
+    const page = await stage.browser.newPage();
+    await page.goto(String(host.authorizationUrl));
+    const uid = /\/interaction\/([^/?#]+)/.exec(page.url())?.[1];
+    await page.close();
+    expect(uid).toBeDefined();
+    given.push(uid!);
+
     const kept = await everythingKept(redis, prefix);
     expect(kept).toContain('RefreshToken');
+    expect(kept).toContain('Session:');
+    expect(kept).toContain('Interaction:');
     for (const token of given) expect(kept).not.toContain(token);
 
     // Revoking the refresh token still ends the sign-in (the grant's records found by their hash).
@@ -109,6 +124,47 @@ describe.runIf(run || process.env.CI === 'true')('OAuth tokens at rest (Redis)',
 });
 
 describe('a token saved before ids were hashed', () => {
+  it('a session saved before is still found by its id and by its uid, and ended', async () => {
+    const store = new MemoryOAuthStore();
+    const sessions = new (oauthAdapter(store))('Session');
+    const payload = {
+      jti: 'old-session-id',
+      kind: 'Session',
+      uid: 'u1',
+      accountId: 'k1',
+      exp: 4_000_000_000,
+    };
+    await store.put('Session:old-session-id', JSON.stringify(payload), 3_600);
+    await store.put('sessionUid:u1', 'old-session-id', 3_600);
+    expect(await sessions.find('old-session-id')).toMatchObject(payload);
+    expect(await sessions.findByUid('u1')).toMatchObject({ accountId: 'k1', uid: 'u1' });
+    await sessions.destroy('old-session-id');
+    expect(await sessions.find('old-session-id')).toBeUndefined();
+  });
+
+  it('a session and an interaction are kept under the hash of their id, and found by it', async () => {
+    const store = new MemoryOAuthStore();
+    const Adapter = oauthAdapter(store);
+    const sessions = new Adapter('Session');
+    const interactions = new Adapter('Interaction');
+    await sessions.upsert(
+      'session-id',
+      { jti: 'session-id', kind: 'Session', uid: 'u2', accountId: 'k2' },
+      600,
+    );
+    await interactions.upsert(
+      'interaction-uid',
+      { jti: 'interaction-uid', kind: 'Interaction', uid: 'interaction-uid' } as never,
+      600,
+    );
+    expect(await store.get('Session:session-id')).toBeUndefined();
+    expect(await store.get('Interaction:interaction-uid')).toBeUndefined();
+    expect(JSON.stringify(await store.get('sessionUid:u2'))).not.toContain('session-id');
+    expect(await sessions.find('session-id')).toMatchObject({ jti: 'session-id', accountId: 'k2' });
+    expect(await sessions.findByUid('u2')).toMatchObject({ uid: 'u2', accountId: 'k2' });
+    expect(await interactions.find('interaction-uid')).toMatchObject({ jti: 'interaction-uid' });
+  });
+
   it('is still found, consumed and ended under its old key', async () => {
     const store = new MemoryOAuthStore();
     const Adapter = oauthAdapter(store);

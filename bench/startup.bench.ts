@@ -19,14 +19,15 @@
  * checkpoint); the next ones start from them, as every restart does. Baseline: the same boot on an
  * empty log, in the same round. The compiled restarts are settled, and then take `--calls` keyed
  * calls (`POST /x402/get_trade_call` with a pro key's Bearer, 16 in flight, issued from this
- * process; 0 skips them), after which RSS and the peak are read again.
+ * process; 0 skips them), after which RSS and the peak are read again, and once more after
+ * `--idle` seconds without requests (what an operator sees of a service between bursts; 0 skips it).
  *
  * The issue's targets (issue 61), judged on the compiled entry at 1,000,000 events: first boot
  * peak <= 1.2 GB; restart to ready <= 5 s (median of the rounds); RSS <= 600 MB after 10,000 calls
  * (the worst round). The settled RSS of a restart is printed beside them.
  *
  *   npx tsx bench/startup.bench.ts [--events=1000000] [--rounds=3] [--settle=30] [--calls=10000]
- *                                  [--tsx=false] [--compiled=dist]
+ *                                  [--idle=60] [--tsx=false] [--compiled=dist]
  *
  * `--compiled=<dir>` boots an existing build (e.g. dist/ after `npm run build`) instead of building.
  */
@@ -56,6 +57,8 @@ interface Boot {
   settled?: Memory;
   /** After the keyed calls, when asked for. */
   afterCalls?: Memory & { calls: number; seconds: number; statuses: Record<string, number> };
+  /** `idleS` seconds after the calls, when asked for. */
+  afterIdle?: Memory & { seconds: number };
   /** The 1-minute load average at spawn and when the process was stopped. */
   load: [number, number];
 }
@@ -90,6 +93,8 @@ interface BootPlan {
   settleS: number;
   /** Keyed calls to make once settled, with this pro key. */
   calls?: { key: string; count: number };
+  /** Seconds to wait after the calls before reading the memory again; 0: none. */
+  idleS?: number;
 }
 
 const ARGS = { coin: 'BTC', timeframe: '1h', exchange: 'BINANCE' } as const;
@@ -146,6 +151,10 @@ async function boot(
       const refused = Object.entries(statuses).filter(([status]) => status !== '200');
       if (refused.length > 0) throw new Error(`keyed calls not answered 200: ${JSON.stringify(statuses)}`);
       out.afterCalls = { ...memoryOf(child), calls: plan.calls.count, seconds, statuses };
+      if (plan.idleS) {
+        await sleep(plan.idleS * 1000);
+        out.afterIdle = { ...memoryOf(child), seconds: plan.idleS };
+      }
     }
     out.load[1] = loadavg()[0]!;
     return out;
@@ -201,6 +210,7 @@ export async function run(
     rounds?: number;
     settle?: number;
     calls?: number;
+    idle?: number;
     tsx?: boolean;
     compiledDir?: string;
   } = {},
@@ -209,6 +219,7 @@ export async function run(
   const rounds = options.rounds ?? 3;
   const settleS = options.settle ?? 30;
   const calls = options.calls ?? 10_000;
+  const idleS = options.idle ?? 60;
   const entries: Entry[] = options.tsx === false ? ['compiled'] : ['compiled', 'tsx'];
   const root = mkdtempSync(join(tmpdir(), 'bench-startup-'));
   let built: string | null = null;
@@ -249,7 +260,7 @@ export async function run(
         empty[entry].push(await boot(args[entry], join(root, `empty-${emptyDirs++}`), { settleS: 0 }));
         const plan: BootPlan =
           entry === 'compiled'
-            ? { settleS, ...(calls > 0 ? { calls: { key, count: calls } } : {}) }
+            ? { settleS, ...(calls > 0 ? { calls: { key, count: calls }, idleS } : {}) }
             : { settleS: 0 };
         const restart = await boot(args[entry], full, plan);
         warm[entry].push(restart);
@@ -260,6 +271,9 @@ export async function run(
               `+${settleS} s ${mem(restart, 'settled')}` +
               (c
                 ? `, after ${f0(c.calls)} keyed calls (${c.seconds.toFixed(1)} s; status ${JSON.stringify(c.statuses)}) ${mem(restart, 'afterCalls')}`
+                : '') +
+              (restart.afterIdle
+                ? `, +${restart.afterIdle.seconds} s idle ${mem(restart, 'afterIdle')}`
                 : '') +
               `; peak ${mem(restart, 'peak')}; ${loads(restart)}`,
           );
@@ -308,7 +322,10 @@ export async function run(
           figure: Math.round(after),
           unit: ' MB',
           target: atMost(AFTER_CALLS_MB),
-          detail: load,
+          detail:
+            idleS > 0
+              ? `${f0(Math.max(...restarts.map((b) => b.afterIdle!.rssMb)))} MB ${idleS} s idle after them (worst); ${load}`
+              : load,
         }),
       );
     }
@@ -319,10 +336,10 @@ export async function run(
   }
 }
 
-/** The peak of a boot: VmHWM read last (after the calls, or once settled, or at ready). */
-const peakOf = (b: Boot) => (b.afterCalls ?? b.settled ?? b.ready).peakMb;
+/** The peak of a boot: VmHWM read last (after the idle, or the calls, or once settled, or at ready). */
+const peakOf = (b: Boot) => (b.afterIdle ?? b.afterCalls ?? b.settled ?? b.ready).peakMb;
 
-function mem(b: Boot, at: 'ready' | 'settled' | 'afterCalls' | 'peak'): string {
+function mem(b: Boot, at: 'ready' | 'settled' | 'afterCalls' | 'afterIdle' | 'peak'): string {
   if (at === 'peak') return `${f0(peakOf(b))} MB`;
   const m = b[at];
   return m ? `${f0(m.rssMb)} MB (anonymous ${f0(m.anonMb)})` : '-';
@@ -361,6 +378,7 @@ await whenMain(
     rounds: 'number',
     settle: 'number',
     calls: 'number',
+    idle: 'number',
     tsx: ['true', 'false'],
     compiled: 'string',
   },
@@ -373,6 +391,7 @@ await whenMain(
     rounds?: number;
     settle?: number;
     calls?: number;
+    idle?: number;
     tsx?: string;
     compiled?: string;
   }) =>

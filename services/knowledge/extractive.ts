@@ -1170,12 +1170,12 @@ export function extractiveAnswer(
   const unknown = weights.filter((_, i) => rarity[i]! >= unknownWeight).reduce((a, b) => a + b, 0);
   const all = weights.reduce((a, b) => a + b, 0);
   if (unknown / all > MAX_UNKNOWN_SHARE) return dontKnow;
-  // Two or more words, each a word of trading at large or one the documentation never uses: the
+  // Two or more words, each a word of trading at large or one the documentation never uses (as
+  // written: "founder" is not the documentation's "found", whatever their shared letters): the
   // question is about trading, not about this service.
-  if (
-    asked.length >= 2 &&
-    asked.every(({ term }, i) => rarity[i]! >= unknownWeight || TRADING_AT_LARGE.has(term))
-  )
+  const unused = (i: number) =>
+    weight !== undefined && [...terms[i]!.meets].every((t) => weight(t) >= unknownWeight);
+  if (asked.length >= 2 && asked.every(({ term }, i) => unused(i) || TRADING_AT_LARGE.has(term)))
     return dontKnow;
   // A proper name the documentation never uses (capitalised inside the sentence, in part lower
   // case: "Stripe", "CoinGecko", "Heroku"; not an acronym such as "SRE") is what the question is

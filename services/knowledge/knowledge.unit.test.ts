@@ -768,6 +768,27 @@ describe('extractive answers', () => {
       expect(ask(question), question).toEqual({ answer: DONT_KNOW, citations: [], grounded: false });
   });
 
+  it('reads a word the documentation never uses as written as unused, though one of its letters\' roots is used ("founder", "found")', () => {
+    const ask = askOf([
+      [
+        'keys',
+        'HTTP routes: keys',
+        'GET /api/keys/nonce: A single-use nonce for Sign-In with Ethereum; public, no key.',
+      ],
+      [
+        'mcp',
+        'Service › Using it › MCP',
+        'A session held by a process since restarted answers 404 with -32001 Session not found.',
+      ],
+      ['prices', 'Service › Prices', 'A trade call costs 0.02 USD per call.'],
+    ]);
+    expect(ask('Who is the founder of Ethereum?')).toEqual({
+      answer: DONT_KNOW,
+      citations: [],
+      grounded: false,
+    });
+  });
+
   it('answers "how do I" with the unit that states the step, not with a neighbour that shares its nouns', () => {
     const answer = askOf([
       [

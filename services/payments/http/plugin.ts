@@ -283,9 +283,18 @@ class PaidRoutes {
     if (metered.reason === 'failed') throw refusalError(describeError(request.log, metered.error));
     const { window, service } = metered;
     const resets = refusingResetsAt(service.quota, window);
+    // Where no facilitator settles (the embedded defaults), a paid retry is 503
+    // facilitator_not_configured: say what works instead, as the MCP tool error does.
+    const cannotSettle = this.options.flow.cannotSettle !== null;
+    const wait =
+      caller.subject.plan === 'pro'
+        ? 'wait for the reset'
+        : 'wait for the reset, or use a key of a larger plan';
     const message =
       `the ${window} quota of this key is used up (resets ${resets}); ` +
-      'pay for this call with x402 using the requirements in accepts / PAYMENT-REQUIRED';
+      (cannotSettle
+        ? `${wait} (this service takes no x402 payment yet: facilitator_not_configured)`
+        : 'pay for this call with x402 using the requirements in accepts / PAYMENT-REQUIRED');
     // Paying works at once; Retry-After tells a client that will not pay when its plan serves it again.
     reply.header('retry-after', quotaRetryAfter(service.quota, window));
     return this.sendQuote(reply, call, 'quota_exhausted', message, service, 429, { window });

@@ -454,6 +454,48 @@ function withAnyRouteCodes<R extends { content?: Json }>(response: R, status: st
   return { ...response, content };
 }
 
+/**
+ * A declared response whose own shape is not the catalog's (an HTML page, RFC 6749's {error,
+ * error_description}) at a status an ANY_ROUTE refusal takes: the app answers those refusals (a
+ * URL not validly percent-encoded, Host or Authorization sent twice) before the route runs, in the
+ * catalog's {code, message}, and a client reads an answer by the response of its status, which
+ * takes precedence over `default`. So that response lists the catalog's shape beside its own: as
+ * application/json where it has none, as one of two shapes where its JSON is another.
+ */
+function withFramingRefusals<R extends { description?: string; content?: Json }>(
+  response: R,
+  status: string,
+  limited: boolean,
+): R {
+  const codes = ANY_ROUTE.filter(
+    (code) => String(ERRORS[code].status) === status && (limited || code !== 'RATE_LIMITED'),
+  );
+  if (codes.length === 0 || response.content === undefined) return response;
+  const hasCode = (schema: unknown): boolean => {
+    const s = schema as { properties?: Json; anyOf?: unknown[] } | undefined;
+    return s?.properties?.code !== undefined || (s?.anyOf ?? []).some(hasCode);
+  };
+  const media = Object.values(response.content) as { schema?: unknown }[];
+  if (media.some((m) => hasCode(m.schema))) return response;
+  const catalog = jsonSchema(
+    ErrorBody.extend({
+      code: z.enum(codes as [ErrorCode, ...ErrorCode[]]).describe('A code of the error catalog'),
+    }),
+    'output',
+  );
+  const own = (response.content as Record<string, { schema?: Json }>)['application/json'];
+  return {
+    ...response,
+    description: `${response.description ?? ''}; or, answered before the route runs, the catalog's {code, message}: ${codesText(codes)}`,
+    content: {
+      ...response.content,
+      'application/json': own?.schema
+        ? { ...own, schema: { anyOf: [own.schema, catalog] } }
+        : { schema: catalog },
+    },
+  };
+}
+
 function withOperationIds<D extends object>(document: D): D {
   const paths = (document as { paths?: Record<string, Record<string, unknown>> }).paths ?? {};
   for (const [path, item] of Object.entries(paths)) {
@@ -476,7 +518,11 @@ function withOperationIds<D extends object>(document: D): D {
           : own;
       const responses = Object.fromEntries(
         Object.entries(declaredResponses).map(([status, declared]) => {
-          const response = withAnyRouteCodes(declared, status, limited && !signin);
+          const response = withFramingRefusals(
+            withAnyRouteCodes(declared, status, limited && !signin),
+            status,
+            limited && !signin,
+          );
           const added = [
             ...EVERY_ANSWER,
             ...(limited ? RATE_LIMIT_HEADERS : []),

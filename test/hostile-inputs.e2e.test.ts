@@ -129,6 +129,22 @@ function problem(sent: Sent, res: { status: number; type: string; text: string }
 }
 
 describe('hostile input drawn from the OpenAPI document', () => {
+  it('answers a JSON body its operation does not take in a shape the operation documents', async () => {
+    // The consent page's form routes parsed JSON and refused it as 400 INVALID_JSON, where their
+    // 400 is an HTML page.
+    for (const target of targets.filter((t) => t.method === 'POST' && !t.op.requestBody)) {
+      for (const body of ['{"a":', '{"api_key":"sk_live_x"}']) {
+        const path = target.template.replace(/\{[^}]+\}/g, 'none_such');
+        const sent: Sent = { target, path, headers: [['content-type', 'application/json']], body };
+        const res = await send(sent);
+        expect(
+          problem(sent, res),
+          `${target.method} ${path} -> ${res.status} ${res.text.slice(0, 200)}`,
+        ).toBeNull();
+      }
+    }
+  });
+
   it('answers a path parameter that is not validly percent-encoded in a shape its operation documents', async () => {
     // The app answers BAD_URL in the catalog's shape before the route runs; the OAuth operations'
     // own 400 (an HTML page, RFC 6749's {error, error_description}) did not declare it.

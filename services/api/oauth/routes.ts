@@ -488,6 +488,9 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
 
     await app.register(async (pages) => {
       pages.addHook('onRequest', started);
+      // The consent page posts forms alone: a JSON body is 415 UNSUPPORTED_MEDIA_TYPE (in `default`),
+      // not the app's 400 INVALID_JSON in a shape these routes' 400 (an HTML page) does not declare.
+      pages.removeAllContentTypeParsers();
       pages.addContentTypeParser(
         'application/x-www-form-urlencoded',
         { parseAs: 'string' },

@@ -145,6 +145,19 @@ describe('hostile input drawn from the OpenAPI document', () => {
     }
   });
 
+  it('answers an empty path parameter in a shape its operation documents', async () => {
+    // GET /oauth/register/ reached the OAuth library, which answered a bare text/plain 404.
+    for (const target of targets.filter((t) => t.template.includes('{'))) {
+      const path = target.template.replace(/\{[^}]+\}/g, '');
+      const sent: Sent = { target, path, headers: [] };
+      const res = await send(sent);
+      expect(
+        problem(sent, res),
+        `${target.method} ${path} -> ${res.status} ${res.text.slice(0, 200)}`,
+      ).toBeNull();
+    }
+  });
+
   it('answers a path parameter that is not validly percent-encoded in a shape its operation documents', async () => {
     // The app answers BAD_URL in the catalog's shape before the route runs; the OAuth operations'
     // own 400 (an HTML page, RFC 6749's {error, error_description}) did not declare it.

@@ -444,6 +444,10 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
           url: route.url,
           config: route.doc,
           handler: (request, reply) => {
+            // An empty path segment names no client or interaction: the library would answer it
+            // with a bare text/plain 404, outside the shapes this operation documents.
+            if (Object.values(request.params as Record<string, string>).some((v) => v === ''))
+              throw new ServiceError('NOT_FOUND', { detail: `no route ${request.method} ${request.url}` });
             if (route.cors === 'ours')
               for (const [name, value] of Object.entries(REGISTRATION_CORS)) reply.raw.setHeader(name, value);
             return passThrough(request, reply);

@@ -212,6 +212,23 @@ describe('SSRF guard at registration', () => {
     expect((await checkWebhookUrl('https://public.example.com/a%23b', policy)).ok).toBe(true);
   });
 
+  it('refuses a URL with a control character, which URL parsing would drop or strip unseen', async () => {
+    for (const url of [
+      'https://public.example.com/\u0000',
+      '\u0000https://public.example.com/',
+      'https://public.exam\tple.com/',
+      'https://public.example.com/a\nb',
+      'https://public.example.com/\u007f',
+    ]) {
+      expect(await checkWebhookUrl(url, policy), JSON.stringify(url)).toEqual({
+        ok: false,
+        reason: 'url must not contain control characters',
+      });
+    }
+    // A space is not dropped: it is sent escaped.
+    expect((await checkWebhookUrl('https://public.example.com/a b', policy)).ok).toBe(true);
+  });
+
   it('takes port lists, ranges and *', () => {
     const ports = parsePortPolicy('443,8000-8999');
     expect([443, 8000, 8443, 8999].map(ports)).toEqual([true, true, true, true]);

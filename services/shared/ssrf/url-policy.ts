@@ -56,6 +56,12 @@ export async function checkWebhookUrl(
   raw: string,
   policy: UrlPolicy = DEFAULT_URL_POLICY,
 ): Promise<UrlCheck> {
+  // WHATWG parsing drops a tab or newline anywhere and control characters at either end
+  // ('https://host/\u0000' reads as 'https://host/'): a URL sent with one is refused, not stored
+  // as another URL than the one sent.
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what it finds
+  if (/[\u0000-\u001f\u007f]/.test(raw))
+    return { ok: false, reason: 'url must not contain control characters' };
   let url: URL;
   try {
     // WHATWG parsing also canonicalises decimal, hex and octal IPv4 spellings to dotted quads.

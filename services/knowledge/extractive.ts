@@ -732,7 +732,7 @@ function countsNoun(text: string, noun: Set<string>): boolean {
 
 /** A length of time: "30 s", "REQUEST_TIMEOUT_MS (30 s)", "24 h", "three minutes", "a day". */
 const DURATION =
-  /\b\d+(?:[.,]\d+)?\s?(?:ms|s|sec|seconds?|min|minutes?|h|hours?|d|days?|weeks?|months?|years?)\b|\b(?:two|three|four|five|six|ten|thirty) (?:seconds|minutes|hours|days|weeks|months)\b/i;
+  /\b\d+(?:[.,]\d+)?\s?(?:ms|s|sec|seconds?|min|minutes?|h|hours?|d|days?|weeks?|months?|years?|candles?)\b|\b(?:two|three|four|five|six|ten|thirty) (?:seconds|minutes|hours|days|weeks|months)\b/i;
 /** A size: "7.8 KB", "64 KiB", "500 characters", "8 bytes". */
 const SIZE = /\d\s?(?:bytes?|B|KB|KiB|MB|MiB|GB|GiB|characters|chars)\b/;
 /** A bound or a range: "at most 10,000,000", "up to 30 s", "top_n (1–100)", "from 1 to 100". */
@@ -1442,7 +1442,12 @@ export function extractiveAnswer(
   const measure =
     kind === 'number' && !/\bhow (?:do|can|should|would) (?:i|we|you)\b/i.test(question)
       ? measureOf(question, counted)
-      : null;
+      : // "What is the retry schedule", "what timestamp tolerance …": a quantity of time is asked.
+        /^\s*what(?:'s| is| are)?\b[^?]*\b(?:schedule|delays?|intervals?|timeouts?|tolerance|lifetime|expiry|half-li(?:fe|ves)|ttl)\b/i.test(
+            question,
+          )
+        ? (text: string) => DURATION.test(text)
+        : null;
   if (measure !== null && carrying.length > 0) {
     const fitting = carrying.filter((c) => measure(c.quotes.join(' ')));
     const near = candidates

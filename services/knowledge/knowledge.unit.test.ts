@@ -704,6 +704,20 @@ describe('extractive answers', () => {
       ],
     ])('How many free keys can one IPv4 address get in a UTC day?');
     expect(free.answer).toContain('FREE_KEYS_PER_ADDRESS_PER_DAY (3)');
+    // "What is the retry schedule": a quantity of time is asked, though not by "how long".
+    const schedule = askOf([
+      [
+        'overview',
+        'Service › Using it › Webhooks',
+        'Failed webhook deliveries are signed again and retried on a Svix-like schedule, with a circuit breaker.',
+      ],
+      [
+        'retries',
+        'Webhooks › Deliveries › Retries',
+        'Only 2xx is success. Retries follow WEBHOOK_RETRY_SCHEDULE (immediately, 5 s, 5 min, 30 min).',
+      ],
+    ])('What is the retry schedule for failed webhook deliveries?');
+    expect(schedule.answer).toContain('5 s, 5 min, 30 min');
     const poll = ask('How long will the history route hold my request open when nothing is new?');
     expect(poll.grounded).toBe(true);
     expect(poll.answer).toContain('up to 30 s');

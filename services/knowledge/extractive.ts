@@ -1123,8 +1123,12 @@ function derived(a: AskedTerm, weight: (term: string) => number, unknown: number
   return found.length === 0 ? a : { ...a, meets: new Set([...a.meets, ...found]) };
 }
 
-/** A question asking for a judgement or a forecast: what is best, worth it, or will go up. */
-const JUDGEMENT = /\b(?:best|better|worth|recommend(?:ed)?)\b|\bwill\b[^?]*\bgo (?:up|down)\b/i;
+/**
+ * A question asking for a judgement or a forecast: what is best, worth it, or will go up. Not
+ * "the best way to verify a signature" nor "best practice": those ask how, as "how do I" does.
+ */
+const JUDGEMENT =
+  /\b(?:better|worth|recommend(?:ed)?)\b|\bbest\b(?!\s+(?:ways?|practices?)\b)|\bwill\b[^?]*\bgo (?:up|down)\b/i;
 /** A sentence that makes a judgement. */
 const JUDGED = /\b(?:best|better|worse|worst|recommend\w*|prefer\w*)\b/i;
 

@@ -775,6 +775,10 @@ describe('extractive answers', () => {
       ],
     ]);
     expect(ask('What retry schedule does a webhook delivery use?').answer).toContain('5 min');
+    // "The best way to …" asks how, as "how do I" does: no judgement is asked of the answer.
+    expect(ask("What's the best way to verify a webhook signature?").answer).toContain(
+      'verifies the webhook signature',
+    );
     for (const question of [
       'What webhook retry schedule does Stripe use?',
       'Which timeframe is best for day trading?',

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SIGNATURE_HEADERS } from '../contracts/webhook-verify.ts';
 import { requireNats } from './nats-server.ts';
 import { startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
 import { type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
@@ -270,6 +271,27 @@ describe.runIf(reachable)('webhook management API', () => {
     expect(receiver.received.length).toBe(before);
     const empty = await stack.request('POST', `/api/webhooks/${body.id}/test`, key, {});
     expect(empty.body).toMatchObject({ delivered: true, status: 200 });
+  });
+
+  it('refuses a literal JSON null body on test, enable, rotate-secret and resend (no body or an object), and changes nothing', async () => {
+    const key = await stack.issue();
+    const { body } = await stack.request('POST', '/api/webhooks', key, base());
+    const sent = await stack.request('POST', `/api/webhooks/${body.id}/test`, key);
+    expect(sent.body).toMatchObject({ delivered: true });
+    const before = receiver.received.length;
+    const paths = ['test', 'enable', 'rotate-secret', `deliveries/${sent.body.delivery_id}/resend`];
+    for (const path of paths) {
+      // Refused as an array is: the documented 400 in the catalog shape, naming the body.
+      const [nulled, array] = await Promise.all(
+        [null, []].map((payload) => stack.request('POST', `/api/webhooks/${body.id}/${path}`, key, payload)),
+      );
+      expect(array, path).toMatchObject({ status: 400, body: { code: 'INVALID_FIELD', field: 'body' } });
+      expect(nulled, path).toEqual(array);
+    }
+    expect(receiver.received.length).toBe(before);
+    // No rotation began: a delivery now carries no second signature (a rotation's overlap adds one).
+    await stack.request('POST', `/api/webhooks/${body.id}/test`, key);
+    expect(receiver.received[before]!.headers[SIGNATURE_HEADERS.signatureNew]).toBeUndefined();
   });
 
   it('reports a failed test delivery with its status', async () => {

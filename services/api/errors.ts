@@ -34,6 +34,8 @@ type Issue = {
  * send, rather than a field said to be missing.
  */
 const NOT_AN_OBJECT = 'the body must be a JSON object, sent with Content-Type: application/json';
+/** A body a route takes only as an object or not at all, sent as something else (the JSON `null`). */
+export const bodyNotAnObject = () => new ServiceError('INVALID_FIELD', { detail: NOT_AN_OBJECT }, 'body');
 const notAnObject = (issue: Issue, where: string) =>
   where === 'body' && issue.path.length === 0 && issue.code === 'invalid_type' && issue.expected === 'object';
 

@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import secureJson from 'secure-json-parse';
 import { ServiceError } from '../../contracts/errors.ts';
+import { bodyNotAnObject } from './errors.ts';
 
 /**
  * How deep a JSON body may nest. No request of the service needs more than a handful of levels;
@@ -50,6 +51,26 @@ const notJson = (why?: string) =>
   );
 
 /**
+ * Requests whose body was the JSON literal `null`. Fastify hands a route's validation `null` for
+ * no body as well, so a route that takes no body or an object tells the two apart here
+ * (`sentNullBody`); routes whose own schema answers a null body (search, chat, x402) are not touched.
+ */
+const nullBodies = new WeakSet<object>();
+
+/** True when the request's body was the JSON literal `null` (not an absent or empty body). */
+export function sentNullBody(request: object): boolean {
+  return nullBodies.has(request);
+}
+
+/**
+ * preValidation of a route that takes no body or an object (optionalBody): the JSON `null` is
+ * neither, and is refused as an array or a string is, rather than read as no body.
+ */
+export async function noBodyOrObject(request: object): Promise<void> {
+  if (sentNullBody(request)) throw bodyNotAnObject();
+}
+
+/**
  * The app's JSON parser: the bytes decoded as strict UTF-8, a depth check made on the text, then
  * secure-json-parse as Fastify's own parser calls it (prototype-poisoning checks included), each
  * refusal saying which it was. An empty body is no body, so a bodiless POST or DELETE that still
@@ -58,7 +79,7 @@ const notJson = (why?: string) =>
  */
 export function registerJsonParser(app: FastifyInstance): void {
   app.removeContentTypeParser('application/json');
-  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_request, body, done) => {
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
     let text: string;
     try {
       text = utf8.decode(body as Buffer);
@@ -69,12 +90,18 @@ export function registerJsonParser(app: FastifyInstance): void {
     if (nestsDeeperThan(text, MAX_JSON_DEPTH)) {
       return done(new ServiceError('JSON_TOO_DEEP', { max: MAX_JSON_DEPTH }), undefined);
     }
+    let parsed: unknown;
     try {
-      done(null, secureJson.parse(text, undefined, POISONING));
+      parsed = secureJson.parse(text, undefined, POISONING);
     } catch (err) {
       // secure-json-parse throws a SyntaxError of its own wording for a poisoning key.
       const poisoned = /forbidden prototype property/.test((err as Error).message);
-      done(notJson(poisoned ? 'a __proto__ or constructor.prototype key is refused' : undefined), undefined);
+      return done(
+        notJson(poisoned ? 'a __proto__ or constructor.prototype key is refused' : undefined),
+        undefined,
+      );
     }
+    if (parsed === null) nullBodies.add(request);
+    done(null, parsed);
   });
 }

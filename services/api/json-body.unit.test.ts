@@ -1,6 +1,36 @@
+import Fastify from 'fastify';
 import { describe, expect, it } from 'vitest';
 import { errorMessage, ServiceError } from '../../contracts/errors.ts';
-import { nestsDeeperThan } from './json-body.ts';
+import { nestsDeeperThan, registerJsonParser, sentNullBody } from './json-body.ts';
+
+describe('the JSON parser and a literal null', () => {
+  it('hands null on as it is (search, chat and x402 answer it themselves) and marks only a literal null', async () => {
+    const app = Fastify();
+    registerJsonParser(app);
+    app.post('/echo', async (request) => ({
+      body: request.body ?? 'absent',
+      literalNull: sentNullBody(request),
+    }));
+    try {
+      const send = async (payload: string | undefined) =>
+        (
+          await app.inject({
+            method: 'POST',
+            url: '/echo',
+            ...(payload === undefined ? {} : { headers: { 'content-type': 'application/json' }, payload }),
+          })
+        ).json();
+      expect(await send('null')).toEqual({ body: 'absent', literalNull: true });
+      expect(await send(' null\n')).toEqual({ body: 'absent', literalNull: true });
+      expect(await send('')).toEqual({ body: 'absent', literalNull: false });
+      expect(await send(undefined)).toEqual({ body: 'absent', literalNull: false });
+      expect(await send('{}')).toEqual({ body: {}, literalNull: false });
+      expect(await send('[null]')).toEqual({ body: [null], literalNull: false });
+    } finally {
+      await app.close();
+    }
+  });
+});
 
 describe('nestsDeeperThan', () => {
   it('counts arrays and objects opened inside each other', () => {

@@ -24,6 +24,7 @@ import {
 import type { ProjectionRunner } from '../../projections/runner.ts';
 import { openToAnyOrigin } from '../api/cors.ts';
 import type { FieldCodes } from '../api/errors.ts';
+import { noBodyOrObject } from '../api/json-body.ts';
 import { declared, documented, type ResponseDoc, type RouteDoc } from '../api/openapi.ts';
 import { callerHook, decorateCaller, keyRefusal, withAnswerService } from '../metering/caller.ts';
 import { checkWebhookUrl } from '../shared/ssrf/url-policy.ts';
@@ -442,37 +443,41 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
       await settled(await deleteSubscription(store, apiKeyId, params.id));
       return served(request, { id: params.id, deleted: true as const });
     });
-    app.post('/api/webhooks/:id/test', { ...DOCS.test, preValidation: authenticated }, async (request) => {
-      const apiKeyId = keyOf(request);
-      const sub = owned(apiKeyId, request.params.id);
-      const now = Date.now();
-      // One test send of a key to one receiver origin waits or sends at a time: a second would
-      // queue behind the key's own slot there (its endpoint: key and origin), holding its request,
-      // however slow that receiver is; a send to another origin takes another slot and goes.
-      // Refused before the budget is taken, so it costs none of it.
-      const turn = testsInFlight.begin(EndpointQueues.keyOf(sub), now, settings.timeoutMs);
-      if ('waitMs' in turn) {
-        throw rateLimited(
-          turn.waitMs,
-          (seconds) =>
-            `a test send of this key to this receiver origin is still waiting for its receiver (one at a time per origin and api process; the key's other calls are not limited); retry in ${seconds} s`,
-        );
-      }
-      try {
-        // Each test send is a signed POST to a host of the caller's choosing: a budget of its own.
-        const waitMs = testSends.take(apiKeyId, now);
-        if (waitMs !== null) {
+    app.post(
+      '/api/webhooks/:id/test',
+      { ...DOCS.test, preValidation: [authenticated, noBodyOrObject] },
+      async (request) => {
+        const apiKeyId = keyOf(request);
+        const sub = owned(apiKeyId, request.params.id);
+        const now = Date.now();
+        // One test send of a key to one receiver origin waits or sends at a time: a second would
+        // queue behind the key's own slot there (its endpoint: key and origin), holding its request,
+        // however slow that receiver is; a send to another origin takes another slot and goes.
+        // Refused before the budget is taken, so it costs none of it.
+        const turn = testsInFlight.begin(EndpointQueues.keyOf(sub), now, settings.timeoutMs);
+        if ('waitMs' in turn) {
           throw rateLimited(
-            waitMs,
+            turn.waitMs,
             (seconds) =>
-              `test sends of this key are limited to ${testSends.limit} a minute per api process (the key's other calls are not); retry in ${seconds} s`,
+              `a test send of this key to this receiver origin is still waiting for its receiver (one at a time per origin and api process; the key's other calls are not limited); retry in ${seconds} s`,
           );
         }
-        return served(request, await sendSample(sub));
-      } finally {
-        turn.release();
-      }
-    });
+        try {
+          // Each test send is a signed POST to a host of the caller's choosing: a budget of its own.
+          const waitMs = testSends.take(apiKeyId, now);
+          if (waitMs !== null) {
+            throw rateLimited(
+              waitMs,
+              (seconds) =>
+                `test sends of this key are limited to ${testSends.limit} a minute per api process (the key's other calls are not); retry in ${seconds} s`,
+            );
+          }
+          return served(request, await sendSample(sub));
+        } finally {
+          turn.release();
+        }
+      },
+    );
     app.get(
       '/api/webhooks/:id/deliveries',
       { ...DOCS.deliveries, preValidation: authenticated },
@@ -490,7 +495,7 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
     );
     app.post(
       '/api/webhooks/:id/rotate-secret',
-      { ...DOCS.rotate, preValidation: authenticated },
+      { ...DOCS.rotate, preValidation: [authenticated, noBodyOrObject] },
       async (request) => {
         const { params, body } = request;
         const apiKeyId = keyOf(request);
@@ -512,7 +517,7 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
     );
     app.post(
       '/api/webhooks/:id/enable',
-      { ...DOCS.enable, preValidation: authenticated },
+      { ...DOCS.enable, preValidation: [authenticated, noBodyOrObject] },
       async (request) => {
         const { params, body } = request;
         const apiKeyId = keyOf(request);
@@ -536,7 +541,7 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
     );
     app.post(
       '/api/webhooks/:id/deliveries/:deliveryId/resend',
-      { ...DOCS.resend, preValidation: authenticated },
+      { ...DOCS.resend, preValidation: [authenticated, noBodyOrObject] },
       async (request) =>
         served(request, resend(owned(keyOf(request), request.params.id), request.params.deliveryId)),
     );

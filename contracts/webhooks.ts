@@ -187,6 +187,12 @@ export const AttemptView = z.object({
   next_attempt_at: z.string().nullable(),
 });
 
+/** Two instants a delivery names, a few milliseconds apart: its event's (in the body) and its own (in the log). */
+export const ENVELOPE_CREATED_AT =
+  "When the event behind this delivery was recorded, on the wall clock (a trade_call's verdict, a regime_shift's or risk_shift's shift, a subscription_disabled's disable; a scan_digest: when the digest was built): the same for every subscription and on every retry, resend or recovery (X-Service-Timestamp is when an attempt was signed). The delivery log's created_at is when the delivery itself was recorded: a few milliseconds later, or, for one a re-enable recovered, at the recovery. The market times inside data (candle_close_time, period_start) are on the feed's clock, which a replay runs in the past.";
+export const DELIVERY_CREATED_AT =
+  "When this delivery was recorded (its first attempt claimed or queued), on the wall clock: a few milliseconds after the event behind it, or at the recovery for one a re-enable recovered. The delivered body's created_at is when that event was recorded.";
+
 export const DeliveryView = z.object({
   delivery_id: z.string(),
   /** Per-subscription sequence number (null for deliveries made before sequencing existed). */
@@ -194,7 +200,8 @@ export const DeliveryView = z.object({
   event: WebhookEventType,
   event_id: z.string(),
   status: z.enum(['pending', 'succeeded', 'failed']),
-  created_at: z.string(),
+  /** The delivery's instant, not its event's (the delivered body's created_at): see the description. */
+  created_at: z.string().describe(DELIVERY_CREATED_AT),
   attempts: z.array(AttemptView),
 });
 export type DeliveryView = z.infer<typeof DeliveryView>;
@@ -365,11 +372,8 @@ export const WebhookEnvelope = z.object({
   seq: z.number().int().positive().optional(),
   /** The payload version of `data` (the subscription's pinned `event_version`). */
   event_version: z.number().int().positive().optional(),
-  /**
-   * When the delivery was made, on the wall clock for every event type; the market times inside
-   * `data` (candle_close_time, period_start) are on the feed's clock, which a replay runs in the past.
-   */
-  created_at: z.string(),
+  /** The event's instant, not the delivery's (the delivery log's created_at): see the description. */
+  created_at: z.string().describe(ENVELOPE_CREATED_AT),
   /** True only for POST /api/webhooks/:id/test deliveries. */
   test: z.boolean().optional(),
   data: WebhookData,

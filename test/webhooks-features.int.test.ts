@@ -3,7 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import { CURRENT_EVENT_VERSION, envelopeSchema } from '../contracts/webhook-schemas.ts';
 import { verifyWebhook } from '../contracts/webhook-verify.ts';
-import { WebhookEnvelope } from '../contracts/webhooks.ts';
+import { DELIVERY_CREATED_AT, ENVELOPE_CREATED_AT, WebhookEnvelope } from '../contracts/webhooks.ts';
+import { sequenceStream } from '../services/webhooks/delivery-log-fold.ts';
 import { requireNats } from './nats-server.ts';
 import { appendVerdict, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
 import { type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
@@ -164,6 +165,39 @@ describe.runIf(reachable)('what subscribers ask for: gap detection, versions, ro
     const stranger = await stack.issue();
     expect((await stack.request('POST', `/api/webhooks/${id}/rotate-secret`, stranger, {})).status).toBe(404);
     expect((await stack.request('POST', `/api/webhooks/${id}/rotate-secret`, null, {})).status).toBe(401);
+  });
+
+  it('says which instant each created_at is: the body’s is its event’s, the delivery log’s the delivery’s own', async () => {
+    const { r, key, id } = await setUp('WHENA');
+    await appendVerdict(stack.store, { coin: 'WHENA', call: 'BUY', confidence: 70 });
+    await r.waitFor(1);
+    const body = WebhookEnvelope.parse(JSON.parse(r.received[0]!.body));
+    const [verdict] = await stack.store.readStream('verdict-BINANCE-WHENA-1h');
+    const [sequenced] = await stack.store.readStream(sequenceStream(id));
+    // The body names when the verdict was recorded; the log, when the delivery was (at or after it).
+    expect(body.created_at).toBe(verdict!.recordedAt);
+    const log = await stack.request('GET', `/api/webhooks/${id}/deliveries`, key);
+    const delivery = log.body.deliveries.find(
+      (d: { delivery_id: string }) => d.delivery_id === body.delivery_id,
+    );
+    expect(delivery.created_at).toBe(sequenced!.recordedAt);
+    expect(Date.parse(delivery.created_at)).toBeGreaterThanOrEqual(Date.parse(body.created_at));
+    // And the documents say so, each naming the other.
+    const schemas = await stack.request('GET', '/api/webhooks/schemas', null);
+    const envelope =
+      schemas.body.webhooks['trade_call.v1'].post.requestBody.content['application/json'].schema;
+    expect(envelope.properties.created_at.description).toBe(ENVELOPE_CREATED_AT);
+    expect(ENVELOPE_CREATED_AT).toMatch(
+      /^When the event behind this delivery was recorded.*delivery log.s created_at/,
+    );
+    const openapi = await stack.request('GET', '/openapi.json', null);
+    const deliveries =
+      openapi.body.paths['/api/webhooks/{id}/deliveries'].get.responses['200'].content['application/json']
+        .schema.properties.deliveries.items;
+    expect(deliveries.properties.created_at.description).toBe(DELIVERY_CREATED_AT);
+    expect(DELIVERY_CREATED_AT).toMatch(
+      /^When this delivery was recorded.*body.s created_at is when that event/,
+    );
   });
 
   it('tells the owner on another subscription when one is disabled, and shows it in the list', async () => {

@@ -31,7 +31,22 @@ export const SERVICE_NODE_FLAGS: string[] = (() => {
     scripts: { start: string };
   };
   const words = pkg.scripts.start.split(/\s+/);
-  return words.slice(1, words.indexOf('--import')).filter((w) => w.startsWith('--'));
+  return words.slice(words.indexOf('node') + 1, words.indexOf('--import')).filter((w) => w.startsWith('--'));
+})();
+/**
+ * The glibc allocator settings `npm start` gives node unless the environment has its own
+ * (`NAME=${NAME:-value}` before its `exec node`; the image sets the same): the benches that start
+ * the service give it these too, the bench's own environment's values first, as npm start does.
+ */
+export const SERVICE_ENV: Record<string, string> = (() => {
+  const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as {
+    scripts: { start: string };
+  };
+  const out: Record<string, string> = {};
+  for (const [, name, value] of pkg.scripts.start.matchAll(/(\w+)=\$\{\1:-([^}]*)\}/g)) {
+    out[name!] = process.env[name!] || value!;
+  }
+  return out;
 })();
 
 // ---- figures ---------------------------------------------------------------------------------

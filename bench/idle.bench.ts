@@ -1,7 +1,7 @@
 /**
  * Idle memory of `npm start`: the service (every role, embedded defaults: LMDB, in-process bus and
  * cache, FEED=auto, the full replay data of ../shared/data/market when it sits beside the checkout)
- * on an empty log, run as `npm start` runs it (node, its flags, --import tsx services/main.ts). Its resident
+ * on an empty log, run as `npm start` runs it (node, its flags and allocator settings, --import tsx services/main.ts). Its resident
  * memory (VmRSS, and the anonymous part without mapped file pages) is read at the first 200 of
  * /readyz and again once it has settled: after ready the replay reads its candle files and the
  * engine computes the schedule's first verdicts, and memory taken then is kept. Settled is
@@ -19,6 +19,7 @@ import {
   freePort,
   ROOT,
   recordTarget,
+  SERVICE_ENV,
   SERVICE_NODE_FLAGS,
   stopChild,
   TSX,
@@ -42,6 +43,7 @@ async function once(settleS: number) {
     cwd: ROOT,
     env: {
       PATH: process.env.PATH,
+      ...SERVICE_ENV,
       PORT: String(port),
       HOST: '127.0.0.1',
       DATA_DIR: data.path,

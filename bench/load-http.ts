@@ -16,6 +16,7 @@ import {
   ROOT,
   recordTarget,
   runScript,
+  SERVICE_ENV,
   SERVICE_NODE_FLAGS,
   type Spread,
   spread,
@@ -110,6 +111,7 @@ export async function startService(
     cwd: options.root ?? ROOT,
     env: {
       PATH: process.env.PATH,
+      ...SERVICE_ENV,
       HOST: '127.0.0.1',
       PORT: String(port),
       FEED: 'replay',

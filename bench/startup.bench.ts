@@ -37,7 +37,7 @@ import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
-import { atMost, f0, f2, recordTarget, SERVICE_NODE_FLAGS, whenMain } from './harness.ts';
+import { atMost, f0, f2, recordTarget, SERVICE_ENV, SERVICE_NODE_FLAGS, whenMain } from './harness.ts';
 import { issueKey } from './load-http.ts';
 import { appendEventMix } from './rebuild-event-mix.ts';
 
@@ -113,6 +113,8 @@ async function boot(
     cwd: ROOT,
     env: {
       ...process.env,
+      // The allocator settings of npm start and the image.
+      ...SERVICE_ENV,
       NODE_ENV: 'development',
       LOG_LEVEL: 'warn',
       PORT: String(port),

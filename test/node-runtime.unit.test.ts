@@ -72,6 +72,23 @@ describe('the pinned Node', () => {
     expect(flags(words.join(' '))).toEqual(flags(start));
   });
 
+  it("sets the image's glibc allocator as npm start does, which leaves an operator's own values", () => {
+    const start = pkg.scripts.start ?? '';
+    const fromStart = Object.fromEntries(
+      [...start.matchAll(/(\w+)=\$\{\1:-([^}]*)\} /g)].map(([, name, value]) => [name, value]),
+    );
+    expect(fromStart).toEqual({
+      MALLOC_ARENA_MAX: '2',
+      MALLOC_TRIM_THRESHOLD_: '131072',
+      MALLOC_TOP_PAD_: '0',
+    });
+    const env = read('deploy/Dockerfile').match(/^ENV (MALLOC_[\s\S]*?)\n(?!\s)/m)?.[1] ?? '';
+    const fromImage = Object.fromEntries(
+      [...env.matchAll(/(MALLOC_\w+)=(\S+)/g)].map(([, name, value]) => [name, value]),
+    );
+    expect(fromImage).toEqual(fromStart);
+  });
+
   it('is the major of the image, and the README and CI install through npm run setup', () => {
     const image = read('deploy/Dockerfile').match(/^ARG NODE_IMAGE=node:(\d+)\S*$/m)?.[1];
     expect(Number(image)).toBe(semver.major(pinned));

@@ -341,11 +341,6 @@ export const ScanDigestData = z.object({
 /** One of the key's subscriptions was disabled; delivered to its other subscriptions that ask for it. */
 export const SubscriptionDisabledData = z.object({
   type: z.literal('subscription_disabled'),
-  /**
-   * The market feed the service runs on (`replay` or `live`), as every other event states it: the
-   * notice is about a subscription, not market data, but a receiver that branches on `feed` finds it.
-   */
-  feed: FeedKind,
   subscription_id: z.string(),
   url: z.string(),
   reason: z.string(),

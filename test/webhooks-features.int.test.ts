@@ -212,8 +212,6 @@ describe.runIf(reachable)('what subscribers ask for: gap detection, versions, ro
     expect(notice.seq).toBe(1);
     expect(notice.data).toMatchObject({
       type: 'subscription_disabled',
-      // Every event carries the feed (README): the harness's service replays.
-      feed: 'replay',
       subscription_id: dying.id,
       url: dying.r.url,
       reason: expect.stringMatching(/410/),

@@ -185,7 +185,6 @@ export function dispatcherComponent(deps: {
         ranking,
         logger,
         verifyBaseUrl: settings.verifyBaseUrl,
-        feed: markets.kind,
         stuckAfterMs: settings.stuckAfterMs,
         tickMs: settings.tickMs,
         subjectPrefix: config.NATS_SUBJECT_PREFIX,

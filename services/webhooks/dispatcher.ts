@@ -5,7 +5,6 @@ import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { RecordedEvent } from '../../contracts/envelope.ts';
 import { type DomainEvent, type EventData, parseDomainEvent } from '../../contracts/events.ts';
 import type { TrackRecordBrief } from '../../contracts/history.ts';
-import type { FeedKind } from '../../contracts/market.ts';
 import type { ScanTradeCallsInput, ScanTradeCallsOutput } from '../../contracts/tools.ts';
 import { verdictVerifyUrl } from '../../contracts/verify-url.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
@@ -43,8 +42,6 @@ export interface DispatcherOptions {
   ranking: MarketRanking;
   logger: Logger;
   verifyBaseUrl: string;
-  /** The feed the service runs on, which a `subscription_disabled` notice states. */
-  feed: FeedKind;
   stuckAfterMs: number;
   tickMs: number;
   subjectPrefix?: string;
@@ -340,7 +337,6 @@ export class WebhookDispatcher {
         disabled: { id: disabled.id, url: disabled.url },
         reason: event.data.reason,
         consecutiveFailures: event.data.consecutiveFailures,
-        feed: this.options.feed,
       });
       const job = await this.options.worker.claimFirst({
         deliveryId,

@@ -1,7 +1,6 @@
 import { deterministicId } from '../../contracts/deterministic-id.ts';
 import type { EventData } from '../../contracts/events.ts';
 import type { TrackRecordBrief } from '../../contracts/history.ts';
-import type { FeedKind } from '../../contracts/market.ts';
 import type { ScanTradeCallsOutput } from '../../contracts/tools.ts';
 import type { Cadence, WebhookEnvelope } from '../../contracts/webhooks.ts';
 import { recordedVolatility } from '../engine/recorded-volatility.ts';
@@ -191,8 +190,6 @@ export function subscriptionDisabledEnvelope(input: {
   disabled: { id: string; url: string };
   reason: string;
   consecutiveFailures: number;
-  /** The feed the service runs on: the notice concerns no market data of its own. */
-  feed: FeedKind;
 }): WebhookEnvelope {
   return {
     event: 'subscription_disabled',
@@ -200,7 +197,6 @@ export function subscriptionDisabledEnvelope(input: {
     created_at: input.createdAt,
     data: {
       type: 'subscription_disabled',
-      feed: input.feed,
       subscription_id: input.disabled.id,
       url: input.disabled.url,
       reason: input.reason,

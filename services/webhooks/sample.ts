@@ -142,7 +142,6 @@ function sampleData(
     case 'subscription_disabled':
       return {
         type: 'subscription_disabled',
-        feed: base.feed,
         subscription_id: sub.id,
         url: sub.url,
         reason: 'sample: this is a test delivery, nothing was disabled',

@@ -143,11 +143,29 @@ export function serializeError(err: unknown): unknown {
   if (!(err instanceof Error)) return serialized;
   let message = err.message;
   const seen = new Set<unknown>([err]);
-  for (let cause = err.cause; cause instanceof Error && !seen.has(cause); cause = cause.cause) {
+  // Error-like causes (an object with a string message) count, as pino's own chain counts them.
+  for (let cause: unknown = err.cause; isErrorLike(cause) && !seen.has(cause); cause = cause.cause) {
     seen.add(cause);
-    if (cause.message !== '' && !message.includes(cause.message)) message += `: ${cause.message}`;
+    if (cause.message !== '' && !namesCause(message, cause.message)) message += `: ${cause.message}`;
   }
   return { ...serialized, message };
+}
+
+interface ErrorLike {
+  message: string;
+  cause?: unknown;
+}
+
+function isErrorLike(value: unknown): value is ErrorLike {
+  return typeof value === 'object' && value !== null && typeof (value as ErrorLike).message === 'string';
+}
+
+/**
+ * Whether the text already states the cause as a clause of its own (at its start, or after ': '),
+ * not merely holds its words: 'request timeout' does not name a cause 'timeout'.
+ */
+function namesCause(text: string, cause: string): boolean {
+  return text.startsWith(cause) || text.includes(`: ${cause}`);
 }
 
 /**

@@ -21,6 +21,16 @@ describe("the logger's error serializer", () => {
     );
   });
 
+  it('appends a cause whose words the message merely holds (request timeout, cause timeout)', () => {
+    const err = new Error('request timeout after 5 s', { cause: new Error('timeout') });
+    expect((serializeError(err) as { message: string }).message).toBe('request timeout after 5 s: timeout');
+  });
+
+  it('appends an error-like cause that is not an Error instance, as pino does', () => {
+    const err = new Error('publish failed', { cause: { message: 'stream not found', code: 10059 } });
+    expect((serializeError(err) as { message: string }).message).toBe('publish failed: stream not found');
+  });
+
   it('leaves what is not an error as it is', () => {
     expect(serializeError('plain')).toBe('plain');
   });

@@ -47,7 +47,9 @@ describe.runIf(reachable)('scan digests on the replay clock across a dispatcher 
       cadence: '1h',
     });
     expect(created.status, JSON.stringify(created.body)).toBe(201);
-    // Seen by the running dispatcher in the period it was created in: its first digest is the next one.
+    // Seen by the running dispatcher in the period it was created in: its first digest is the next
+    // one. Folded first (however slow the host), then digest ticks (WEBHOOK_TICK_MS 50) to note it.
+    await first.runner.waitFor(await stack.store.headPosition());
     await new Promise((r) => setTimeout(r, 500));
     const next = Math.floor(clock.now() / HOUR) * HOUR + HOUR;
     clock.setTime(next + 10 * 60_000);

@@ -49,6 +49,11 @@ const UNKNOWN_PENALTY = 0.5;
 /** Above this weighted share of the question in words the corpus never uses: "I don't know". */
 const MAX_UNKNOWN_SHARE = 0.5;
 /**
+ * A question naming, in a trailing "in Python" or "with Express", a tool the documentation never
+ * names is answered only by a unit carrying this share of the rest of the question's weight.
+ */
+const TOOL_REST = 0.75;
+/**
  * Where no unit carries MIN_COVERAGE, one of the first FALLBACK_PASSAGES passages that carries
  * FALLBACK_COVERAGE of the question as a whole still answers, with its unit that carries most
  * (at least FALLBACK_UNIT): the passage covers the question though no one sentence repeats it
@@ -1056,6 +1061,32 @@ function stepNames(text: string, object: Set<string>): boolean {
   return false;
 }
 
+/**
+ * Whether the text names a setting after the quantity asked and another of the question's words
+ * ("WEBHOOK_TIMEOUT_MS" for "the timeout of a webhook delivery"): the documentation states that
+ * quantity by the setting that holds it, as it states others by their value ("5 s, 5 min").
+ */
+function namesSettingOf(
+  text: string,
+  noun: string | null,
+  asked: AskedTerm[],
+  rarity: number[],
+  unknownWeight: number,
+): boolean {
+  if (noun === null) return false;
+  const other = asked.filter(({ term }, i) => term !== noun && rarity[i]! < unknownWeight);
+  for (const m of text.matchAll(/\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b/g)) {
+    const parts = new Set(
+      m[0]
+        .split('_')
+        .map(termOf)
+        .filter((t): t is string => t !== null),
+    );
+    if (parts.has(noun) && other.some(({ meets }) => [...meets].some((t) => parts.has(t)))) return true;
+  }
+  return false;
+}
+
 /** The routes a text names, as "POST /api/webhooks/:id/enable" ({id} written :id, no query). */
 function routesIn(text: string): string[] {
   return [...text.matchAll(/\b(GET|POST|PUT|PATCH|DELETE)\s+(\/[\w./:{}-]*)/g)].map(
@@ -1135,19 +1166,36 @@ const JUDGED = /\b(?:best|better|worse|worst|recommend\w*|prefer\w*)\b/i;
 /** A capitalised word inside a sentence with a lower-case letter in it: a proper name ("Stripe", "CoinGecko"). */
 const PROPER_NAME = /(?<![.?!:;]\s*|["'(]|^\s*)\b[A-Z][\p{L}\p{N}]*\p{Ll}[\p{L}\p{N}]*/gu;
 
-/** Whether the question names something by a proper name the documentation never uses. */
+/**
+ * A trailing "in Python", "with Express", "using Flask": the language, framework or tool the
+ * asker works with, named after what the question asks of this service. Not "on Binance", "to
+ * Heroku", "for Stripe" nor "from PayPal": those name where the act is done, for whom, or whose
+ * it is ("a refund from PayPal", "a webhook signature from Stripe").
+ */
+const TOOL_QUALIFIER =
+  /\s(?:in|with|using)\s+(?:the\s+)?[A-Z][\p{L}\p{N}.+#]*(?:\s+[A-Z][\p{L}\p{N}.+#]*)*(?:\s+\d[\p{L}\p{N}.]*)?[\s?.!]*$/u;
+
+/**
+ * Whether the question names something by a proper name the documentation never uses: as what
+ * it is about ("What are Stripe's fees?", "Does CoinGecko have an API?"), or only as the tool the
+ * asker works with, in a trailing qualifier ("… the webhook signature in Python?").
+ */
 function namesUnknown(
   question: string,
   asked: AskedTerm[],
   rarity: number[],
   unknownWeight: number,
-): boolean {
+): 'subject' | 'tool' | null {
+  const tool = TOOL_QUALIFIER.exec(question)?.index ?? question.length;
+  let named: 'tool' | null = null;
   for (const m of question.matchAll(PROPER_NAME)) {
     const t = termOf(m[0]);
     const at = t === null ? -1 : asked.findIndex(({ term }) => term === t);
-    if (at >= 0 && rarity[at]! >= unknownWeight) return true;
+    if (at < 0 || rarity[at]! < unknownWeight) continue;
+    if (m.index < tool) return 'subject';
+    named = 'tool';
   }
-  return false;
+  return named;
 }
 
 /**
@@ -1184,8 +1232,11 @@ export function extractiveAnswer(
   // A proper name the documentation never uses (capitalised inside the sentence, in part lower
   // case: "Stripe", "CoinGecko", "Heroku"; not an acronym such as "SRE") is what the question is
   // about: "what retry schedule does Stripe use" asks about Stripe's webhooks, not these, though
-  // a passage states this service's schedule in every other word of it.
-  if (namesUnknown(raw, asked, rarity, unknownWeight)) return dontKnow;
+  // a passage states this service's schedule in every other word of it. Named only in a trailing
+  // "in Python", "with Express", it is the tool the asker works with: the question is answered
+  // when the chosen unit carries the rest of it well (below).
+  const unknownName = namesUnknown(raw, asked, rarity, unknownWeight);
+  if (unknownName === 'subject') return dontKnow;
   // A word the documentation never uses still counts against an answer, at half its weight: a
   // question about sorting in Python is not answered by a sentence that sorts test points.
   const known = all - unknown + UNKNOWN_PENALTY * unknown;
@@ -1443,14 +1494,18 @@ export function extractiveAnswer(
   // no carrying unit states the kind of quantity asked, a unit that does and carries
   // MEASURE_UNIT of the question, in a leading passage or one that carries it, answers instead.
   // Not "how do I see how many calls I have left": that asks where to read the count.
+  // "What is the retry schedule", "what timestamp tolerance …": a quantity of time is asked, by
+  // the noun it is the value of.
+  const timeNoun =
+    /^\s*what(?:'s| is| are)?\b[^?]*\b(schedule|delays?|intervals?|timeouts?|tolerance|lifetime|expiry|half-li(?:fe|ves)|ttl)\b/i.exec(
+      question,
+    )?.[1];
   const measure =
     kind === 'number' && !/\bhow (?:do|can|should|would) (?:i|we|you)\b/i.test(question)
       ? measureOf(question, counted)
-      : // "What is the retry schedule", "what timestamp tolerance …": a quantity of time is asked.
-        /^\s*what(?:'s| is| are)?\b[^?]*\b(?:schedule|delays?|intervals?|timeouts?|tolerance|lifetime|expiry|half-li(?:fe|ves)|ttl)\b/i.test(
-            question,
-          )
-        ? (text: string) => DURATION.test(text)
+      : timeNoun !== undefined
+        ? (text: string) =>
+            DURATION.test(text) || namesSettingOf(text, termOf(timeNoun), asked, rarity, unknownWeight)
         : null;
   if (measure !== null && carrying.length > 0) {
     const fitting = carrying.filter((c) => measure(c.quotes.join(' ')));
@@ -1472,6 +1527,9 @@ export function extractiveAnswer(
   // "Which timeframe is best for day trading", "which coins will go up": a judgement or a
   // forecast is asked, and only a unit that makes one ("the best long/short pair") answers it.
   if (JUDGEMENT.test(raw) && !JUDGED.test(best.quotes.join(' '))) return dontKnow;
+  // "… the webhook signature in Python?": the question, but for the tool named, is this service's
+  // when the chosen unit carries TOOL_REST of what the documentation's words weigh in it.
+  if (unknownName === 'tool' && best.coverage * known < TOOL_REST * (all - unknown)) return dontKnow;
   const chosen: Candidate[] = [best];
   let length = best.quotes.join(' ').length;
   const overlaps = (c: Candidate) =>

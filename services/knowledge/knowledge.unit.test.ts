@@ -786,6 +786,97 @@ describe('extractive answers', () => {
       expect(ask(question), question).toEqual({ answer: DONT_KNOW, citations: [], grounded: false });
   });
 
+  it('answers a question naming an unknown tool only in a trailing "in Python" / "with Express", and not one about an unknown name', () => {
+    const ask = askOf([
+      [
+        'verify',
+        'Webhooks › Receiver',
+        'To verify a webhook signature, compute the HMAC-SHA256 of the timestamp and the raw body keyed with the secret, and compare it with the signature header.',
+      ],
+      [
+        'rotate',
+        'Webhooks › Secrets',
+        'POST /api/webhooks/:id/rotate-secret gives the webhook a new secret; the old secret stays valid for 24 h.',
+      ],
+      ['prices', 'Service › Prices', 'A trade call costs 0.02 USD, and webhooks cost nothing.'],
+      [
+        'deploy',
+        'Service › Running',
+        'Deploy the image with docker run, and set PORT to choose the port it listens on.',
+      ],
+      ['api', 'Service › HTTP API', 'The HTTP API answers JSON on every route under /api.'],
+      [
+        'history',
+        'Service › Verdicts',
+        'The verdict history is kept in the event log, and every verdict is revealed after six candles.',
+      ],
+      ['export', 'Service › Keys', 'An export of the keys is written by npm run keys.'],
+    ]);
+    for (const question of [
+      'How do I verify the webhook signature in Python?',
+      'How do I verify the webhook signature with Express?',
+      'How do I verify webhook signatures using Flask?',
+    ])
+      expect(ask(question).answer, question).toContain('HMAC-SHA256');
+    expect(ask('How do I rotate the webhook secret with Django?').answer).toContain('rotate-secret');
+    // "Go" is a stop word: it never counted as a name the documentation does not use.
+    expect(ask('How do I call the API from Go?').grounded).toBe(true);
+    for (const question of [
+      "What are Stripe's fees?",
+      'Does CoinGecko have an API?',
+      'How do I deploy to Heroku?',
+      'How do I verify a Stripe webhook signature?',
+      // "From" names whose the thing is as often as the tool it is reached from.
+      'How do I verify a webhook signature from Stripe?',
+      // The name of the tool is trailing; the one before it is what the question is about.
+      'How do I verify the Stripe signature in Python?',
+      // The rest of the question is not the documentation's, or not carried by one unit well.
+      'How do I write a loop in Python?',
+      'Where is the verdict history export in Python?',
+    ])
+      expect(ask(question), question).toEqual({ answer: DONT_KNOW, citations: [], grounded: false });
+  });
+
+  it('takes a setting named after the time asked for ("WEBHOOK_TIMEOUT_MS") for its value, not a farther sentence stating some other duration', () => {
+    const ask = askOf([
+      [
+        'timeout',
+        'Webhooks › Deliveries › A busy endpoint',
+        'A webhook delivery that gets no complete answer within WEBHOOK_TIMEOUT_MS is a failed attempt, and the endpoint holds its slot until then.',
+      ],
+      [
+        'breaker',
+        'Webhooks › Deliveries › Circuit breaker',
+        'One probe goes out after each delay of the retry schedule (5 s, 5 min, 30 min); another timeout opens the breaker again.',
+      ],
+      [
+        'tolerance',
+        'Webhooks › Receiver',
+        'A receiver refuses a webhook signature whose timestamp is more than 300 s away from its clock: that is its tolerance.',
+      ],
+      [
+        'chat',
+        'Service › Chat',
+        'An answer from a chat provider that errs or exceeds CHAT_TIMEOUT_MS is replaced by the extractive one.',
+      ],
+      ['retry', 'Service › Chat › Provider', 'A chat provider that was down is asked again after 5 min.'],
+    ]);
+    for (const question of [
+      'What is the timeout of a webhook delivery?',
+      'What is the webhook delivery timeout?',
+    ]) {
+      const answer = ask(question);
+      expect(answer.answer, question).toContain('WEBHOOK_TIMEOUT_MS');
+      expect(answer.answer, question).not.toContain('5 s, 5 min');
+    }
+    const chat = ask('What is the timeout of the chat provider?');
+    expect(chat.answer).toContain('CHAT_TIMEOUT_MS');
+    expect(chat.answer).not.toContain('5 min');
+    // Where no unit names a setting for it, the written-out duration still answers.
+    expect(ask('What is the retry schedule?').answer).toContain('5 s, 5 min, 30 min');
+    expect(ask('What is the signature tolerance?').answer).toContain('300 s');
+  });
+
   it('reads a word the documentation never uses as written as unused, though one of its letters\' roots is used ("founder", "found")', () => {
     const ask = askOf([
       [

@@ -232,7 +232,8 @@ export const ERRORS = {
   payment_in_use: {
     status: 409,
     retryable: true,
-    message: 'this payment authorisation is already being used by another request',
+    message:
+      'this payment is being answered by another request; retry in a moment and the same answer comes back (nothing is charged twice). Held by a request that never finished, it is released once the authorisation expires (its validBefore): then sign a new one',
   },
   payment_already_failed: {
     status: 402,

@@ -264,7 +264,12 @@ describe('a payment whose request died mid-call', () => {
       const busy = await post(stack, BODY, { 'payment-signature': header });
       expect(busy.status).toBe(409);
       expect(busy.headers.get('payment-required')).toBeNull();
-      expect(await busy.json()).toMatchObject({ code: 'payment_in_use', retryable: true });
+      expect(await busy.json()).toMatchObject({
+        code: 'payment_in_use',
+        retryable: true,
+        // A holder that died keeps it until it expires: the payer learns when to sign anew.
+        message: expect.stringMatching(/released once the authorisation expires.*sign a new one/),
+      });
       // Unused but still valid: anyone holding it could settle it, so it is not given back.
       expect(await reconcilerOn(stack).runOnce()).toMatchObject({ released: 0, stillPending: 1 });
       // The payer lands it themselves: the money moved, and the record says so.

@@ -4,6 +4,7 @@ import { type EventStore, WrongExpectedRevisionError } from '../../adapters/even
 import { type EventData, newEvent, parseDomainEvent } from '../../contracts/events.ts';
 import {
   aggregatePayment,
+  PAYMENT_IN_USE_MESSAGE,
   type PaymentCommand,
   type PaymentIdentity,
   PaymentRuleError,
@@ -135,7 +136,7 @@ export class PaymentLedger {
         return {
           ok: false,
           reason: 'payment_in_use',
-          message: 'this payment authorisation is already being used by another request',
+          message: PAYMENT_IN_USE_MESSAGE,
         };
       }
       throw err;

@@ -26,6 +26,7 @@ import { requestFingerprint } from './paid-responses.ts';
 import {
   decideReservation,
   identityKey,
+  PAYMENT_IN_USE_MESSAGE,
   type PaymentIdentity,
   PaymentRuleError,
   type PaymentState,
@@ -337,8 +338,7 @@ function asDuplicate(outcome: PaidOutcome): PaidOutcome {
 const IN_FLIGHT: PaidOutcome = {
   kind: 'unavailable',
   reason: 'payment_in_use',
-  message:
-    'this payment is being answered by another request; retry in a moment and the same answer comes back (nothing is charged twice)',
+  message: PAYMENT_IN_USE_MESSAGE,
 };
 
 /** What a request presents beside its payment: what it asks for. */

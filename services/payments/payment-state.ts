@@ -9,6 +9,7 @@ import {
 } from '../../adapters/event-store/command.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { ExpectedRevision, RecordedEvent } from '../../contracts/envelope.ts';
+import { ERRORS } from '../../contracts/errors.ts';
 import type { EventData } from '../../contracts/events.ts';
 
 /**
@@ -145,6 +146,13 @@ export type ReservationDecision =
   | { ok: true; expectedRevision: ExpectedRevision }
   | { ok: false; reason: string; message: string };
 
+/**
+ * Why an authorisation in use is refused (409 payment_in_use, retryable): another request holds
+ * it, and its answer comes back to a retry; a holder that died (its process killed) keeps it
+ * until the authorisation expires, when the reconciler releases it and only a new one can pay.
+ */
+export const PAYMENT_IN_USE_MESSAGE = ERRORS.payment_in_use.message;
+
 /** Whether an authorisation may be reserved for a new request, given its stream so far. */
 export function decideReservation(state: PaymentState | null): ReservationDecision {
   if (state === null) return { ok: true, expectedRevision: 'no_stream' };
@@ -156,7 +164,7 @@ export function decideReservation(state: PaymentState | null): ReservationDecisi
       return {
         ok: false,
         reason: 'payment_in_use',
-        message: 'this payment authorisation is already being used by another request',
+        message: PAYMENT_IN_USE_MESSAGE,
       };
     case 'settled':
       return {

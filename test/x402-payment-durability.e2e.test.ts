@@ -1,7 +1,6 @@
 import { generatePaymentId } from '@x402/extensions/payment-identifier';
-import { createWalletClient, type Hex, http, nonceManager } from 'viem';
+import { type Hex, nonceManager } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
-import { base } from 'viem/chains';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createMemoryCache } from '../adapters/cache/memory.ts';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
@@ -9,7 +8,13 @@ import type { EventStore } from '../adapters/event-store/port.ts';
 import { chainReadersFor } from '../services/payments/chain-reader.ts';
 import { foldPayment, paymentStream } from '../services/payments/payment-state.ts';
 import { PaymentReconciler } from '../services/payments/reconcile.ts';
-import { BASE_USDC, FACILITATOR_KEY, type LocalChain, startLocalChain } from './chain/local-chain.ts';
+import {
+  BASE_USDC,
+  FACILITATOR_KEY,
+  type LocalChain,
+  payerWallet,
+  startLocalChain,
+} from './chain/local-chain.ts';
 import { countingRpcRelay } from './chain/rpc-relay.ts';
 import {
   type AuthorizationFields,
@@ -273,12 +278,7 @@ describe('a payment whose request died mid-call', () => {
       // Unused but still valid: anyone holding it could settle it, so it is not given back.
       expect(await reconcilerOn(stack).runOnce()).toMatchObject({ released: 0, stillPending: 1 });
       // The payer lands it themselves: the money moved, and the record says so.
-      await chain.testClient.setBalance({ address: payer.address, value: 10n ** 18n });
-      const wallet = createWalletClient({
-        account: privateKeyToAccount(payer.key),
-        chain: base,
-        transport: http(chain.rpcUrl),
-      });
+      const wallet = await payerWallet(chain, payer);
       await chain.publicClient.waitForTransactionReceipt({
         hash: await wallet.writeContract({
           address: BASE_USDC,
@@ -439,12 +439,7 @@ describe('a kill -9 between the answer and the settlement', () => {
       const { payer, auth, header, next, store } = killed;
       // The payer cancels the authorisation on chain (our send never reached it): its answer had
       // reached no one, so the reconciler releases the payment.
-      await chain.testClient.setBalance({ address: payer.address, value: 10n ** 18n });
-      const wallet = createWalletClient({
-        account: privateKeyToAccount(payer.key),
-        chain: base,
-        transport: http(chain.rpcUrl),
-      });
+      const wallet = await payerWallet(chain, payer);
       await chain.publicClient.waitForTransactionReceipt({
         hash: await wallet.writeContract({
           address: BASE_USDC,

@@ -29,7 +29,13 @@ import { chainReadersFor } from '../services/payments/chain-reader.ts';
 import { ledgerTotals, readLedger } from '../services/payments/ledger-report.ts';
 import { createLocalFacilitator, type LocalFacilitator } from '../services/payments/local-facilitator.ts';
 import { PaymentReconciler } from '../services/payments/reconcile.ts';
-import { BASE_USDC, FACILITATOR_KEY, type LocalChain, startLocalChain } from './chain/local-chain.ts';
+import {
+  BASE_USDC,
+  FACILITATOR_KEY,
+  type LocalChain,
+  payerWallet,
+  startLocalChain,
+} from './chain/local-chain.ts';
 import {
   fromBase64Json,
   nowSeconds,
@@ -104,12 +110,7 @@ async function sendAsPayer(
   functionName: 'transfer' | 'transferWithAuthorization' | 'cancelAuthorization',
   args: readonly unknown[],
 ): Promise<Hex> {
-  await chain.testClient.setBalance({ address: payer.address, value: 10n ** 18n });
-  const wallet = createWalletClient({
-    account: privateKeyToAccount(payer.key),
-    chain: base,
-    transport: http(chain.rpcUrl),
-  });
+  const wallet = await payerWallet(chain, payer);
   return wallet.writeContract({ address: BASE_USDC, abi: chain.usdcAbi, functionName, args });
 }
 
@@ -642,12 +643,7 @@ async function sendAheadAsPayer(
   functionName: 'transferWithAuthorization',
   args: readonly unknown[],
 ): Promise<Hex> {
-  await chain.testClient.setBalance({ address: payer.address, value: 10n ** 18n });
-  const wallet = createWalletClient({
-    account: privateKeyToAccount(payer.key),
-    chain: base,
-    transport: http(chain.rpcUrl),
-  });
+  const wallet = await payerWallet(chain, payer);
   return wallet.writeContract({
     address: BASE_USDC,
     abi: chain.usdcAbi,

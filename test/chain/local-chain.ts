@@ -144,3 +144,16 @@ export async function startLocalChain(
     throw err;
   }
 }
+
+/**
+ * The payer's own wallet on the chain, given ETH for gas: what a payer acting on chain by
+ * themselves (landing, cancelling or spending around an authorisation) sends from.
+ */
+export async function payerWallet(chain: LocalChain, payer: { key: Hex; address: Address }) {
+  await chain.testClient.setBalance({ address: payer.address, value: 10n ** 18n });
+  return createWalletClient({
+    account: privateKeyToAccount(payer.key),
+    chain: base,
+    transport: http(chain.rpcUrl),
+  });
+}

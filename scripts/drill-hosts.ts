@@ -796,6 +796,23 @@ async function drill(ctx: {
     // Open: reserved, or handed off with its answer given. One whose answer reached no one (its
     // api killed before answering) waits for its payer to present it again or for its expiry:
     // not charged meanwhile (its payer may have paid anew), so the drain does not wait for it.
+    // A payment reserved by a killed api is released only once its authorisation has expired
+    // (until then anyone holding it could land it): the chain's clock is moved past the latest
+    // open one's validBefore, so the reconciler releases it within the drain.
+    const reserved = [...paymentStates(await store.readAll()).values()].filter(
+      (p) => p.status === 'authorized',
+    );
+    const latest = reserved.reduce((m, p) => {
+      const before = BigInt(p.authorized?.validBefore ?? 0);
+      return before > m ? before : m;
+    }, 0n);
+    if (latest >= (await chain.publicClient.getBlock()).timestamp) {
+      await chain.testClient.setNextBlockTimestamp({ timestamp: latest + 1n });
+      await chain.testClient.mine({ blocks: 1 });
+      say(
+        `${reserved.length} reserved payment(s) left by a kill: the chain clock moved past their authorisations' validBefore`,
+      );
+    }
     await drained('no payment left open', STALL_MS, async () => {
       const open = [...paymentStates(await store.readAll()).values()].filter(
         (p) => p.status === 'authorized' || (p.status === 'pending' && p.served),

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { VolatilityDecile, WebhookEventType } from './events.ts';
 import { TrackRecordBrief } from './history.ts';
 import { Call, Coin, Exchange, FeedKind, Regime, Timeframe } from './market.ts';
-import { VerdictMeaning } from './signals.ts';
+import { VerdictMeaning, VolatilityForecastSchema } from './signals.ts';
 
 /**
  * Webhook management bodies (POST /api/webhooks and friends) and the payloads the dispatcher
@@ -217,13 +217,19 @@ export const SendResultView = z.object({
 
 // ---- payloads --------------------------------------------------------------------------------
 
-/** The forecast σ of the log return over the verdict horizon (percent) and the band beside it. */
+/**
+ * The forecast σ of the log return over the verdict horizon (percent) and the band beside it,
+ * each field described in the words (and units) of the same field of a trade call's `volatility`
+ * and a risk forecast's horizon, so the published payload schemas say percent and fraction too.
+ */
+const volatilityField = (name: keyof typeof VolatilityForecastSchema.shape) =>
+  VolatilityForecastSchema.shape[name].description ?? '';
 const ExpectedMove = z.object({
-  horizon_candles: z.number().int().positive(),
-  expected_move_pct: z.number(),
-  band_low: z.number(),
-  band_high: z.number(),
-  band_coverage: z.number(),
+  horizon_candles: z.number().int().positive().describe(volatilityField('horizon_candles')),
+  expected_move_pct: z.number().describe(volatilityField('expected_move_pct')),
+  band_low: z.number().describe(volatilityField('band_low')),
+  band_high: z.number().describe(volatilityField('band_high')),
+  band_coverage: z.number().describe(volatilityField('band_coverage')),
 });
 
 export const TradeCallData = z.object({
@@ -314,7 +320,7 @@ export const DigestCall = z.object({
   /** The VerdictRecorded event behind the call. */
   verdict_id: z.string(),
   /** Forecast σ of the log return over the verdict horizon, percent. */
-  expected_move_pct: z.number().nullable().optional(),
+  expected_move_pct: z.number().nullable().optional().describe(volatilityField('expected_move_pct')),
   /** The direction a call would point and what such leans earned (a HOLD says what it declines). */
   lean: VerdictMeaning.shape.lean,
   /** What `confidence` means for this row, in words (HOLD included). */

@@ -181,3 +181,59 @@ describe('sizing for the caller’s risk budget', () => {
     },
   );
 });
+
+/** The node at `path` inside a JSON document (a schema), failing the test where there is none. */
+function at(node: unknown, ...path: string[]): Record<string, unknown> {
+  let here = node;
+  for (const key of path) {
+    expect(here, path.join('.')).toBeTypeOf('object');
+    here = (here as Record<string, unknown>)[key];
+  }
+  expect(here, path.join('.')).toBeTypeOf('object');
+  return here as Record<string, unknown>;
+}
+
+describe('the units of a forecast, wherever it is sent', () => {
+  it("the webhook payload schemas describe expected_move_pct and band_coverage in the risk forecast's own words", async () => {
+    // A receiver reading expected_move_pct (percent) beside band_coverage (a fraction) learns which
+    // is which from the payload schema, as a caller of get_risk_forecast does from the answer's.
+    const schemaOf = async (path: string) => {
+      const res = await fetch(`${url}${path}`);
+      expect(res.status).toBe(200);
+      return (await res.json()) as unknown;
+    };
+    const openapi = await schemaOf('/openapi.json');
+    const json = ['content', 'application/json', 'schema'];
+    const answer = at(openapi, 'paths', '/x402/get_risk_forecast', 'post', 'responses', '200', ...json);
+    const said = (field: string) =>
+      at(answer, 'properties', 'horizons', 'items', 'properties', field).description;
+    expect(said('expected_move_pct')).toMatch(/^Percent \(2\.1 means 2\.1 %\)/);
+    expect(said('band_coverage')).toMatch(/^Fraction \(0–1, not percent\)/);
+    for (const doc of [openapi, await schemaOf('/api/webhooks/schemas')]) {
+      const data = (event: string) =>
+        at(
+          doc,
+          'webhooks',
+          `${event}.v1`,
+          'post',
+          'requestBody',
+          ...json,
+          'properties',
+          'data',
+          'properties',
+        );
+      for (const event of ['risk_shift', 'trade_call']) {
+        const move = at(data(event), 'expected_move');
+        // trade_call's is nullable: the object is one branch of its anyOf.
+        const object =
+          (move.anyOf as Record<string, unknown>[] | undefined)?.find((s) => s.type === 'object') ?? move;
+        for (const field of ['expected_move_pct', 'band_coverage', 'band_low', 'band_high']) {
+          expect(at(object, 'properties', field).description, `${event} ${field}`).toBe(said(field));
+        }
+      }
+      expect(at(data('scan_digest'), 'calls', 'items', 'properties', 'expected_move_pct').description).toBe(
+        said('expected_move_pct'),
+      );
+    }
+  });
+});

@@ -29,6 +29,38 @@ describe.runIf(reachable)('webhook management API', () => {
   });
 
   const base = () => ({ url: receiver.url, events: ['trade_call'] });
+
+  it('sends Cache-Control: no-store on every keyed answer: the secret of a create and a rotation, the list, a refusal', async () => {
+    const key = await stack.issue('no-store');
+    const call = (method: string, path: string, body?: unknown, bearer: string | null = key) =>
+      fetch(stack.url + path, {
+        method,
+        headers: {
+          ...(bearer ? { authorization: `Bearer ${bearer}` } : {}),
+          ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+        },
+        ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+      });
+    const created = await call('POST', '/api/webhooks', base());
+    expect(created.status).toBe(201);
+    const { id, secret } = (await created.json()) as { id: string; secret: string };
+    expect(secret).toMatch(/^whsec_/);
+    const rotated = await call('POST', `/api/webhooks/${id}/rotate-secret`, { overlap_seconds: 0 });
+    expect(rotated.status).toBe(200);
+    expect(((await rotated.json()) as { secret: string }).secret).toMatch(/^whsec_/);
+    const answers = [
+      created,
+      rotated,
+      await call('GET', '/api/webhooks'),
+      await call('GET', `/api/webhooks/${id}/deliveries`),
+      await call('GET', '/api/webhooks', undefined, null),
+      await call('POST', '/api/webhooks', { ...base(), events: [] }),
+      await call('DELETE', `/api/webhooks/${id}`),
+    ];
+    expect(answers.map((res) => [res.url, res.status, res.headers.get('cache-control')])).toEqual(
+      answers.map((res) => [res.url, res.status, 'no-store']),
+    );
+  });
   const violations: [string, Record<string, unknown>, string][] = [
     ['missing url', { url: undefined }, 'url'],
     ['missing events', { events: undefined }, 'events'],

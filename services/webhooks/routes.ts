@@ -1,4 +1,4 @@
-import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Dispatcher } from 'undici';
 import { z } from 'zod';
@@ -132,16 +132,30 @@ const keyed = <
   Q extends z.ZodObject = typeof NO_QUERY,
 >(
   doc: Omit<RouteDoc, 'tags' | 'auth' | 'body' | 'params' | 'query'> & { body?: B; params?: P; query?: Q },
-) =>
-  declared({
+) => ({
+  ...declared({
     ...doc,
     query: doc.query ?? (NO_QUERY as unknown as Q),
     codes: QUERY_CODES,
     tags: ['webhooks'],
     auth: 'bearer',
     service: true,
+    sends: ['Cache-Control'],
     responses: { ...doc.responses, 400: withUnknownFilter(doc.responses[400]), ...KEYED },
-  });
+  }),
+  onSend: neverStored,
+});
+
+/**
+ * Every answer of a keyed route, refusals included, is sent `Cache-Control: no-store`: a create
+ * and a rotation carry the signing secret, the list and the delivery log the receiver URLs (which
+ * often hold a token of their own) and the receivers' answers. No cache, a browser's included,
+ * keeps a copy, as none keeps a new API key (POST /api/keys) or an OAuth token.
+ */
+async function neverStored(_request: FastifyRequest, reply: FastifyReply, payload: unknown) {
+  reply.header('cache-control', 'no-store');
+  return payload;
+}
 
 const DOCS = {
   sample: documented({

@@ -1,4 +1,7 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { parseVolatilityTable } from '../signals/volatility.ts';
 import type { DeskScore, Lift } from './risk-desk.ts';
 import {
   type DeskRowReport,
@@ -106,5 +109,29 @@ describe('the risk desk report', () => {
     const report = renderRiskDesk({ risk: {}, rows: [near] }, meta);
     expect(cells(report)[12]).toBe('-0.066 [-0.127, -0.0004]');
     expect(report).toContain('below GARCH(1,1) on 1 (1)');
+  });
+
+  it("states the perpetuals' band scale of the table it scores, 1d's included", () => {
+    // The shipped table scales every perpetual horizon from 1h to 1d (its fit had 500 perpetual
+    // closes on 1d too); 5m has no perpetual candles and serves the spot band as it is.
+    const shipped = parseVolatilityTable(
+      JSON.parse(readFileSync(join(import.meta.dirname, '../signals/calibration/volatility.json'), 'utf8')),
+    );
+    const risk = shipped.risk!;
+    const oneDay = risk['1d']!.map((r) => r.model.perpBandScale);
+    expect(oneDay.every((k) => k !== undefined && k < 1)).toBe(true);
+    const report = renderRiskDesk({ risk, rows: [row(40, lift(-0.05))] }, meta);
+    expect(report).not.toContain('1d, keeps the spot band');
+    const range = (xs: (number | undefined)[]) =>
+      `${Math.min(...(xs as number[])).toFixed(2)}–${Math.max(...(xs as number[])).toFixed(2)}`;
+    expect(report).toContain(`${range(oneDay)} on 1d`);
+    expect(report).toContain('serves the spot band as it is on 5m, 15m and 30m');
+    // A fit whose 1d horizons have no scale (too few perpetual closes) says that instead.
+    const unscaled = risk['1d']!.map((r) => ({ ...r, model: { ...r.model, perpBandScale: undefined } }));
+    const fold = renderRiskDesk(
+      { risk: { '1h': risk['1h']!, '1d': unscaled }, rows: [row(40, lift(-0.05))] },
+      meta,
+    );
+    expect(fold).toContain('serves the spot band as it is on 1d)');
   });
 });

@@ -1,0 +1,150 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { request } from 'node:https';
+import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, describe, expect, it } from 'vitest';
+import { requireNats } from './nats-server.ts';
+import { freePort } from './ports.ts';
+import { appendVerdict, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
+import { selfSignedCert } from './webhooks-receiver.ts';
+
+/**
+ * The receiver of services/webhooks/README.md, run as printed (only its port changed) in a folder
+ * laid out as the README says (key.pem and cert.pem beside it, contracts/ of this repository),
+ * against the webhook stack: it must verify and handle a real delivery, answer a redelivery of the
+ * same delivery_id without handling it again, and refuse a bad signature.
+ */
+const reachable = await requireNats();
+const repo = fileURLToPath(new URL('..', import.meta.url));
+const readme = readFileSync(join(repo, 'services/webhooks/README.md'), 'utf8');
+const printed = /## Receiver[\s\S]*?```ts\n([\s\S]*?)```/.exec(readme)?.[1] ?? '';
+const root = mkdtempSync(join(tmpdir(), 'webhooks-receiver-example-'));
+
+// The deadline is generous: only a condition that never comes ends the wait (load 10-30 is expected).
+async function until<T>(probe: () => T | Promise<T>, ok: (v: T) => boolean, timeoutMs = 60_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (ok(value)) return value;
+    if (Date.now() > deadline)
+      throw new Error(`condition not met in ${timeoutMs} ms: ${JSON.stringify(value)}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+const listening = (port: number) =>
+  new Promise<boolean>((resolve) => {
+    const socket = connect(port, '127.0.0.1');
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('error', () => resolve(false));
+  });
+
+describe.runIf(reachable)("the README's receiver example", () => {
+  let stack: WebhookStack | undefined;
+  let child: ChildProcess | undefined;
+  afterAll(async () => {
+    child?.kill('SIGKILL');
+    await stack?.close();
+    rmSync(root, { recursive: true, force: true });
+  });
+
+  it('verifies and handles a delivery, handles a redelivery once, and refuses a bad signature', async () => {
+    expect(printed).toContain('.listen(8443)');
+    expect(printed).toContain("from './contracts/webhook-verify.ts'");
+    const tls = selfSignedCert();
+    writeFileSync(join(root, 'key.pem'), tls.key);
+    writeFileSync(join(root, 'cert.pem'), tls.cert);
+    symlinkSync(join(repo, 'contracts'), join(root, 'contracts'));
+    symlinkSync(join(repo, 'node_modules'), join(root, 'node_modules'));
+    const port = await freePort();
+    writeFileSync(join(root, 'receiver.ts'), printed.replace('.listen(8443)', `.listen(${port})`));
+
+    stack = await startWebhookStack({ settings: { tls: { ca: tls.cert } } });
+    const key = await stack.issue();
+    const created = await stack.request('POST', '/api/webhooks', key, {
+      url: `https://127.0.0.1:${port}/`,
+      events: ['trade_call'],
+      assets: ['RCVEXA'],
+    });
+    expect(created.status, JSON.stringify(created.body)).toBe(201);
+    const sub = created.body as { id: string; secret: string };
+
+    let out = '';
+    child = spawn(process.execPath, ['--import', 'tsx', 'receiver.ts'], {
+      cwd: root,
+      env: { ...process.env, WEBHOOK_SECRET: sub.secret },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    child.stdout!.on('data', (c: Buffer) => {
+      out += c.toString();
+    });
+    child.stderr!.on('data', (c: Buffer) => {
+      out += c.toString();
+    });
+    await until(
+      async () => child!.exitCode === null && (await listening(port)),
+      (up) => up || child!.exitCode !== null,
+    );
+    expect(child.exitCode, out).toBeNull();
+
+    await appendVerdict(stack.store, { coin: 'RCVEXA', call: 'BUY', confidence: 50 });
+    const log = await until(
+      () => stack!.request('GET', `/api/webhooks/${sub.id}/deliveries`, key),
+      (res) =>
+        res.body.deliveries[0]?.attempts?.at(-1)?.outcome !== undefined &&
+        res.body.deliveries[0].attempts.at(-1).outcome !== 'pending',
+    );
+    const delivery = log.body.deliveries[0];
+    expect(delivery.attempts.at(-1), out).toMatchObject({ outcome: 'succeeded', status: 200 });
+    const deliveryId: string = delivery.delivery_id;
+    await until(
+      () => out,
+      (o) => o.includes(deliveryId),
+    );
+
+    const resent = await stack.request(
+      'POST',
+      `/api/webhooks/${sub.id}/deliveries/${deliveryId}/resend`,
+      key,
+    );
+    expect(resent.body, out).toMatchObject({ delivery_id: deliveryId, delivered: true, status: 200 });
+    expect(child.exitCode, out).toBeNull();
+    expect(out.split(deliveryId).length - 1, out).toBe(1);
+
+    const refused = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const body = JSON.stringify({ event: 'trade_call', delivery_id: 'forged', data: {} });
+      const req = request(
+        {
+          host: '127.0.0.1',
+          port,
+          method: 'POST',
+          ca: tls.cert,
+          headers: {
+            'content-type': 'application/json',
+            'x-service-event': 'trade_call',
+            'x-service-delivery': 'forged',
+            'x-service-timestamp': String(Math.floor(Date.now() / 1000)),
+            'x-service-signature': '0'.repeat(64),
+          },
+        },
+        (res) => {
+          let text = '';
+          res.on('data', (c: Buffer) => {
+            text += c.toString();
+          });
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
+        },
+      );
+      req.on('error', reject);
+      req.end(body);
+    });
+    expect(refused).toEqual({ status: 400, body: 'bad_signature' });
+    expect(out).not.toContain('forged');
+  });
+});

@@ -210,14 +210,22 @@ function fail(
   return { ok: false, code, message: detail ?? KNOWLEDGE_ERRORS[code].meaning };
 }
 
+/**
+ * A text's length in characters (Unicode code points), as zod counts it for the HTTP bodies and
+ * JSON Schema's minLength/maxLength for the tools' advertised input: String.length counts UTF-16
+ * units, two for a character outside the Basic Multilingual Plane (most emoji). Counted alike,
+ * the tools take every text their schema allows and /api/search takes.
+ */
+const characters = (text: string): number => [...text].length;
+
 /** Checks a search request body (HTTP) or tool arguments (MCP) against the bounds. */
 export function checkSearch(body: unknown): Checked<{ query: string; limit: number }> {
   const fields = (typeof body === 'object' && body !== null ? body : {}) as Record<string, unknown>;
   const raw = fields.query;
   if (typeof raw !== 'string' || raw.trim() === '') return fail('INVALID_QUERY');
   const query = raw.trim();
-  if (query.length < SEARCH_QUERY_MIN) return fail('QUERY_TOO_SHORT');
-  if (query.length > SEARCH_QUERY_MAX) return fail('QUERY_TOO_LONG');
+  if (characters(query) < SEARCH_QUERY_MIN) return fail('QUERY_TOO_SHORT');
+  if (characters(query) > SEARCH_QUERY_MAX) return fail('QUERY_TOO_LONG');
   const limit = fields.limit ?? SEARCH_LIMIT_DEFAULT;
   if (typeof limit !== 'number' || !Number.isInteger(limit) || limit < 1 || limit > SEARCH_LIMIT_MAX) {
     return fail('INVALID_LIMIT');
@@ -234,8 +242,8 @@ export function checkChat(
   const raw = fields.question;
   if (typeof raw !== 'string' || raw.trim() === '') return fail('INVALID_QUESTION');
   const question = raw.trim();
-  if (question.length < CHAT_QUESTION_MIN) return fail('QUESTION_TOO_SHORT');
-  if (question.length > CHAT_QUESTION_MAX) return fail('QUESTION_TOO_LONG');
+  if (characters(question) < CHAT_QUESTION_MIN) return fail('QUESTION_TOO_SHORT');
+  if (characters(question) > CHAT_QUESTION_MAX) return fail('QUESTION_TOO_LONG');
   const model = fields.model ?? EXTRACTIVE_MODEL;
   if (typeof model !== 'string' || (model !== EXTRACTIVE_MODEL && !models.includes(model))) {
     const allowed = [EXTRACTIVE_MODEL, ...models].map((m) => JSON.stringify(m)).join(', ');

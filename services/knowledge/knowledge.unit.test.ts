@@ -4,7 +4,13 @@ import { MemoryCache } from '../../adapters/cache/memory.ts';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import { ConfigError, loadConfig } from '../../contracts/config.ts';
 import { newEvent } from '../../contracts/events.ts';
-import { checkChat, checkSearch, type SourceType } from '../../contracts/knowledge.ts';
+import {
+  chatRequest,
+  checkChat,
+  checkSearch,
+  SearchRequest,
+  type SourceType,
+} from '../../contracts/knowledge.ts';
 import { foldLog } from '../../projections/projection.ts';
 import { QuotaCounters } from '../metering/quota-rebuild.ts';
 import { ChatQuota, chatKey, chatQuotaProjection } from './chat-quota.ts';
@@ -1101,6 +1107,20 @@ describe('request checks', () => {
     expect(checkChat({ question: 'hello', model: 'extractive ' }, [])).toMatchObject({
       code: 'INVALID_MODEL',
     });
+  });
+
+  it('count characters as the HTTP bodies and the tools’ JSON Schema do: code points, not UTF-16 units', () => {
+    // U+1D465, outside the Basic Multilingual Plane: one character, two UTF-16 units.
+    const astral = '\u{1D465}';
+    for (const n of [2, 3, 4, 5, 250, 251, 500, 501]) {
+      const text = astral.repeat(n);
+      const search = checkSearch({ query: text });
+      expect(search.ok, `query of ${n}`).toBe(SearchRequest.safeParse({ query: text }).success);
+      expect(search.ok, `query of ${n}`).toBe(n >= 3 && n <= 500);
+      const chat = checkChat({ question: text }, []);
+      expect(chat.ok, `question of ${n}`).toBe(chatRequest([]).safeParse({ question: text }).success);
+      expect(chat.ok, `question of ${n}`).toBe(n >= 5 && n <= 500);
+    }
   });
 });
 

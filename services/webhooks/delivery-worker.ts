@@ -739,7 +739,7 @@ export class DeliveryWorker {
    * to the original), so the bytes are not kept alive, and they are read back from the log at its
    * turn. In a flood of one endpoint (8,000 deliveries of ~700 characters, up to 6,992 of them
    * past the limit: at most 9.8 MB counted) reading them back made the dispatcher's CPU per
-   * delivery 0.84 ms against 0.71 ms with them kept (bench/README). One endpoint's backlog may take
+   * delivery 0.84 ms against 0.71 ms with them kept (bench/README.md as of 0b068c1). One endpoint's backlog may take
    * the whole budget; the others' then wait without their bytes, as all did before.
    */
   private enqueue(

@@ -443,6 +443,21 @@ describe('invalid_content_type', () => {
     });
   });
 
+  it('two JSON media types joined by ";" in one header → 400, not quoted', async () => {
+    for (const contentType of [
+      'application/json;application/json',
+      'application/json; charset=utf-8; application/json',
+    ]) {
+      const res = await post(PATH, BODY, { 'content-type': contentType });
+      expect(res.status).toBe(400);
+      expect(await res.json()).toEqual({
+        code: 'invalid_content_type',
+        message: `Content-Type "${contentType}" joins several media types; send exactly application/json`,
+        _service: ANONYMOUS,
+      });
+    }
+  });
+
   it('a string body as text/plain → 400', async () => {
     const res = await rawPost(['Content-Type: text/plain'], '"ETH"');
     expect(res).toEqual({

@@ -1,8 +1,8 @@
 /**
  * The /x402/* routes take JSON only, and say so exactly once. A Content-Type sent twice, two
- * media types merged into one header ("application/json, application/json"), a non-JSON media
- * type, or a body without any Content-Type is `invalid_content_type`: such a request may be
- * read differently by proxies and by us, so it is refused rather than guessed at.
+ * media types merged into one header ("application/json, application/json", or joined by ';'),
+ * a non-JSON media type, or a body without any Content-Type is `invalid_content_type`: such a
+ * request may be read differently by proxies and by us, so it is refused rather than guessed at.
  */
 export function contentTypeProblem(rawHeaders: string[], hasBody: boolean): string | null {
   const values: string[] = [];
@@ -20,9 +20,16 @@ export function contentTypeProblem(rawHeaders: string[], hasBody: boolean): stri
   if (value === 'application/json') return null;
   if (value.includes(','))
     return `Content-Type "${value}" joins several media types; send exactly application/json`;
-  const mediaType = value.split(';')[0]!.trim().toLowerCase();
+  // Quoted parameter values are blanked first, so a ';' or '/' inside one splits nothing.
+  const [first, ...parameters] = value.replace(/"(?:[^"\\]|\\.)*"/g, '""').split(';');
+  const mediaType = first!.trim().toLowerCase();
   if (mediaType !== 'application/json') {
     return `Content-Type "${mediaType}" is not accepted; send the body as JSON with Content-Type: application/json`;
+  }
+  // "application/json;application/json" reads as two JSON media types joined (contract 7.2): its
+  // second part is a media type where a parameter (name=value) would stand.
+  if (parameters.some((parameter) => !parameter.includes('=') && parameter.includes('/'))) {
+    return `Content-Type "${value}" joins several media types; send exactly application/json`;
   }
   return null;
 }

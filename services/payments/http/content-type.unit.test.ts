@@ -5,6 +5,7 @@ describe('contentTypeProblem', () => {
   it.each([
     [['Content-Type', 'application/json'], true],
     [['content-type', 'application/json; charset=utf-8'], true],
+    [['content-type', 'application/json; charset="utf-8"; note="a;b/c"'], true],
     [['Host', 'x'], false],
   ])('accepts %j (body: %s)', (raw, hasBody) => {
     expect(contentTypeProblem(raw, hasBody)).toBeNull();
@@ -13,6 +14,13 @@ describe('contentTypeProblem', () => {
   it.each([
     [['Content-Type', 'application/json', 'content-type', 'application/json'], true, /more than once/],
     [['Content-Type', 'application/json, application/json'], true, /joins several media types/],
+    [['Content-Type', 'application/json;application/json'], true, /joins several media types/],
+    [
+      ['Content-Type', 'application/json; charset=utf-8; application/json'],
+      true,
+      /joins several media types/,
+    ],
+    [['Content-Type', 'application/json; text/plain'], true, /joins several media types/],
     [['Content-Type', 'text/plain'], true, /"text\/plain" is not accepted/],
     [['Host', 'x'], true, /without Content-Type/],
   ])('refuses %j', (raw, hasBody, message) => {

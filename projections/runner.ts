@@ -68,6 +68,8 @@ export class ProjectionRunner<S> extends FoldProgress implements FeedMember {
   private savedAt = Number.NEGATIVE_INFINITY;
   /** How long the last save took, from its start until it was stored. */
   private lastSaveMs = 0;
+  /** `changes` when the last save began: the state saved then is the state now while they are equal. */
+  private savedChanges = -1;
   private timer: NodeJS.Timeout | null = null;
 
   constructor(
@@ -257,10 +259,20 @@ export class ProjectionRunner<S> extends FoldProgress implements FeedMember {
       });
   }
 
-  /** At least `gapMs` since the last save, and long enough for that save's cost to stay a small share. */
+  /**
+   * At least `gapMs` since the last save, and long enough for that save's cost to stay a small
+   * share. A state unchanged since the last save, whose checkpoint moved only over events of types
+   * it passes over (a busy log's verdicts and debits, for most projections), waits MAX_SAVE_GAP_MS:
+   * a save would encode and write the same state again only to shorten the re-read after a crash,
+   * and that re-read is of events this fold skips. On a 1M-event log under keyed calls, four of the
+   * eleven projections (payment states, open payments, key registry, webhooks) re-encoded an
+   * unchanged state every 5 s.
+   */
   private saveDue(gapMs: number): boolean {
+    const since = performance.now() - this.savedAt;
+    if (this.changes === this.savedChanges) return since >= MAX_SAVE_GAP_MS;
     const costGap = Math.min(MAX_SAVE_GAP_MS, SAVE_COST_SHARE * this.lastSaveMs);
-    return performance.now() - this.savedAt >= Math.max(gapMs, costGap);
+    return since >= Math.max(gapMs, costGap);
   }
 
   /** Saves are chained so that an older snapshot can never land after a newer one. */
@@ -270,6 +282,7 @@ export class ProjectionRunner<S> extends FoldProgress implements FeedMember {
       .then(async () => {
         if (this.position === this.savedPosition) return;
         const checkpoint = this.position;
+        const changes = this.changes;
         const started = performance.now();
         await this.snapshots.save(this.projection.name, {
           version: this.projection.version,
@@ -277,6 +290,7 @@ export class ProjectionRunner<S> extends FoldProgress implements FeedMember {
           state: this.current,
         });
         this.savedPosition = checkpoint;
+        this.savedChanges = changes;
         this.savedAt = performance.now();
         this.lastSaveMs = this.savedAt - started;
       });

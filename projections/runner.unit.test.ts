@@ -146,6 +146,48 @@ describe('ProjectionRunner', () => {
     expect(snap.checkpoint).toBe(await store.headPosition());
   });
 
+  it('does not save an unchanged state again while only events it passes over arrive, and saves it on stop', async () => {
+    const store = new MemoryEventStore();
+    const snapshots = new MapProjectionStore();
+    const credits: Projection<{ total: number }> = {
+      name: 'credits',
+      version: 1,
+      // Real type names (eventTypes takes the catalog's); the memory store takes any data.
+      eventTypes: ['RegimeShifted'],
+      initial: () => ({ total: 0 }),
+      evolve: (state, event) => ({ total: state.total + (event.data as { amount: number }).amount }),
+    };
+    const runner = new ProjectionRunner(store, snapshots, credits, {
+      snapshotEvery: 1,
+      snapshotGapMs: 0,
+      snapshotIntervalMs: 10,
+    });
+    await runner.start();
+    await store.append('account-1', [{ type: 'RegimeShifted', data: { amount: 5 } }]);
+    await runner.waitFor(await store.headPosition());
+    while (snapshots.saves === 0) await new Promise((r) => setTimeout(r, 5));
+    // 300 ms of events of a type the fold passes over: by count and by the 10 ms timer each would
+    // have saved the same state again with a later checkpoint.
+    const started = performance.now();
+    while (performance.now() - started < 300) {
+      await store.append('account-2', [{ type: 'VerdictRecorded', data: { amount: 1 } }]);
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    await runner.waitFor(await store.headPosition());
+    expect(snapshots.saves).toBe(1);
+    // A change is saved again at once.
+    await store.append('account-1', [{ type: 'RegimeShifted', data: { amount: 2 } }]);
+    await runner.waitFor(await store.headPosition());
+    const until = performance.now() + 2_000;
+    while (snapshots.saves === 1 && performance.now() < until) await new Promise((r) => setTimeout(r, 5));
+    expect(snapshots.saves).toBe(2);
+    expect(snapshots.saved.get('credits')?.state).toEqual({ total: 7 });
+    // Stopping still saves the checkpoint the fold reached.
+    await store.append('account-2', [{ type: 'VerdictRecorded', data: { amount: 1 } }]);
+    await runner.stop({ drainMs: 1_000 });
+    expect(snapshots.saved.get('credits')?.checkpoint).toBe(await store.headPosition());
+  });
+
   it('drains to the head on a graceful stop', async () => {
     const store = new MemoryEventStore();
     const snapshots = new MapProjectionStore();

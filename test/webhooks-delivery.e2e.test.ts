@@ -5,23 +5,11 @@ import { verifyWebhook } from '../contracts/webhook-verify.ts';
 import { WebhookEnvelope } from '../contracts/webhooks.ts';
 import { deliveryStream } from '../services/webhooks/delivery-log-fold.ts';
 import { requireNats } from './nats-server.ts';
-import { appendVerdict, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
+import { appendVerdict, startWebhookStack, until, type WebhookStack } from './webhooks-harness.ts';
 import { type Behaviour, type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
 
 const reachable = await requireNats();
 const tls = selfSignedCert();
-
-// The deadline is generous: only a condition that never comes ends the wait (load 10-30 is expected).
-async function until<T>(probe: () => T | Promise<T>, ok: (v: T) => boolean, timeoutMs = 120_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (ok(value)) return value;
-    if (Date.now() > deadline)
-      throw new Error(`condition not met in ${timeoutMs} ms: ${JSON.stringify(value)}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 describe.runIf(reachable)('webhook delivery through NATS to HTTPS receivers', () => {
   let stack: WebhookStack;

@@ -33,6 +33,25 @@ import { deleteStream, NATS_URL } from './nats-server.ts';
 
 export const logger = pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' });
 
+/**
+ * Polls `probe` until `ok` holds. The deadline is generous: only a condition that never comes
+ * ends the wait (load 10-30 is expected on a shared machine).
+ */
+export async function until<T>(
+  probe: () => T | Promise<T>,
+  ok: (v: T) => boolean,
+  timeoutMs = 120_000,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (ok(value)) return value;
+    if (Date.now() > deadline)
+      throw new Error(`condition not met in ${timeoutMs} ms: ${JSON.stringify(value)}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
 export function webhookEnv(prefix: string, extra: Record<string, string> = {}): Record<string, string> {
   return {
     NODE_ENV: 'test',

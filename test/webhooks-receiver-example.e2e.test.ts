@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { requireNats } from './nats-server.ts';
 import { freePort } from './ports.ts';
-import { appendVerdict, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
+import { appendVerdict, startWebhookStack, until, type WebhookStack } from './webhooks-harness.ts';
 import { selfSignedCert } from './webhooks-receiver.ts';
 
 /**
@@ -22,18 +22,6 @@ const repo = fileURLToPath(new URL('..', import.meta.url));
 const readme = readFileSync(join(repo, 'services/webhooks/README.md'), 'utf8');
 const printed = /## Receiver[\s\S]*?```ts\n([\s\S]*?)```/.exec(readme)?.[1] ?? '';
 const root = mkdtempSync(join(tmpdir(), 'webhooks-receiver-example-'));
-
-// The deadline is generous: only a condition that never comes ends the wait (load 10-30 is expected).
-async function until<T>(probe: () => T | Promise<T>, ok: (v: T) => boolean, timeoutMs = 60_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (ok(value)) return value;
-    if (Date.now() > deadline)
-      throw new Error(`condition not met in ${timeoutMs} ms: ${JSON.stringify(value)}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 const listening = (port: number) =>
   new Promise<boolean>((resolve) => {

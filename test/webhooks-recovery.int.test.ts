@@ -4,22 +4,17 @@ import { findDelivery, heldForDisable } from '../services/webhooks/delivery-log-
 import { reEnableSubscription } from '../services/webhooks/subscription-commands.ts';
 import { subscriptionStream } from '../services/webhooks/subscription-fold.ts';
 import { consumerDrained, requireNats, streamMessageIds } from './nats-server.ts';
-import { appendVerdict, dispatcherPool, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
+import {
+  appendVerdict,
+  dispatcherPool,
+  startWebhookStack,
+  until,
+  type WebhookStack,
+} from './webhooks-harness.ts';
 import { deliveryIds, type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
 
 const reachable = await requireNats();
 const tls = selfSignedCert();
-
-// The deadline is generous: only a condition that never comes ends the wait (load 10-30 is expected).
-async function until<T>(probe: () => T | Promise<T>, ok: (v: T) => boolean, timeoutMs = 120_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (ok(value)) return value;
-    if (Date.now() > deadline) throw new Error(`condition not met in ${timeoutMs} ms: ${String(value)}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 const ids = (r: Receiver, from = 0) => new Set(deliveryIds(r).slice(from));
 

@@ -78,20 +78,6 @@ export async function closeBoth(
   await stack?.close();
 }
 
-/** Waits for a condition on the delivery log (only a condition that never comes ends it: load 10-30). */
-export async function until(
-  read: () => Promise<Delivery[]>,
-  done: (d: Delivery[]) => boolean,
-): Promise<Delivery[]> {
-  const deadline = Date.now() + 120_000;
-  for (;;) {
-    const now = await read();
-    if (done(now)) return now;
-    if (Date.now() > deadline) throw new Error(JSON.stringify(now));
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
-
 /** A delivery's latest attempt (`pending`: in flight, or queued). */
 export const latest = (d: Delivery) => d.attempts[d.attempts.length - 1]!;
 /** Every one of `n` deliveries has its latest attempt's outcome in. */

@@ -1,6 +1,6 @@
 import { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { appendVerdict, type WebhookStack } from '../../test/webhooks-harness.ts';
+import { appendVerdict, until, type WebhookStack } from '../../test/webhooks-harness.ts';
 import type { Receiver } from '../../test/webhooks-receiver.ts';
 import {
   closeBoth,
@@ -9,7 +9,6 @@ import {
   settled,
   stackBesideReceiver,
   tenants,
-  until,
 } from '../../test/webhooks-shared-origin.ts';
 
 /**

@@ -262,7 +262,8 @@ export class ProjectionRunner<S> extends FoldProgress implements FeedMember {
   /**
    * At least `gapMs` since the last save, and long enough for that save's cost to stay a small
    * share. A state unchanged since the last save, whose checkpoint moved only over events of types
-   * it passes over (a busy log's verdicts and debits, for most projections), waits MAX_SAVE_GAP_MS:
+   * it passes over (a busy log's verdicts and debits, for most projections), waits MAX_SAVE_GAP_MS
+   * (or `gapMs`, when longer: a runner that saves rarely by design keeps doing so):
    * a save would encode and write the same state again only to shorten the re-read after a crash,
    * and that re-read is of events this fold skips. On a 1M-event log under keyed calls, four of the
    * eleven projections (payment states, open payments, key registry, webhooks) re-encoded an
@@ -270,7 +271,7 @@ export class ProjectionRunner<S> extends FoldProgress implements FeedMember {
    */
   private saveDue(gapMs: number): boolean {
     const since = performance.now() - this.savedAt;
-    if (this.changes === this.savedChanges) return since >= MAX_SAVE_GAP_MS;
+    if (this.changes === this.savedChanges) return since >= Math.max(gapMs, MAX_SAVE_GAP_MS);
     const costGap = Math.min(MAX_SAVE_GAP_MS, SAVE_COST_SHARE * this.lastSaveMs);
     return since >= Math.max(gapMs, costGap);
   }

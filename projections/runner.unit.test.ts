@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import type { ProjectionStore, StoredProjection } from '../adapters/projection-store/port.ts';
 import type { RecordedEvent } from '../contracts/envelope.ts';
@@ -40,6 +40,15 @@ const ledger: Projection<Ledger> = {
     state.digest = (state.digest * 31 + event.position * amount) % 1_000_000_007;
     return state;
   },
+};
+
+/** Folds one type and passes over the others (real type names: eventTypes takes the catalog's; the memory store takes any data). */
+const credits: Projection<{ total: number }> = {
+  name: 'credits',
+  version: 1,
+  eventTypes: ['RegimeShifted'],
+  initial: () => ({ total: 0 }),
+  evolve: (state, event) => ({ total: state.total + (event.data as { amount: number }).amount }),
 };
 
 async function appendMany(store: MemoryEventStore, count: number, seed = 1) {
@@ -149,14 +158,6 @@ describe('ProjectionRunner', () => {
   it('does not save an unchanged state again while only events it passes over arrive, and saves it on stop', async () => {
     const store = new MemoryEventStore();
     const snapshots = new MapProjectionStore();
-    const credits: Projection<{ total: number }> = {
-      name: 'credits',
-      version: 1,
-      // Real type names (eventTypes takes the catalog's); the memory store takes any data.
-      eventTypes: ['RegimeShifted'],
-      initial: () => ({ total: 0 }),
-      evolve: (state, event) => ({ total: state.total + (event.data as { amount: number }).amount }),
-    };
     const runner = new ProjectionRunner(store, snapshots, credits, {
       snapshotEvery: 1,
       snapshotGapMs: 0,
@@ -186,6 +187,40 @@ describe('ProjectionRunner', () => {
     await store.append('account-2', [{ type: 'VerdictRecorded', data: { amount: 1 } }]);
     await runner.stop({ drainMs: 1_000 });
     expect(snapshots.saved.get('credits')?.checkpoint).toBe(await store.headPosition());
+  });
+
+  it('keeps a longer count gap for an unchanged state too (the quota runner saves every 300 s)', async () => {
+    const store = new MemoryEventStore();
+    const snapshots = new MapProjectionStore();
+    // The runner's clock moved ahead by hand: a minute, five, without waiting for them.
+    const real = performance.now.bind(performance);
+    let ahead = 0;
+    const clock = vi.spyOn(performance, 'now').mockImplementation(() => real() + ahead);
+    const runner = new ProjectionRunner(store, snapshots, credits, {
+      snapshotEvery: 1,
+      snapshotGapMs: 300_000,
+      snapshotIntervalMs: 3_600_000,
+    });
+    try {
+      await runner.start();
+      await store.append('account-1', [{ type: 'RegimeShifted', data: { amount: 5 } }]);
+      await runner.waitFor(await store.headPosition());
+      while (snapshots.saves === 0) await new Promise((r) => setTimeout(r, 5));
+      ahead = 61_000;
+      await store.append('account-2', [{ type: 'VerdictRecorded', data: { amount: 1 } }]);
+      await runner.waitFor(await store.headPosition());
+      await new Promise((r) => setTimeout(r, 50));
+      expect(snapshots.saves).toBe(1);
+      ahead = 301_000;
+      await store.append('account-2', [{ type: 'VerdictRecorded', data: { amount: 1 } }]);
+      await runner.waitFor(await store.headPosition());
+      const until = real() + 2_000;
+      while (snapshots.saves === 1 && real() < until) await new Promise((r) => setTimeout(r, 5));
+      expect(snapshots.saves).toBe(2);
+    } finally {
+      await runner.stop();
+      clock.mockRestore();
+    }
   });
 
   it('drains to the head on a graceful stop', async () => {

@@ -18,18 +18,18 @@ export function contentTypeProblem(rawHeaders: string[], hasBody: boolean): stri
   }
   // What nearly every call sends, decided without splitting or lower-casing it.
   if (value === 'application/json') return null;
-  if (value.includes(','))
-    return `Content-Type "${value}" joins several media types; send exactly application/json`;
-  // Quoted parameter values are blanked first, so a ';' or '/' inside one splits nothing.
-  const [first, ...parameters] = value.replace(/"(?:[^"\\]|\\.)*"/g, '""').split(';');
+  // Quoted parameter values are blanked first, so a ',', ';' or '/' inside one joins nothing.
+  const blanked = value.replace(/"(?:[^"\\]|\\.)*"/g, '""');
+  const [first, ...parameters] = blanked.split(';');
+  // Two media types joined (contract 7.2): by ',' ("application/json, application/json"), or by
+  // ';' with a media type where a parameter (name=value) would stand ("application/json;application/json").
+  const joined =
+    blanked.includes(',') ||
+    parameters.some((parameter) => !parameter.includes('=') && parameter.includes('/'));
+  if (joined) return `Content-Type "${value}" joins several media types; send exactly application/json`;
   const mediaType = first!.trim().toLowerCase();
   if (mediaType !== 'application/json') {
     return `Content-Type "${mediaType}" is not accepted; send the body as JSON with Content-Type: application/json`;
-  }
-  // "application/json;application/json" reads as two JSON media types joined (contract 7.2): its
-  // second part is a media type where a parameter (name=value) would stand.
-  if (parameters.some((parameter) => !parameter.includes('=') && parameter.includes('/'))) {
-    return `Content-Type "${value}" joins several media types; send exactly application/json`;
   }
   return null;
 }

@@ -6,6 +6,7 @@ describe('contentTypeProblem', () => {
     [['Content-Type', 'application/json'], true],
     [['content-type', 'application/json; charset=utf-8'], true],
     [['content-type', 'application/json; charset="utf-8"; note="a;b/c"'], true],
+    [['content-type', 'application/json; note="a,b"'], true],
     [['Host', 'x'], false],
   ])('accepts %j (body: %s)', (raw, hasBody) => {
     expect(contentTypeProblem(raw, hasBody)).toBeNull();

@@ -216,7 +216,11 @@ function fail(
  * units, two for a character outside the Basic Multilingual Plane (most emoji). Counted alike,
  * the tools take every text their schema allows and /api/search takes.
  */
-const characters = (text: string): number => [...text].length;
+const characters = (text: string): number => {
+  let n = 0;
+  for (const _ of text) n++;
+  return n;
+};
 
 /** Checks a search request body (HTTP) or tool arguments (MCP) against the bounds. */
 export function checkSearch(body: unknown): Checked<{ query: string; limit: number }> {
@@ -224,8 +228,9 @@ export function checkSearch(body: unknown): Checked<{ query: string; limit: numb
   const raw = fields.query;
   if (typeof raw !== 'string' || raw.trim() === '') return fail('INVALID_QUERY');
   const query = raw.trim();
-  if (characters(query) < SEARCH_QUERY_MIN) return fail('QUERY_TOO_SHORT');
-  if (characters(query) > SEARCH_QUERY_MAX) return fail('QUERY_TOO_LONG');
+  const length = characters(query);
+  if (length < SEARCH_QUERY_MIN) return fail('QUERY_TOO_SHORT');
+  if (length > SEARCH_QUERY_MAX) return fail('QUERY_TOO_LONG');
   const limit = fields.limit ?? SEARCH_LIMIT_DEFAULT;
   if (typeof limit !== 'number' || !Number.isInteger(limit) || limit < 1 || limit > SEARCH_LIMIT_MAX) {
     return fail('INVALID_LIMIT');
@@ -242,8 +247,9 @@ export function checkChat(
   const raw = fields.question;
   if (typeof raw !== 'string' || raw.trim() === '') return fail('INVALID_QUESTION');
   const question = raw.trim();
-  if (characters(question) < CHAT_QUESTION_MIN) return fail('QUESTION_TOO_SHORT');
-  if (characters(question) > CHAT_QUESTION_MAX) return fail('QUESTION_TOO_LONG');
+  const length = characters(question);
+  if (length < CHAT_QUESTION_MIN) return fail('QUESTION_TOO_SHORT');
+  if (length > CHAT_QUESTION_MAX) return fail('QUESTION_TOO_LONG');
   const model = fields.model ?? EXTRACTIVE_MODEL;
   if (typeof model !== 'string' || (model !== EXTRACTIVE_MODEL && !models.includes(model))) {
     const allowed = [EXTRACTIVE_MODEL, ...models].map((m) => JSON.stringify(m)).join(', ');

@@ -1,9 +1,9 @@
-import { execFileSync, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { serviceIn, startNpm } from './npm-start.ts';
 
 /**
  * `npm start` gives node glibc's MALLOC_ARENA_MAX=2, MALLOC_TRIM_THRESHOLD_=131072 and
@@ -13,18 +13,6 @@ import { afterAll, describe, expect, it } from 'vitest';
  */
 
 const ROOT = new URL('..', import.meta.url).pathname;
-
-/** The node process running services/main.ts in a process group. */
-function serviceIn(pgid: number): number | undefined {
-  let out = '';
-  try {
-    out = execFileSync('ps', ['-o', 'pid=,args=', '-g', String(pgid)], { encoding: 'utf8' });
-  } catch {
-    return undefined;
-  }
-  const line = out.split('\n').find((l) => l.includes('services/main.ts') && /^\s*\d+\s+\S*node\s/.test(l));
-  return line ? Number(line.trim().split(/\s+/)[0]) : undefined;
-}
 
 /** The environment node was started with, as the kernel keeps it. */
 function environ(pid: number): Record<string, string> {
@@ -52,26 +40,12 @@ describe("npm start's allocator setting", () => {
   async function startedWith(extra: Record<string, string>): Promise<Record<string, string>> {
     const dir = await mkdtemp(join(tmpdir(), 'npm-start-malloc-'));
     dirs.push(dir);
-    const npm = spawn('npm', ['start'], {
-      cwd: ROOT,
-      detached: true,
-      env: {
-        PATH: process.env.PATH,
-        HOME: process.env.HOME,
-        HOST: '127.0.0.1',
-        PORT: '0',
-        DATA_DIR: dir,
-        FEED: 'replay',
-        MARKET_DATA_DIR: 'sample-data/market',
-        ...extra,
-      },
-      stdio: 'ignore',
-    });
-    groups.push(npm.pid!);
+    const { pgid } = startNpm(ROOT, { DATA_DIR: dir, ...extra });
+    groups.push(pgid);
     let pid: number | undefined;
-    await expect.poll(() => (pid = serviceIn(npm.pid!)), { timeout: 60_000, interval: 100 }).toBeDefined();
+    await expect.poll(() => (pid = serviceIn(pgid)?.pid), { timeout: 60_000, interval: 100 }).toBeDefined();
     const env = environ(pid!);
-    process.kill(-npm.pid!, 'SIGKILL');
+    process.kill(-pgid, 'SIGKILL');
     return env;
   }
 

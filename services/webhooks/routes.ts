@@ -143,7 +143,7 @@ const keyed = <
     sends: ['Cache-Control'],
     responses: { ...doc.responses, 400: withUnknownFilter(doc.responses[400]), ...KEYED },
   }),
-  onSend: neverStored,
+  onRequest: neverStored,
 });
 
 /**
@@ -152,9 +152,10 @@ const keyed = <
  * often hold a token of their own) and the receivers' answers. No cache, a browser's included,
  * keeps a copy, as none keeps a new API key (POST /api/keys) or an OAuth token.
  */
-async function neverStored(_request: FastifyRequest, reply: FastifyReply, payload: unknown) {
+async function neverStored(_request: FastifyRequest, reply: FastifyReply) {
+  // Set as the request arrives, so every answer carries it (refusals too) without a hook on the
+  // send path, which the app's turn-end hook must end.
   reply.header('cache-control', 'no-store');
-  return payload;
 }
 
 const DOCS = {

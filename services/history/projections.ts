@@ -3,6 +3,7 @@ import { outcomeStream } from '../../contracts/history.ts';
 import type { Call, Timeframe } from '../../contracts/market.ts';
 import { defineProjection, type Projection } from '../../projections/projection.ts';
 import { outcomeDueAt } from './outcome.ts';
+import { builtIndex } from './pending-index.ts';
 import { addPoint, type TrackRecordState } from './track-record.ts';
 
 /** Folds every resolved outcome (its call and its risk forecast) into the track record's per-day statistics. */
@@ -44,7 +45,8 @@ export interface PendingOutcomes {
 /**
  * Verdicts still waiting for their outcome: added when recorded, removed when the outcome is in
  * the log. Its size is bounded by the verdicts of the last OUTCOME_AFTER_CANDLES candles. Beside
- * them, the head of each verdict stream's outcome chain (one hash per market).
+ * them, the head of each verdict stream's outcome chain (one hash per market). The resolver reads
+ * the verdicts by market and due time (pending-index.ts), an index this fold keeps once built.
  */
 export const pendingOutcomesProjection: Projection<PendingOutcomes> = defineProjection({
   name: 'history-pending-outcomes',
@@ -55,7 +57,8 @@ export const pendingOutcomesProjection: Projection<PendingOutcomes> = defineProj
   evolve(state, event) {
     if (event.type === 'VerdictRecorded') {
       const d = event.data;
-      state.pending[event.id] = {
+      const replaced = state.pending[event.id];
+      const p: PendingVerdict = {
         verdictId: event.id,
         stream: event.stream,
         revision: event.revision,
@@ -67,8 +70,14 @@ export const pendingOutcomesProjection: Projection<PendingOutcomes> = defineProj
         feed: d.feed,
         dueAt: outcomeDueAt(d),
       };
+      state.pending[event.id] = p;
+      builtIndex(state)?.add(p, replaced);
     } else {
-      delete state.pending[event.data.verdictId];
+      const resolved = state.pending[event.data.verdictId];
+      if (resolved) {
+        delete state.pending[event.data.verdictId];
+        builtIndex(state)?.remove(resolved);
+      }
       // Only the outcome the export attaches (the first of the verdict's outcome stream) is chained.
       if (event.data.hash && event.stream === outcomeStream(event.data.verdictId))
         state.heads[event.data.verdictStream] = event.data.hash;

@@ -4,9 +4,9 @@ import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
-import { newEvent } from '../../contracts/events.ts';
+import { newEvent, parseDomainEvent } from '../../contracts/events.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
-import { FIXTURE_START, HOUR, recordHistory, syntheticVerdict } from '../../test/history-harness.ts';
+import { FIXTURE_START, HOUR, MARKETS, recordHistory, syntheticVerdict } from '../../test/history-harness.ts';
 import { type PendingOutcomes, pendingOutcomesProjection } from './projections.ts';
 import { OutcomeResolver } from './resolver.ts';
 
@@ -50,10 +50,8 @@ async function appendUnlisted(store: EventStore, count: number, from = 0) {
   await store.append('verdicts-BINANCE-NOPE-1h', events);
 }
 
-async function pendingView(store: EventStore) {
-  const runner = new ProjectionRunner(store, new MemoryProjectionStore(), pendingOutcomesProjection, {
-    logger,
-  });
+async function pendingView(store: EventStore, snapshots = new MemoryProjectionStore()) {
+  const runner = new ProjectionRunner(store, snapshots, pendingOutcomesProjection, { logger });
   runners.push(runner);
   await runner.start();
   await runner.waitFor(await store.headPosition());
@@ -168,5 +166,113 @@ describe('outcome resolver', () => {
     await pending.start();
     await pending.waitFor(await store.headPosition());
     expect(await resolver.resolveDue()).toBe(due);
+  });
+
+  it('reads only the due verdicts of a tick, not the 50,000 pending of a market backing off', async () => {
+    const { store, feed, engine } = await recordHistory({ steps: 2, settleHours: 30 });
+    const listed = Object.keys((await pendingView(store)).state.pending).length;
+    await appendUnlisted(store, 50_000);
+    const pending = await pendingView(store);
+    const { resolver } = resolverOn(store, feed, pending);
+    expect(await resolver.resolveDue()).toBe(listed);
+    expect(resolver.backingOff).toBe(1);
+
+    // The record, watched: the scan before the index read every pending verdict each tick.
+    const reads = { listed: 0, read: 0 };
+    const record = pending.state.pending;
+    pending.state.pending = new Proxy(record, {
+      ownKeys(target) {
+        reads.listed++;
+        return Reflect.ownKeys(target);
+      },
+      get(target, key, receiver) {
+        reads.read++;
+        return Reflect.get(target, key, receiver);
+      },
+    });
+    try {
+      expect(await resolver.resolveDue()).toBe(0);
+      expect(reads).toEqual({ listed: 0, read: 0 });
+      for (const m of MARKETS) await engine.getTradeCall(m);
+      feed.clock.advance(25 * HOUR);
+      await pending.waitFor(await store.headPosition());
+      expect(Object.keys(pending.state.pending)).toHaveLength(50_000 + MARKETS.length);
+      Object.assign(reads, { listed: 0, read: 0 });
+      expect(await resolver.resolveDue()).toBe(MARKETS.length);
+      // None listed; read only by the fold of the outcomes appended meanwhile (one each).
+      expect(reads.listed).toBe(0);
+      expect(reads.read).toBeLessThanOrEqual(MARKETS.length);
+      await pending.waitFor(await store.headPosition());
+      expect(Object.keys(record)).toHaveLength(50_000);
+    } finally {
+      pending.state.pending = record;
+    }
+  });
+
+  it('resolves every verdict once, each stream in order, across a reload from a snapshot and a new process, with verdicts arriving mid-tick', async () => {
+    const { store, feed, engine } = await recordHistory({ steps: 4, settleHours: 25 });
+    const snapshots = new MemoryProjectionStore();
+    const pending = await pendingView(store, snapshots);
+    const { resolver } = resolverOn(store, feed, pending, { concurrency: 2 });
+    const ask = async () => {
+      for (const m of MARKETS) await engine.getTradeCall(m);
+      feed.clock.advance(HOUR);
+    };
+    // Verdicts recorded while a tick resolves: folded into the index, resolved once due.
+    const tick = resolver.resolveDue();
+    await ask();
+    expect(await tick).toBeGreaterThan(0);
+    await ask();
+
+    // The view reloaded from its snapshot (a new state object), the same resolver.
+    await pending.stop({ drainMs: 5_000 });
+    await ask();
+    await pending.start();
+    await pending.waitFor(await store.headPosition());
+    feed.clock.advance(3 * HOUR);
+    expect(await resolver.resolveDue()).toBeGreaterThan(0);
+
+    // A new process: a new view from the snapshot and a new resolver, after more verdicts.
+    await pending.stop({ drainMs: 5_000 });
+    await ask();
+    const reloaded = await pendingView(store, snapshots);
+    const second = resolverOn(store, feed, reloaded).resolver;
+    feed.clock.advance(30 * HOUR);
+    expect(await second.resolveDue()).toBeGreaterThan(0);
+    await reloaded.waitFor(await store.headPosition());
+    expect(Object.keys(reloaded.state.pending)).toHaveLength(0);
+    expect(await second.resolveDue()).toBe(0);
+
+    const verdicts = new Map<string, { stream: string; revision: number }>();
+    const outcomes: {
+      verdictId: string;
+      stream: string;
+      revision: number;
+      prevHash: string | null;
+      hash: string;
+    }[] = [];
+    for (const event of await store.readAll()) {
+      const e = parseDomainEvent(event);
+      if (e?.type === 'VerdictRecorded') verdicts.set(e.id, { stream: e.stream, revision: e.revision });
+      if (e?.type === 'VerdictOutcomeResolved') {
+        outcomes.push({
+          verdictId: e.data.verdictId,
+          stream: e.data.verdictStream,
+          revision: e.data.verdictRevision,
+          prevHash: e.data.prevHash ?? null,
+          hash: e.data.hash!,
+        });
+      }
+    }
+    expect(verdicts.size).toBe(8 * MARKETS.length);
+    expect(outcomes.map((o) => o.verdictId).sort()).toEqual([...verdicts.keys()].sort());
+    // Each stream's outcomes in the log in revision order, each chained to the one before.
+    const heads = new Map<string, { revision: number; hash: string }>();
+    for (const o of outcomes) {
+      const head = heads.get(o.stream);
+      expect(o.revision).toBeGreaterThan(head?.revision ?? -1);
+      expect(o.prevHash).toBe(head?.hash ?? null);
+      heads.set(o.stream, o);
+    }
   });
 });

@@ -16,6 +16,7 @@ import { eventsBehind } from '../../projections/lag.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
 import { forEachLimited } from '../engine/for-each-limited.ts';
 import { resolveOutcome } from './outcome.ts';
+import { marketKey, pendingIndex } from './pending-index.ts';
 import type { PendingOutcomes, PendingVerdict } from './projections.ts';
 
 /**
@@ -42,7 +43,9 @@ interface Backoff {
  * outcomes already, and resolving them again would cost a read, a candle fetch and a refused
  * append each. A market whose candles cannot be had is skipped until its backoff passes (doubling
  * from the tick interval), so a coin the feed does not list (delisted, or absent from a replay)
- * costs one failed fetch per backoff, not one per pending verdict per tick.
+ * costs one failed fetch per backoff, not one per pending verdict per tick. A tick reads the pending
+ * view through its index by market and due time (pending-index.ts): it looks at each market's
+ * earliest due time and at the verdicts due, so its cost follows what is due, not what is pending.
  *
  * Each outcome is chained to the previous outcome of its verdict stream (outcome.ts): a stream's
  * verdicts are resolved one at a time, oldest first, and the head each links to is the one this
@@ -131,14 +134,11 @@ export class OutcomeResolver {
     this.forgetStale();
     const now = feed.now();
     const wall = clock();
-    const due = Object.values(pending.state.pending).filter(
-      (p) =>
-        p.dueAt <= now &&
-        p.feed === feed.kind &&
-        !this.inFlight.has(p.verdictId) &&
-        !this.gaps.has(p.verdictId) &&
-        !this.waiting(p, wall),
-    );
+    const due = pendingIndex(pending.state)
+      .due(feed.kind, now, (market) => (this.markets.get(market)?.retryAt ?? Number.NEGATIVE_INFINITY) > wall)
+      .filter(
+        (p) => !this.inFlight.has(p.verdictId) && !this.gaps.has(p.verdictId) && !this.waiting(p, wall),
+      );
     if (due.length === 0) return 0;
     if (!this.caughtUp) {
       const head = await store.headPosition();
@@ -205,12 +205,11 @@ export class OutcomeResolver {
   /** Backoffs of verdicts no longer pending (labelled elsewhere) and of markets with none pending. */
   private forgetStale(): void {
     if (this.verdicts.size === 0 && this.markets.size === 0) return;
-    const pending = this.deps.pending.state.pending;
-    for (const id of this.verdicts.keys()) if (!(id in pending)) this.verdicts.delete(id);
+    const { state } = this.deps.pending;
+    for (const id of this.verdicts.keys()) if (!(id in state.pending)) this.verdicts.delete(id);
     if (this.markets.size === 0) return;
-    const live = new Set<string>();
-    for (const p of Object.values(pending)) live.add(marketKey(p));
-    for (const key of this.markets.keys()) if (!live.has(key)) this.markets.delete(key);
+    const index = pendingIndex(state);
+    for (const key of this.markets.keys()) if (!index.hasMarket(key)) this.markets.delete(key);
   }
 
   private async resolveOne(p: PendingVerdict): Promise<boolean> {
@@ -265,10 +264,6 @@ export class OutcomeResolver {
       throw err;
     }
   }
-}
-
-function marketKey(p: PendingVerdict): string {
-  return `${p.feed}|${p.exchange}|${p.coin}|${p.timeframe}`;
 }
 
 /**

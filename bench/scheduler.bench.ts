@@ -25,7 +25,7 @@ import {
   type Timeframe,
 } from '../contracts/market.ts';
 import { createSignalEngine } from '../services/engine/engine.ts';
-import { WARMUP_CANDLES } from '../services/engine/market-states.ts';
+import { warmupCandles } from '../services/engine/market-states.ts';
 import { VerdictScheduler } from '../services/engine/scheduler.ts';
 import { defaultCalibration } from '../services/engine/signals/default-calibration.ts';
 import { createMarketState, type MarketState } from '../services/engine/signals/market-state.ts';
@@ -149,7 +149,7 @@ async function indicatorsRound(path: Candle[], markets: number): Promise<number>
       for (const timeframe of TIMEFRAMES) {
         feed.setNow(MIDNIGHT - 60_000);
         const state = createMarketState({ exchange, coin, timeframe });
-        for (const c of await feed.candles(exchange, coin, timeframe, { limit: WARMUP_CANDLES }))
+        for (const c of await feed.candles(exchange, coin, timeframe, { limit: warmupCandles(timeframe) }))
           state.update(c);
         feed.setNow(MIDNIGHT);
         const [next] = await feed.candles(exchange, coin, timeframe, { limit: 1 });

@@ -34,7 +34,7 @@ import { keptAnswer } from './answer-revisions.ts';
 import { forEachLimited } from './for-each-limited.ts';
 import { isFresh } from './funding-arb.ts';
 import { scanFundingArb } from './funding-scan.ts';
-import { MarketStates, WARMUP_CANDLES } from './market-states.ts';
+import { MarketStates, warmupCandles } from './market-states.ts';
 import { describeFailure } from './operation-errors.ts';
 import type { EngineOperations, OperationContext } from './operations.ts';
 import { recordedVolatility } from './recorded-volatility.ts';
@@ -312,7 +312,7 @@ export class SignalEngine implements EngineOperations {
     // The feed hands out the newest candles: reach back past the closes after `before` as well.
     const beyond = Math.max(0, Math.round((nowClose - latestClose) / tfMs));
     const candles = await this.feed.candles(exchange, coin, timeframe, {
-      limit: WARMUP_CANDLES + take + 1 + beyond,
+      limit: warmupCandles(timeframe) + take + 1 + beyond,
     });
     const state = createMarketState({ exchange, coin, timeframe });
     let recorded = 0;

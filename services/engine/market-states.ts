@@ -9,9 +9,40 @@ import {
   type Timeframe,
 } from '../../contracts/market.ts';
 import { createMarketState, type MarketState } from './signals/index.ts';
+import { longestVarianceHalfLife } from './signals/volatility.ts';
 
-/** Closed candles fed to a new state: enough for SMA200 and the 200-candle percentile windows. */
-export const WARMUP_CANDLES = 500;
+/** Closed candles enough for SMA200 and the 200-candle percentile windows. */
+const INDICATOR_WARMUP = 500;
+
+/** Half-lives of its longest variance a new state is fed: its start then weighs 2^-15 (3e-5). */
+const VARIANCE_WARMUP_HALF_LIVES = 15;
+
+/**
+ * At most this many (5m's need): a 1m state would need 21,600 (22 venue requests before a first
+ * answer). 3m states get nine half-lives, 1m states three: their day rows, never evaluated, still
+ * carry part of their warm-up's first day after a restart.
+ */
+const MAX_WARMUP = 4_320;
+
+/**
+ * Closed candles fed to a new state: the indicators' windows, and fifteen half-lives of its
+ * longest variance (1,800 candles; 4,320 on 5m, whose day model reads an hourly variance with a
+ * one-day half-life). Fed 500, a state rebuilt after a restart served a σ 0.89–1.22× that of a
+ * state fed the whole history (the evaluator's) on the 1h day row and 0.33–1.27× on the 5m day
+ * row, at sample closes of the shared data's spot coins; fed ten half-lives, 5m day rows still
+ * read 0.93–0.99× eleven days after the October 2025 crash, whose hourly squared returns were
+ * many times a quiet day's (served-sigma.int.test.ts holds it within 0.5 %).
+ */
+export function warmupCandles(timeframe: Timeframe): number {
+  const variances = Math.ceil(VARIANCE_WARMUP_HALF_LIVES * longestVarianceHalfLife(timeframe));
+  return Math.min(MAX_WARMUP, Math.max(INDICATOR_WARMUP, variances));
+}
+
+/**
+ * 1h candles a new 2h…1d state reads for its fine variance (a one-day EWMA: 500 hours leave the
+ * hours before them a weight under 1e-6).
+ */
+const FINE_WARMUP_HOURS = 500;
 
 const HOUR_MS = TIMEFRAME_MS['1h'];
 
@@ -56,14 +87,14 @@ export class MarketStates {
       const behind = existing ? this.closesBehind(existing, timeframe) : Number.POSITIVE_INFINITY;
       if (existing && behind <= 0) return existing;
       // A state far behind (a long pause) is rebuilt rather than fed a gap it cannot see.
-      const fresh = !existing || behind > WARMUP_CANDLES;
+      const warmup = warmupCandles(timeframe);
+      const fresh = !existing || behind > warmup;
       const state = fresh ? createMarketState({ exchange, coin, timeframe }) : existing;
       const candles = await this.feed.candles(exchange, coin, timeframe, {
-        limit: fresh ? WARMUP_CANDLES : behind + 1,
+        limit: fresh ? warmup : behind + 1,
       });
-      // A state on 2h…1d also reads the same market's 1h candles (its fine variance, a one-day
-      // EWMA: 500 hours leave the hours before them a weight under 1e-6), each fed before the
-      // candle holding its close.
+      // A state on 2h…1d also reads the same market's 1h candles (its fine variance), each fed
+      // before the candle holding its close; its earlier candles count their own squared return.
       // Only the risk forecast's next-candle and day rows read them: a venue that fails the 1h
       // read (a timeout, a rate limit, no such market) must not cost the market its verdict,
       // regime and scans, so the state advances without them (those candles fall back to their
@@ -72,7 +103,7 @@ export class MarketStates {
         ? await this.hoursOf(
             exchange,
             coin,
-            Math.min(WARMUP_CANDLES, fresh ? WARMUP_CANDLES : (behind + 1) * (tfMs / HOUR_MS) + 1),
+            Math.min(FINE_WARMUP_HOURS, fresh ? FINE_WARMUP_HOURS : (behind + 1) * (tfMs / HOUR_MS) + 1),
           ).catch((err: unknown) => {
             this.logger?.warn(
               { err, exchange, coin, timeframe },

@@ -229,6 +229,20 @@ export const hasFine = (timeframe: Timeframe) => {
   return ms >= 2 * HOUR_MS && ms % HOUR_MS === 0;
 };
 
+/**
+ * The longest half-life, in candles of `timeframe`, among the variances a market state keeps: the
+ * slow EWMA's, and on candles shorter than an hour the hourly variance's day (a 5m state's
+ * remembers 288 candles). A state fed fewer candles than several of these serves a σ that still
+ * carries its start (the EWMAs' seed, the first day's hourly returns), not the σ of a state fed
+ * the whole history, which is the one the evaluation scored. The fine variance's day is at most
+ * 12 candles on the timeframes that keep one, and reads 1h candles of its own.
+ */
+export function longestVarianceHalfLife(timeframe: Timeframe): number {
+  const slow = Math.max(...VOL_HALF_LIVES);
+  if (!hasHourly(timeframe)) return slow;
+  return Math.max(slow, (HOURLY_HALF_LIFE_HOURS * HOUR_MS) / TIMEFRAME_MS[timeframe]);
+}
+
 /** The regression's inputs: logs of the three variances scaled to the horizon. */
 export function harFeatures(variances: readonly number[], horizon: number): [number, number, number] {
   return [

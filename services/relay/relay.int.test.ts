@@ -332,6 +332,41 @@ describe('Relay', () => {
     await bus.close();
   });
 
+  it('says in its log which side failed: publishing to the bus or saving the checkpoint', async () => {
+    const lines: { msg: string; bus?: string }[] = [];
+    const captured = pino({ level: 'warn' }, { write: (line: string) => lines.push(JSON.parse(line)) });
+    const store = new MemoryEventStore();
+    const ids = await appendEvents(store, 6);
+    const bus = new ScriptedBus();
+    // The first page's first publish fails (nothing acknowledged, nothing to save); the next page
+    // is acknowledged and its checkpoint's first save fails.
+    bus.failFirst.set(ids[0]!, 1);
+    const inner = new MemoryProjectionStore();
+    let saveFailures = 1;
+    const flaky: ProjectionStore = {
+      load: (name) => inner.load(name),
+      delete: (name) => inner.delete(name),
+      save: async <S>(name: string, snapshot: StoredProjection<S>) => {
+        if (saveFailures-- > 0) throw new Error('timeout');
+        await inner.save(name, snapshot);
+      },
+    };
+    const { relay } = relayWith({ store, bus, checkpoints: flaky, maxInFlight: 10, logger: captured });
+    await relay.start();
+    await waitFor(() => relay.checkpoint === 6, 'the checkpoint at the head');
+    await relay.stop();
+    const failures = lines.filter((l) => l.msg.startsWith('relay:')).map((l) => [l.msg, l.bus]);
+    expect(failures).toContainEqual([
+      'relay: publishing to the bus failed; retrying from the checkpoint',
+      'memory',
+    ]);
+    expect(failures).toContainEqual([
+      'relay: saving the checkpoint to the projection store failed; retrying',
+      'memory',
+    ]);
+    await bus.close();
+  });
+
   it('stop() waits for the page in flight and saves its checkpoint', async () => {
     const store = new MemoryEventStore();
     await appendEvents(store, 6);

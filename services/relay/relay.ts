@@ -97,6 +97,8 @@ export class Relay {
   private published = 0;
   private duplicates = 0;
   private failures = 0;
+  /** What the loop is doing, so a failure's log line names the side that failed. */
+  private step: 'publish' | 'checkpoint' = 'publish';
   private running = false;
   /** Whether the feed hands this relay pages (not while the queue is full). */
   private fed = false;
@@ -236,15 +238,21 @@ export class Relay {
         }
       }
       try {
-        if (this.queue.length === 0 && this.received === this.current) await this.save(this.current);
-        else await this.publishNext();
+        if (this.queue.length === 0 && this.received === this.current) {
+          this.step = 'checkpoint';
+          await this.save(this.current);
+        } else await this.publishNext();
         attempt = 0;
       } catch (err) {
         this.failures++;
         attempt++;
+        // Which side failed, in words: a bus that is away and a store that is away both end in a
+        // bare "timeout" from their drivers, and an operator reading it must know which to look at.
         this.logger.warn(
-          { err, checkpoint: this.current, attempt },
-          'relay page failed; retrying from checkpoint',
+          { err, checkpoint: this.current, attempt, bus: this.bus.kind },
+          this.step === 'publish'
+            ? 'relay: publishing to the bus failed; retrying from the checkpoint'
+            : 'relay: saving the checkpoint to the projection store failed; retrying',
         );
         if (this.running) await this.sleep(this.backoffMs(attempt));
       }
@@ -284,6 +292,7 @@ export class Relay {
    * that did get through by msgId).
    */
   private async publishNext(): Promise<void> {
+    this.step = 'publish';
     const page = this.queue.slice(0, this.maxInFlight);
     const results = await Promise.allSettled(
       page.map((event) =>
@@ -310,6 +319,7 @@ export class Relay {
         ? page[acked]!.position - 1
         : this.queue[page.length]!.position - 1;
     if (checkpoint > this.current) {
+      this.step = 'checkpoint';
       // Saved at once after a publish; a stretch of passed-over events waits for the throttle
       // (its events are read again after a crash, none published).
       if (acked > 0 || this.unsaved >= this.skipSaveEvents || Date.now() - this.savedAt >= this.skipSaveMs) {
@@ -319,7 +329,11 @@ export class Relay {
     }
     this.queue.splice(0, acked);
     this.published += acked;
-    if (failure !== null) throw failure;
+    if (failure !== null) {
+      // The acknowledged prefix's checkpoint was saved; what is thrown is the publish's failure.
+      this.step = 'publish';
+      throw failure;
+    }
   }
 
   private backoffMs(attempt: number): number {

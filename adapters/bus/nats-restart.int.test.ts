@@ -226,10 +226,11 @@ describe.skipIf(!haveBinary)('the first connect while nats-server is down', () =
   it('gives up after its startup timeout with an error that names the server and the cause', async () => {
     await server.kill();
     const started = Date.now();
+    const lines: { msg: string; natsUrl?: string }[] = [];
     const failure = await connectNatsBus({
       url: server.url,
       stream: `GONE_${randomUUID().slice(0, 8)}`,
-      logger,
+      logger: pino({ level: 'warn' }, { write: (line: string) => lines.push(JSON.parse(line)) }),
       requestTimeoutMs: 500,
       startupTimeoutMs: 1_200,
     }).then(
@@ -239,6 +240,10 @@ describe.skipIf(!haveBinary)('the first connect while nats-server is down', () =
     expect(failure?.message).toMatch(
       new RegExp(`NATS at ${server.url} not usable within 1200 ms \\(\\d+ tries\\)`),
     );
+    // Every try's line names the servers it tried, not only the last error.
+    const tries = lines.filter((l) => l.msg === 'NATS not usable yet; retrying');
+    expect(tries.length).toBeGreaterThan(0);
+    for (const line of tries) expect(line.natsUrl).toBe(server.url);
     expect(Date.now() - started).toBeGreaterThanOrEqual(1_200);
   });
 

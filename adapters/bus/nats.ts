@@ -86,7 +86,9 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<NatsBus> 
     return await retryTransient(
       () => openOnce(options, subjectPrefix, logger, requestTimeoutMs, startupTimeoutMs),
       startupTimeoutMs,
-      logger,
+      // Each try's line names the servers it tried (password masked): a role cannot reach NATS
+      // while it starts is diagnosed from this line alone, as readiness is not served yet.
+      logger.child({ natsUrl: maskUrlCredentials(options.url) }),
       'NATS not usable yet; retrying',
       (attempt, err) => {
         gaveUp = new Error(

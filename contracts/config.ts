@@ -149,6 +149,15 @@ export const ConfigSchema = z
      */
     SHUTDOWN_TIMEOUT_MS: positiveInt.default(15_000),
     /**
+     * On SIGTERM, how long the process goes on serving with /readyz answering 503 (check
+     * `shutdown`) before it stops taking connections, so a load balancer that health-checks
+     * /readyz takes it out of its pool while it still answers and sends it no call that would be
+     * refused. Spent before SHUTDOWN_TIMEOUT_MS, which then runs as before; only by a process that
+     * runs the api role (the others have no callers). 0 (default): the listener closes as the
+     * signal arrives.
+     */
+    SHUTDOWN_DRAIN_MS: nonNegativeInt.default(0),
+    /**
      * /readyz is not ready once an append of this process has waited longer than this (ms) and none
      * finished for as long; ready again below half of it (adapters/event-store/append-watch.ts).
      */

@@ -73,11 +73,13 @@ async function main(): Promise<void> {
     }
     first = { signal, at: now };
     logger.info({ signal }, 'shutting down');
+    // The drain (SHUTDOWN_DRAIN_MS) comes first and is not taken from the stop's own time.
+    const timeoutMs = config.SHUTDOWN_DRAIN_MS + config.SHUTDOWN_TIMEOUT_MS;
     const timer = setTimeout(() => {
-      logger.error({ timeoutMs: config.SHUTDOWN_TIMEOUT_MS }, 'shutdown timed out: exiting');
+      logger.error({ timeoutMs }, 'shutdown timed out: exiting');
       flushLogs(logger);
       killSelf();
-    }, config.SHUTDOWN_TIMEOUT_MS);
+    }, timeoutMs);
     timer.unref();
     service.stop().then(
       () => exitGuarded(0),

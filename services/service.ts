@@ -165,6 +165,11 @@ export async function startService(config: Config, roles: Role[], logger: Logger
       url,
       stop() {
         stopping ??= (async () => {
+          // Only a process serving calls has a balancer to leave: the other roles stop at once,
+          // so one settings file can carry the drain for every role.
+          if (config.SHUTDOWN_DRAIN_MS > 0 && roles.includes('api')) {
+            await drain(readiness, config.SHUTDOWN_DRAIN_MS, logger);
+          }
           await closeHttp(httpApp, Math.floor(config.SHUTDOWN_TIMEOUT_MS / 3), logger);
           for (const slice of [...started].reverse()) {
             await slice
@@ -185,6 +190,24 @@ export async function startService(config: Config, roles: Role[], logger: Logger
     await adapters.close();
     throw err;
   }
+}
+
+/**
+ * Goes on serving for `drainMs` with /readyz not ready (check `shutdown`), so a load balancer that
+ * health-checks /readyz takes this process out of its pool before its listener closes: closed at
+ * once, the calls the balancer sends it until its checks fail are refused.
+ */
+async function drain(readiness: Readiness, drainMs: number, logger: Logger): Promise<void> {
+  const closesAt = Date.now() + drainMs;
+  readiness.add('shutdown', async () => ({
+    ok: false,
+    detail: `stopping: still serving, the listener closes in ${Math.max(0, closesAt - Date.now())} ms (SHUTDOWN_DRAIN_MS)`,
+  }));
+  logger.info(
+    { drainMs },
+    'draining: /readyz answers 503 while requests are still served, then the listener closes',
+  );
+  await new Promise((resolve) => setTimeout(resolve, drainMs));
 }
 
 /**

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import type { RecordedEvent } from '../../contracts/envelope.ts';
 import type { EventData } from '../../contracts/events.ts';
 import { outcomeStream, revealTime } from '../../contracts/history.ts';
+import { encodeCursor } from './cursor.ts';
 import { outcomeDueAt } from './outcome.ts';
 import { historyRow } from './rows.ts';
 
@@ -820,6 +821,69 @@ export function tailOf(outcome: Buffer): Buffer {
 
 /** Where the cursor field begins, after the tail's last field: `,"cursor":"`. */
 const CURSOR_FIELD = Buffer.from(',"cursor":"');
+/** Base64url's alphabet, as byte values. */
+const BASE64URL = Buffer.from('ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_');
+/** The cursor's text before it is base64url-encoded (cursor.ts): `h2:<position>:<tag>`, at most 32 bytes. */
+const cursorText = new Uint8Array(40);
+/** Bytes of a UUID, and where its last group (the tag) begins. */
+const UUID_BYTES = 36;
+const TAG_AT = 24;
+
+/**
+ * The length of the text `encodeCursor(position, id)` encodes, when it can be written from the
+ * record's bytes (`writeCursor`): a whole position and a UUID id, which `encodeCursor` tags with its
+ * last group; -1 otherwise.
+ */
+function cursorTextBytes(v: Buffer, position: number): number {
+  if (!Number.isSafeInteger(position) || position < 0) return -1;
+  const a = verdictStringStart(v, F_ID);
+  if (a < 0 || verdictStringEnd(v, F_ID) - a !== UUID_BYTES || v[a + TAG_AT - 1] !== 45) return -1;
+  // ASCII throughout (36 bytes are 36 characters, as encodeCursor counts), no dash in the tag.
+  for (let i = a; i < a + UUID_BYTES; i++) if (v[i]! >= 0x80 || (i >= a + TAG_AT && v[i] === 45)) return -1;
+  let digits = 1;
+  for (let p = position; p >= 10; p = Math.floor(p / 10)) digits++;
+  return 3 + digits + 1 + (UUID_BYTES - TAG_AT);
+}
+
+/**
+ * Writes `encodeCursor(position, id)` at `o` in `out` from the record's id bytes, `n` its text's
+ * length (`cursorTextBytes`): no string is made of the id, the text or its base64url. Returns where
+ * it ends.
+ */
+function writeCursor(v: Buffer, position: number, n: number, out: Buffer, o: number): number {
+  const text = cursorText;
+  text[0] = 104; // h2:
+  text[1] = 50;
+  text[2] = 58;
+  let t = n - (UUID_BYTES - TAG_AT) - 1;
+  text[t] = 58;
+  for (let p = position, i = t - 1; i >= 3; i--, p = Math.floor(p / 10)) text[i] = 48 + (p % 10);
+  const tag = verdictStringStart(v, F_ID) + TAG_AT;
+  for (let i = 0; i < UUID_BYTES - TAG_AT; i++) text[++t] = v[tag + i]!;
+  let i = 0;
+  for (; i + 3 <= n; i += 3) {
+    const x = (text[i]! << 16) | (text[i + 1]! << 8) | text[i + 2]!;
+    out[o++] = BASE64URL[x >> 18]!;
+    out[o++] = BASE64URL[(x >> 12) & 63]!;
+    out[o++] = BASE64URL[(x >> 6) & 63]!;
+    out[o++] = BASE64URL[x & 63]!;
+  }
+  // No padding, as Buffer's base64url writes it.
+  if (n - i === 1) {
+    const x = text[i]!;
+    out[o++] = BASE64URL[x >> 2]!;
+    out[o++] = BASE64URL[(x & 3) << 4]!;
+  } else if (n - i === 2) {
+    const x = (text[i]! << 8) | text[i + 1]!;
+    out[o++] = BASE64URL[x >> 10]!;
+    out[o++] = BASE64URL[(x >> 4) & 63]!;
+    out[o++] = BASE64URL[(x & 15) << 2]!;
+  }
+  return o;
+}
+
+/** Characters (bytes) of the base64url of `n` bytes, without padding. */
+const base64urlLength = (n: number): number => Math.floor((n * 4 + 2) / 3);
 
 /**
  * A revealed row as stored bytes: its line is the verdict's head, `tail` without its closing
@@ -827,14 +891,33 @@ const CURSOR_FIELD = Buffer.from(',"cursor":"');
  * position and id at export time, so no stored record changes), then a line break.
  */
 export class StoredLine {
+  /** The length of the cursor's text written from the record (`cursorTextBytes`), or -1. */
+  private readonly cursorText: number;
+  /** Base64url: nothing in it to escape, one byte a character. */
+  private cursorString: string | null;
+  /**
+   * `cursor`: the row's cursor as text; or null, and the cursor is written from `position` and the
+   * record's id as `encodeCursor` writes it, without making a string per row.
+   */
   constructor(
     readonly verdict: Buffer,
     readonly tail: Uint8Array,
-    /** Base64url: nothing in it to escape, one byte a character. */
-    readonly cursor: string,
-  ) {}
+    cursor: string | null,
+    private readonly position = 0,
+  ) {
+    this.cursorString = cursor;
+    this.cursorText = cursor === null ? cursorTextBytes(verdict, position) : -1;
+  }
+  /** The row's cursor (cursor.ts). */
+  get cursor(): string {
+    this.cursorString ??= encodeCursor(this.position, fieldOf(this.verdict, F_ID));
+    return this.cursorString;
+  }
+  private get cursorBytes(): number {
+    return this.cursorText >= 0 ? base64urlLength(this.cursorText) : this.cursor.length;
+  }
   get byteLength(): number {
-    return headBytes(this.verdict) + this.tail.length - 1 + CURSOR_FIELD.length + this.cursor.length + 3;
+    return headBytes(this.verdict) + this.tail.length - 1 + CURSOR_FIELD.length + this.cursorBytes + 3;
   }
   /** Writes the line at `at` in `out` (room for `byteLength` assumed); returns where it ends. */
   writeTo(out: Buffer, at: number): number {
@@ -842,7 +925,8 @@ export class StoredLine {
     out.set(this.tail.subarray(0, this.tail.length - 1), o);
     o += this.tail.length - 1;
     o += CURSOR_FIELD.copy(out, o);
-    o += out.write(this.cursor, o, 'latin1');
+    if (this.cursorText >= 0) o = writeCursor(this.verdict, this.position, this.cursorText, out, o);
+    else o += out.write(this.cursor, o, 'latin1');
     out[o++] = 34;
     out[o++] = 125;
     out[o++] = 10;

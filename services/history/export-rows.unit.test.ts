@@ -162,4 +162,28 @@ describe('export rows: stored bytes of a history row', () => {
     expect(stored.length).toBeLessThanOrEqual(1_340);
     expect(line(stored, NO_OUTCOME_TAIL)).toBe(JSON.stringify(historyRow(full, null, revealAt)));
   });
+
+  it('writes the cursor from the position and the record id as encodeCursor does, without a string per row', () => {
+    const ids = [
+      verdict.id,
+      'F0E1D2C3-B4A5-4968-8776-655443322110',
+      // Not a UUID: encodeCursor tags these from the id without its dashes (the string path).
+      'abc',
+      '0123456789abcdef0123456789abcdef0123',
+      '01234567-89ab-cdef-0123-4567-9abcdef',
+      'é1234567-89ab-cdef-0123-456789abcdef',
+    ];
+    // Positions of 1 to 16 digits: the text's length mod 3 takes each base64url ending.
+    const positions = [1, 9, 10, 99, 100, 12_345, 999_999, 2 ** 40 + 7, Number.MAX_SAFE_INTEGER];
+    for (const id of ids) {
+      for (const position of positions) {
+        const v = storedVerdict({ ...verdict, id, position });
+        const expected = new StoredLine(v, NO_OUTCOME_TAIL, encodeCursor(position, id));
+        const written = new StoredLine(v, NO_OUTCOME_TAIL, null, position);
+        expect(written.cursor).toBe(encodeCursor(position, id));
+        expect(written.byteLength).toBe(expected.byteLength);
+        expect(written.toBuffer().toString()).toBe(expected.toBuffer().toString());
+      }
+    }
+  });
 });

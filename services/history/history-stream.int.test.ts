@@ -112,6 +112,29 @@ it.each([
   },
 );
 
+it('NDJSON sends the same bytes to a client that reads slowly as to one that reads at once', async () => {
+  // The writer writes into a chunk again once the answer says every byte given has left
+  // (writers.ts `sent`): over the Unix socket's small buffers, a slow reader keeps bytes pending.
+  const headers = { authorization: `Bearer ${key}` };
+  const fast = await (await request(`${server.url}/api/verdicts`, { headers })).body.text();
+  const agent = new Agent({ connect: { socketPath } });
+  try {
+    const res = await request('http://localhost/api/verdicts', { headers, dispatcher: agent });
+    const parts: Buffer[] = [];
+    let n = 0;
+    for await (const chunk of res.body as AsyncIterable<Buffer>) {
+      parts.push(chunk);
+      // A pause every few reads: the socket fills, then drains, many times over the export.
+      if (++n % 4 === 0) await new Promise((r) => setTimeout(r, 5));
+    }
+    const slow = Buffer.concat(parts).toString();
+    expect(slow.split('\n')).toHaveLength(MARKETS * PER_MARKET + 1);
+    expect(slow === fast, 'the slow read differs from the fast one').toBe(true);
+  } finally {
+    await agent.destroy();
+  }
+});
+
 /** Counts the turns of the event loop (one immediate a turn) while `work` runs. */
 async function turnsDuring(work: () => Promise<unknown>): Promise<number> {
   let turns = 0;

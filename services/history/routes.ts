@@ -376,7 +376,11 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
             throw err;
           }
           body = ready.stream();
-        } else body = historyStream(format, source, trailer);
+        } else {
+          // Nothing pending in the answer nor its socket: every chunk written so far is with the
+          // kernel, so the writer may write into one again (writers.ts `sent`).
+          body = historyStream(format, source, trailer, () => reply.raw.writableLength === 0);
+        }
         reply
           .header('content-type', HISTORY_MEDIA_TYPES[format])
           .header('cache-control', 'no-store')

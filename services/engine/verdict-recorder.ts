@@ -75,10 +75,16 @@ async function recordInTurn(
     const { last, revision } = await lastVerdict(store, stream);
     if (
       last &&
-      last.data.candleCloseTime >= draft.candleCloseTime &&
-      last.data.engineVersion === draft.engineVersion
+      (last.data.candleCloseTime > draft.candleCloseTime ||
+        (last.data.candleCloseTime === draft.candleCloseTime &&
+          last.data.engineVersion === draft.engineVersion))
     ) {
-      // Already recorded for this candle (or superseded by a later one): serve what is on record.
+      // Already recorded for this candle, or superseded by a later one: serve what is on record.
+      // A later candle on record wins whatever engine version recorded it, so a chain never steps
+      // back in time: a clock behind the log (a replay started again at its data's start, on a log
+      // recorded before the replay clock was kept in it) would otherwise chain a new engine's
+      // verdicts for earlier candles after the older engine's later ones. A new engine version may
+      // still record the candle on record (one verdict per candle and engine version).
       return last;
     }
     const content: VerdictContent = { ...draft, prevHash: last?.data.hash ?? null };

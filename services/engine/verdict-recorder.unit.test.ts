@@ -159,6 +159,29 @@ describe('recordVerdict', () => {
     expect(await store.headPosition()).toBe(1);
   });
 
+  it('never chains an older candle after a later one, whatever engine version recorded the later one', async () => {
+    // An upgrade that changes the engine version, on a log whose replay clock was not kept, starts
+    // the replay again at its data's start: the new engine's candles are older than the chain's last.
+    const store = new MemoryEventStore();
+    const later = await recordVerdict(store, draft(5));
+    const older = await recordVerdict(store, { ...draft(4), engineVersion: 'e2' });
+    expect(older.id).toBe(later.id);
+    expect(await store.headPosition()).toBe(1);
+    // The candle on record may be recorded again by the new engine version, and the chain goes on.
+    const again = await recordVerdict(store, { ...draft(5), engineVersion: 'e2' });
+    const next = await recordVerdict(store, { ...draft(6), engineVersion: 'e2' });
+    expect([again.id, next.id]).not.toContain(later.id);
+    const verdicts = (await store.readStream(verdictStream(draft(0))))
+      .filter((e) => e.type === 'VerdictRecorded')
+      .map((e) => e.data as EventData<'VerdictRecorded'>);
+    expect(verdicts.map((v) => [v.candleCloseTime - draft(0).candleCloseTime, v.engineVersion])).toEqual([
+      [5 * HOUR, 'e1'],
+      [5 * HOUR, 'e2'],
+      [6 * HOUR, 'e2'],
+    ]);
+    expect(verifyVerdictChain(verdicts)).toEqual({ ok: true });
+  });
+
   it('refuses a malformed verdict before writing anything', async () => {
     const store = new MemoryEventStore();
     await expect(recordVerdict(store, { ...draft(0), confidence: 140 })).rejects.toThrow();

@@ -644,37 +644,81 @@ export function unescapeInputs(v: Uint8Array, from: number, to: number, out: Uin
   return o;
 }
 
+/** A DataView of the last buffer met in each role (records, literals, output chunks), by its ArrayBuffer. */
+const viewed: (ArrayBufferLike | null)[] = [null, null, null];
+const views: DataView[] = viewed.map(() => new DataView(new ArrayBuffer(0)));
+const RECORDS = 0;
+const LITERALS = 1;
+const OUTPUT = 2;
+function viewOf(b: Uint8Array, role: number): DataView {
+  if (viewed[role] !== b.buffer) {
+    viewed[role] = b.buffer;
+    views[role] = new DataView(b.buffer);
+  }
+  return views[role]!;
+}
+
+/**
+ * Copies bytes `from..to` of `s` to `d` at `o` (offsets in their ArrayBuffers), four at a time: a
+ * head's runs are 10-20 bytes, too short for a native copy to pay, and a byte loop copied them at
+ * a third more CPU. Returns where it ends.
+ */
+function copyWords(s: DataView, from: number, to: number, d: DataView, o: number): number {
+  let i = from;
+  for (; i + 8 <= to; i += 8, o += 8) {
+    d.setUint32(o, s.getUint32(i));
+    d.setUint32(o + 4, s.getUint32(i + 4));
+  }
+  if (i + 4 <= to) {
+    d.setUint32(o, s.getUint32(i));
+    i += 4;
+    o += 4;
+  }
+  for (; i < to; i++) d.setUint8(o++, s.getUint8(i));
+  return o;
+}
+
 /**
  * Writes the record's NDJSON head at `at` in `out` (room for `headBytes` assumed): its template's
  * literal with each hole filled, from a column or the record's next text. Returns where it ends.
- * No string is made of the record: short runs are copied byte by byte, long ones natively.
+ * No string is made of the record: the runs are copied a word at a time (`copyWords`).
  */
 function writeHead(v: Buffer, out: Buffer, at: number): number {
   const c = verdictColumnsEnd(v);
   const t = templateAt(v, c);
   const lit = t.lit;
   const holes = t.holes;
+  const record = viewOf(v, RECORDS);
+  const literal = viewOf(lit, LITERALS);
+  const output = viewOf(out, OUTPUT);
+  // Offsets in the ArrayBuffers the views span.
+  const vb = v.byteOffset;
+  const lb = lit.byteOffset;
+  const ob = out.byteOffset;
   let p = c + TEXTS_AT;
-  let o = at;
+  let o = at + ob;
   let from = 0;
   for (let h = 0; h < holes.length; h += 3) {
     const place = holes[h]!;
     const kind = holes[h + 1]!;
-    o = copyBytes(lit, from, place, out, o);
+    o = copyWords(literal, lb + from, lb + place, output, o);
     from = place;
     if (kind === H_TEXT) {
       let n = v[p++]!;
       if (n & 0x80) n = (n & 0x7f) | (v[p++]! << 7);
-      o = copyBytes(v, p, p + n, out, o);
+      o = copyWords(record, vb + p, vb + p + n, output, o);
       p += n;
     } else {
       const k = holes[h + 2]!;
       const a = verdictStringStart(v, k);
       const b = verdictStringEnd(v, k);
-      o = kind === H_COLUMN ? copyBytes(v, a, b, out, o) : escapeBytes(v, a, b, out, o);
+      o =
+        kind === H_COLUMN
+          ? copyWords(record, vb + a, vb + b, output, o)
+          : escapeBytes(v, a, b, out, o - ob) + ob;
     }
   }
-  return copyBytes(lit, from, lit.length, out, o);
+  return copyWords(literal, lb + from, lb + lit.length, output, o) - ob;
 }
 
 /** An upper bound on the bytes of the plain inputs' JSON `writeInputs` writes for this record. */

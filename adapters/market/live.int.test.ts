@@ -1,5 +1,5 @@
 import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Candle, Exchange } from '../../contracts/market.ts';
 import { aggregateCandles } from './aggregate.ts';
 import { readCandleFile, readFundingFile } from './csv.ts';
@@ -11,6 +11,7 @@ import {
 } from './errors.ts';
 import { type FixtureRoute, fixtureFetch } from './fixture-fetch.ts';
 import { LiveFeed, type LiveFeedOptions } from './live.ts';
+import { type LocalVenue, startLocalVenue } from './local-venue.ts';
 import { SHIPPED_MARKET_DIR } from './replay.ts';
 
 const T = Date.UTC(2025, 9, 25, 10, 32); // the moment the fixtures were cut at
@@ -175,8 +176,9 @@ describe('live feed: candles from each venue', () => {
       ...ROUTES,
     ];
     const { feed, requests } = liveFeed(routes);
+    // No candles at all up to the last close: the venue failed to answer, not a market without history.
     await expect(feed.candles('BINANCE_SPOT', 'BTC', '1m', { limit: 5 })).rejects.toThrow(
-      InsufficientHistoryError,
+      VenueUnavailableError,
     );
     const klines = requests.find((r) => r.url.includes('/klines'))!;
     expect(new URL(klines.url).searchParams.get('interval')).toBe('1m');
@@ -331,5 +333,189 @@ describe('live feed: failures', () => {
     await expect(feed.candles('OKX', 'BTC', '1h', { limit: 1 })).rejects.toThrow(
       /not enabled in this process/,
     );
+  });
+});
+
+/**
+ * A misbehaving venue over a real socket: Binance spot's API on a local server (local-venue.ts),
+ * so the status lines, Retry-After headers and broken bodies reach ccxt as a venue sends them.
+ */
+describe('live feed: a flaky venue (local server)', () => {
+  const NOW = Date.UTC(2025, 9, 25, 10, 32);
+  const HOUR = 3_600_000;
+  let venue: LocalVenue;
+  beforeAll(async () => {
+    venue = await startLocalVenue(() => NOW);
+  });
+  afterAll(async () => {
+    await venue.close();
+  });
+  beforeEach(() => {
+    venue.hits.clear();
+    venue.fault = undefined;
+  });
+
+  function flakyFeed(options: LiveFeedOptions = {}) {
+    const sleeps: number[] = [];
+    const feed = new LiveFeed({
+      exchanges: ['BINANCE_SPOT'],
+      now: () => NOW,
+      fetchImplementation: venue.fetch,
+      backoffMs: 10,
+      sleep: async (ms) => {
+        sleeps.push(ms);
+      },
+      ...options,
+    });
+    feeds.push(feed);
+    return { feed, sleeps };
+  }
+  const hits = (path: string) => venue.hits.get(`/api/v3/${path}`) ?? 0;
+  const reply = (res: import('node:http').ServerResponse, status: number, body: string, headers = {}) => {
+    res.writeHead(status, { 'content-type': 'application/json', ...headers });
+    res.end(body);
+    return true;
+  };
+  const contiguous = (candles: Candle[]) =>
+    candles.every((c, i) => i === 0 || c.openTime - candles[i - 1]!.openTime === HOUR);
+
+  it('serves 1,800 closed 1h candles in two pages, contiguous, the still-open one left out', async () => {
+    const { feed } = flakyFeed();
+    const candles = await feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 1800 });
+    expect(candles).toHaveLength(1800);
+    expect(contiguous(candles)).toBe(true);
+    expect(candles.at(-1)!.openTime).toBe(Date.UTC(2025, 9, 25, 9));
+    expect(hits('klines')).toBe(2);
+  });
+
+  it('asks for the markets again after a failed load, within the retries and after the venue heals', async () => {
+    venue.fault = (req, res) => req.path === '/api/v3/exchangeInfo' && req.n <= 5 && reply(res, 503, '{}');
+    const { feed } = flakyFeed({ retries: 3 });
+    // ccxt keeps a failed load's promise: without asking again, every attempt and every later
+    // request got that one failure and the feed stayed down after the venue came back.
+    await expect(feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 3 })).rejects.toThrow(
+      /loadMarkets failed after 4 attempts/,
+    );
+    expect(hits('exchangeInfo')).toBe(4);
+    expect(await feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 3 })).toHaveLength(3);
+    expect(hits('exchangeInfo')).toBe(6);
+    expect(feed.venues()[0]).toMatchObject({ exchange: 'BINANCE_SPOT', ok: true });
+  });
+
+  it("waits out a 429's short Retry-After instead of its own backoff", async () => {
+    venue.fault = (req, res) =>
+      req.path === '/api/v3/klines' &&
+      req.n === 1 &&
+      reply(res, 429, '{"code":-1003}', { 'retry-after': '2' });
+    const { feed, sleeps } = flakyFeed();
+    expect(await feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 3 })).toHaveLength(3);
+    expect(sleeps).toEqual([2000]);
+    expect(hits('klines')).toBe(2);
+  });
+
+  it('fails at once on a long Retry-After and sends nothing to the venue until it has passed', async () => {
+    venue.fault = (req, res) =>
+      req.path === '/api/v3/klines' && reply(res, 429, '{"code":-1003}', { 'retry-after': '30' });
+    const { feed, sleeps } = flakyFeed();
+    const error = await feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 3 }).catch((e) => e);
+    expect(error).toBeInstanceOf(VenueUnavailableError);
+    expect(error.message).toMatch(/no requests to it until 2025-10-25T10:32:30.000Z/);
+    expect(hits('klines')).toBe(1);
+    expect(sleeps).toEqual([]);
+    const again = await feed.candles('BINANCE_SPOT', 'ETH', '1h', { limit: 3 }).catch((e) => e);
+    expect(again).toBeInstanceOf(VenueUnavailableError);
+    expect(again.message).toMatch(/not sent: the venue asked for no requests until 2025-10-25T10:32:30/);
+    expect(hits('klines')).toBe(1);
+  });
+
+  it('never retries a 418 (an IP ban)', async () => {
+    venue.fault = (req, res) =>
+      req.path === '/api/v3/klines' &&
+      reply(res, 418, '{"code":-1003,"msg":"IP banned"}', { 'retry-after': '3' });
+    const { feed, sleeps } = flakyFeed();
+    await expect(feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 3 })).rejects.toThrow(
+      VenueUnavailableError,
+    );
+    expect(hits('klines')).toBe(1);
+    expect(sleeps).toEqual([]);
+  });
+
+  it.each([
+    ['empty', '[]'],
+    ['cut short', '[[1761'],
+  ])('refuses a warm-up whose second page comes back %s, rather than serving the first', async (_, body) => {
+    venue.fault = (req, res) =>
+      req.path === '/api/v3/klines' &&
+      Number(req.query.get('startTime')) > NOW - 900 * HOUR &&
+      reply(res, 200, body);
+    const { feed } = flakyFeed();
+    // Served, the first page's 1,000 candles ended 800 hours ago: a verdict and σ of the past.
+    const error = await feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 1800 }).catch((e) => e);
+    expect(error).toBeInstanceOf(VenueUnavailableError);
+    expect(error.message).toMatch(/candles end at 2025-09-\d\dT.*, before the close at 2025-10-25T10:00/);
+    // Read once more (two pages each time) before refusing.
+    expect(hits('klines')).toBe(4);
+    venue.fault = undefined;
+    expect(await feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 1800 })).toHaveLength(1800);
+  });
+
+  it('reads again when a candle is missing mid-page, and serves the complete read', async () => {
+    const dropped = Date.UTC(2025, 9, 20, 5);
+    venue.fault = (req, res, rows) =>
+      req.path === '/api/v3/klines' &&
+      req.n <= 2 &&
+      reply(res, 200, JSON.stringify(rows.filter((r) => r[0] !== dropped)));
+    const { feed } = flakyFeed();
+    const candles = await feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 1800 });
+    expect(candles).toHaveLength(1800);
+    expect(contiguous(candles)).toBe(true);
+    expect(candles.some((c) => c.openTime === dropped)).toBe(true);
+    expect(hits('klines')).toBe(4);
+  });
+
+  it('refuses candles whose gaps differ from one read to the next', async () => {
+    venue.fault = (req, res, rows) =>
+      req.path === '/api/v3/klines' &&
+      rows.length > 10 &&
+      reply(res, 200, JSON.stringify(rows.filter((_, i) => i !== req.n)));
+    const { feed } = flakyFeed();
+    await expect(feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 500 })).rejects.toThrow(
+      /candles missing at .* in one read and at .* in the next/,
+    );
+  });
+
+  it('serves a gap the venue shows in both reads, as the venue records it', async () => {
+    const dropped = Date.UTC(2025, 9, 24, 5);
+    venue.fault = (req, res, rows) =>
+      req.path === '/api/v3/klines' && reply(res, 200, JSON.stringify(rows.filter((r) => r[0] !== dropped)));
+    const { feed } = flakyFeed();
+    const candles = await feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 100 });
+    expect(candles).toHaveLength(100);
+    expect(candles.some((c) => c.openTime === dropped)).toBe(false);
+    expect(hits('klines')).toBe(2);
+  });
+
+  it('still calls a market listed 50 hours ago short of history, not unavailable', async () => {
+    const listed = NOW - 50 * HOUR;
+    venue.fault = (req, res, rows) =>
+      req.path === '/api/v3/klines' &&
+      reply(res, 200, JSON.stringify(rows.filter((r) => (r[0] as number) >= listed)));
+    const { feed } = flakyFeed();
+    const error = await feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 500, min: 200 }).catch((e) => e);
+    expect(error).toBeInstanceOf(InsufficientHistoryError);
+    expect(error.message).toMatch(/49 available, 200 required/);
+  });
+
+  it('never serves the candle still open at now, even when the venue marks it closed', async () => {
+    venue.fault = (req, res, rows) =>
+      req.path === '/api/v3/klines' &&
+      reply(
+        res,
+        200,
+        JSON.stringify(rows.map((r) => [...r.slice(0, 6), (r[0] as number) + 1, ...r.slice(7)])),
+      );
+    const { feed } = flakyFeed();
+    const candles = await feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 3 });
+    expect(candles.at(-1)!.openTime + HOUR).toBeLessThanOrEqual(NOW);
   });
 });

@@ -1,6 +1,7 @@
 import ccxt, {
   BadSymbol,
   type Exchange as CcxtExchange,
+  DDoSProtection,
   type FundingRateHistory,
   type MarketInterface as Market,
   NetworkError,
@@ -39,7 +40,7 @@ import type { CandleQuery, FundingQuery, MarketFeed } from './port.ts';
 /** A WHATWG-style fetch, as ccxt calls a user-supplied `fetchImplementation`. */
 export type FetchImplementation = (
   url: string,
-  init: { method?: string; body?: unknown; headers?: unknown },
+  init: { method?: string; body?: unknown; headers?: unknown; signal?: AbortSignal },
 ) => Promise<Response>;
 
 export interface LiveFeedOptions {
@@ -58,6 +59,12 @@ export interface LiveFeedOptions {
   now?: () => number;
   /** Delay after a boundary before a candle close is announced, so the venue has it. Default 2 s. */
   closeSettleMs?: number;
+  /**
+   * Longest Retry-After of a 429 that a request waits out before asking again. Default 5 s. A
+   * longer one (and any 418, an IP ban) fails the request at once, and every request to that
+   * venue fails without being sent until the venue's time has passed.
+   */
+  maxRetryAfterMs?: number;
   logger?: Logger;
 }
 
@@ -70,6 +77,9 @@ const CCXT_CLASSES = {
 } as const;
 
 type VenueState = { ok: boolean; lastError?: string; lastOkAt?: number };
+
+/** A 418 without a Retry-After: Binance's shortest IP ban is two minutes. */
+const DEFAULT_BAN_MS = 120_000;
 
 /**
  * Live venues through ccxt's public endpoints (no API keys). Each request is retried with
@@ -89,6 +99,9 @@ export class LiveFeed implements MarketFeed {
   readonly #settleMs: number;
   readonly #emitter: CandleCloseEmitter;
   readonly #logger: Logger | undefined;
+  readonly #maxRetryAfterMs: number;
+  /** Per venue, the feed time before which it asked not to be called again (429/418 Retry-After). */
+  readonly #pausedUntil = new Map<Exchange, number>();
   #ticker: NodeJS.Timeout | undefined;
   #emittedTo = 0;
 
@@ -100,6 +113,7 @@ export class LiveFeed implements MarketFeed {
     this.#now = options.now ?? Date.now;
     this.#settleMs = options.closeSettleMs ?? 2000;
     this.#logger = options.logger;
+    this.#maxRetryAfterMs = options.maxRetryAfterMs ?? 5_000;
     this.#emitter = new CandleCloseEmitter((error, close) =>
       this.#logger?.error({ err: error, close }, 'candle-close listener failed'),
     );
@@ -188,21 +202,66 @@ export class LiveFeed implements MarketFeed {
     // One spare bucket for alignment and one spare candle for the still-open one.
     const needed = (options.limit + 1) * ratio + 1;
     const end = lastBoundary(from, until);
-    let since = end - needed * fromMs;
-    const raw: OHLCV[] = [];
     const perRequest = LIVE_VENUES[exchange].maxCandlesPerRequest;
-    while (since < end) {
-      const chunk = Math.min(perRequest, Math.ceil((end - since) / fromMs) + 1);
-      const page = await this.#call(exchange, `fetchOHLCV ${symbol} ${from}`, () =>
-        client.fetchOHLCV(symbol, from, since, chunk),
+    const read = async (): Promise<Candle[]> => {
+      let since = end - needed * fromMs;
+      const raw: OHLCV[] = [];
+      while (since < end) {
+        const chunk = Math.min(perRequest, Math.ceil((end - since) / fromMs) + 1);
+        const page = await this.#call(exchange, `fetchOHLCV ${symbol} ${from}`, () =>
+          client.fetchOHLCV(symbol, from, since, chunk),
+        );
+        const last = page[page.length - 1]?.[0];
+        raw.push(...page);
+        if (typeof last !== 'number' || last < since) break;
+        since = last + fromMs;
+      }
+      return closedCandles(toCandles(raw), from, until, Number.MAX_SAFE_INTEGER);
+    };
+    const what = `fetchOHLCV ${symbol} ${from}`;
+    // A page that came back empty, cut short or unparsable ends the read early (ccxt reads a body
+    // that is not JSON as no candles): candles that stop before the last close are not the market
+    // now, and would be served, or warm a state, as if they were. Read once more, then refuse.
+    const lastClose = (candles: Candle[]) => (candles.at(-1)?.openTime ?? Number.NEGATIVE_INFINITY) + fromMs;
+    const endsEarly = (candles: Candle[]) =>
+      new VenueUnavailableError(
+        exchange,
+        candles.length === 0
+          ? `${what} gave no closed candles up to ${iso(end)}`
+          : `${what}: its candles end at ${iso(lastClose(candles))}, before the close at ${iso(end)}`,
       );
-      const last = page[page.length - 1]?.[0];
-      raw.push(...page);
-      if (typeof last !== 'number' || last < since) break;
-      since = last + fromMs;
+    let closed = await read();
+    if (lastClose(closed) < end) closed = await read();
+    if (lastClose(closed) < end) throw endsEarly(closed);
+    // A candle missing between two others (a venue dropping one from a page) would be bridged
+    // into a single move by every indicator and the variance. Read again: a dropped candle comes
+    // back. One missing from both reads is the venue's own record (an outage on its side, which
+    // the evaluated histories carry too): served, with a warning. Different gaps in the two
+    // reads are a venue answering at random: refused.
+    const missing = missingOpenTimes(closed, fromMs);
+    if (missing.length > 0) {
+      const again = await read();
+      if (lastClose(again) < end) throw endsEarly(again);
+      const missingAgain = missingOpenTimes(again, fromMs);
+      if (missingAgain.length > 0 && missingAgain.join() !== missing.join()) {
+        throw new VenueUnavailableError(
+          exchange,
+          `${what}: candles missing at ${missing.slice(0, 5).map(iso).join(', ')} in one read and at ${missingAgain.slice(0, 5).map(iso).join(', ')} in the next`,
+        );
+      }
+      if (missingAgain.length > 0) {
+        this.#logger?.warn(
+          {
+            exchange,
+            coin: coin.toUpperCase(),
+            timeframe: from,
+            missing: missingAgain.slice(0, 20).map(iso),
+          },
+          "venue's candles have the same gap in two reads: served as the venue records them",
+        );
+      }
+      closed = again;
     }
-    const parsed = toCandles(raw);
-    const closed = closedCandles(parsed, from, until, Number.MAX_SAFE_INTEGER);
     const series = from === target ? closed : aggregateCandles(closed, from, target);
     const out = closedCandles(series, target, until, options.limit);
     const min = options.min ?? 1;
@@ -314,7 +373,13 @@ export class LiveFeed implements MarketFeed {
 
   async #markets(exchange: Exchange): Promise<Market[]> {
     const client = this.#client(exchange);
-    const markets = await this.#call(exchange, 'loadMarkets', () => client.loadMarkets());
+    // ccxt keeps its first loadMarkets promise, a rejected one too: every later call (each retry
+    // here, every request after the venue healed) would get that same failure without asking the
+    // venue. Until markets are loaded, each attempt asks for a load of its own (reload: a load
+    // already in flight is shared, a failed one is not).
+    const markets = await this.#call(exchange, 'loadMarkets', () =>
+      client.markets === undefined ? client.loadMarkets(true) : client.loadMarkets(),
+    );
     return Object.values(markets).filter((m): m is Market => m !== undefined && m !== null);
   }
 
@@ -354,6 +419,15 @@ export class LiveFeed implements MarketFeed {
   /** Runs one venue request with retries, records the venue's health and maps ccxt errors. */
   async #call<T>(exchange: Exchange, what: string, request: () => Promise<T>): Promise<T> {
     for (let attempt = 0; ; attempt++) {
+      const pausedUntil = this.#pausedUntil.get(exchange) ?? 0;
+      if (this.#now() < pausedUntil) {
+        // The venue said when to call again (a rate limit, a ban): asking before then would
+        // only lengthen it. Nothing is sent.
+        throw new VenueUnavailableError(
+          exchange,
+          `${what} not sent: the venue asked for no requests until ${new Date(pausedUntil).toISOString()} (${this.#status.get(exchange)?.lastError ?? 'rate limited'})`,
+        );
+      }
       try {
         const result = await request();
         this.#status.set(exchange, { ok: true, lastOkAt: this.#now() });
@@ -371,21 +445,37 @@ export class LiveFeed implements MarketFeed {
         const message =
           error instanceof Error ? `${error.constructor.name}: ${error.message}` : String(error);
         const transient = error instanceof NetworkError;
-        if (transient && attempt < this.#retries) {
-          const delay = this.#backoffMs * 2 ** attempt;
+        // A 429 or 418 (ccxt: RateLimitExceeded, DDoSProtection): the venue's Retry-After, when it
+        // gives one, is the wait; a 418 is an IP ban, never asked again before it ends.
+        const limited = error instanceof DDoSProtection;
+        const banned = limited && /\b418\b/.test(message);
+        const retryAfter = limited ? retryAfterMs(this.#clients.get(exchange), this.#now()) : undefined;
+        let delay = this.#backoffMs * 2 ** attempt;
+        if (retryAfter !== undefined || banned) {
+          delay = retryAfter ?? DEFAULT_BAN_MS;
+          this.#pausedUntil.set(exchange, this.#now() + delay);
+        }
+        const waits = !banned && delay <= (retryAfter !== undefined ? this.#maxRetryAfterMs : delay);
+        if (transient && waits && attempt < this.#retries) {
           this.#logger?.warn(
             { exchange, what, attempt: attempt + 1, delay, err: message },
             'venue request failed, retrying',
           );
           await this.#sleep(delay);
+          this.#pausedUntil.delete(exchange);
           continue;
         }
         if (transient)
           this.#status.set(exchange, { ...this.#status.get(exchange), ok: false, lastError: message });
         this.#logger?.error({ exchange, what, err: message }, 'venue request failed');
+        const pause = this.#pausedUntil.get(exchange);
+        const until =
+          pause !== undefined && pause > this.#now()
+            ? `; no requests to it until ${new Date(pause).toISOString()} (Retry-After)`
+            : '';
         throw new VenueUnavailableError(
           exchange,
-          `${what} failed${transient ? ` after ${attempt + 1} attempts` : ''}: ${message}`,
+          `${what} failed${transient ? ` after ${attempt + 1} attempts` : ''}: ${message}${until}`,
           { cause: error },
         );
       }
@@ -393,11 +483,39 @@ export class LiveFeed implements MarketFeed {
   }
 }
 
+/**
+ * The wait a rate-limited answer asked for, in ms: its Retry-After (seconds or an HTTP date), as
+ * ccxt keeps the last answer's headers. Undefined when it gave none.
+ */
+function retryAfterMs(client: CcxtExchange | undefined, now: number): number | undefined {
+  const headers = (client?.last_response_headers ?? {}) as Record<string, unknown>;
+  const raw = headers['Retry-After'] ?? headers['retry-after'];
+  if (typeof raw !== 'string' || raw.trim() === '') return undefined;
+  const seconds = Number(raw);
+  if (Number.isFinite(seconds)) return Math.max(0, seconds * 1000);
+  const at = Date.parse(raw);
+  return Number.isFinite(at) ? Math.max(0, at - now) : undefined;
+}
+
 function isServiceMarket(m: Market, venue: LiveVenue): boolean {
   if (m.active === false || m.quote !== venue.quote) return false;
   return venue.kind === 'spot'
     ? m.spot === true
     : m.swap === true && m.linear === true && m.settle === venue.quote;
+}
+
+const iso = (t: number) => new Date(t).toISOString();
+
+/** Open times missing between consecutive candles of a series `stepMs` apart. */
+function missingOpenTimes(candles: readonly Candle[], stepMs: number): number[] {
+  const out: number[] = [];
+  for (let i = 1; i < candles.length; i++) {
+    for (let t = candles[i - 1]!.openTime + stepMs; t < candles[i]!.openTime; t += stepMs) {
+      out.push(t);
+      if (out.length > 100) return out;
+    }
+  }
+  return out;
 }
 
 function toCandles(rows: OHLCV[]): Candle[] {

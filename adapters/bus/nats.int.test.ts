@@ -114,6 +114,47 @@ describe.skipIf(!reachable)('NatsBus specifics', () => {
     }
   });
 
+  it('makes the stream again when the server has lost it, and a durable consumer goes on', async () => {
+    // A server restarted without its JetStream store: the stream is gone while the bus is connected.
+    const id = `${run}_lost`;
+    const lostStream = `BUSTEST_${id}`;
+    const lostPrefix = `bt${id}`;
+    const lines: { msg: string; stream?: string }[] = [];
+    const lone = await connectNatsBus({
+      url: NATS_URL,
+      stream: lostStream,
+      subjectPrefix: lostPrefix,
+      logger: pino({ level: 'warn' }, { write: (line: string) => lines.push(JSON.parse(line)) }),
+    });
+    try {
+      const seen: string[] = [];
+      const consumer = await lone.consume(
+        { durable: 'after-loss', filterSubject: `${lostPrefix}.events.>` },
+        async (m) => {
+          seen.push(m.msgId);
+          await m.ack();
+        },
+      );
+      await lone.publish(`${lostPrefix}.events.A`, bytes('1'), { msgId: 'before' });
+      await waitFor(() => seen.length === 1, 'the message before the loss');
+      await deleteStream(lostStream);
+      expect((await lone.health()).ok).toBe(false);
+
+      await lone.publish(`${lostPrefix}.events.A`, bytes('2'), { msgId: 'after' });
+      expect((await lone.health()).ok).toBe(true);
+      expect(lines.map((l) => [l.msg, l.stream])).toContainEqual([
+        'stream not found on the NATS server (its store lost, or the stream deleted): created it again',
+        lostStream,
+      ]);
+      // The consumer finds its durable gone with the stream, makes it again, and takes what came.
+      await waitFor(() => seen.includes('after'), 'the message after the stream was made again');
+      await consumer.stop();
+    } finally {
+      await lone.close();
+      await deleteStream(lostStream);
+    }
+  });
+
   it('rejects a subject outside the prefix without sending it', async () => {
     await expect(bus.publish('elsewhere.events.A', bytes('x'), { msgId: 'x' })).rejects.toThrow(/outside/);
   });

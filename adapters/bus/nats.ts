@@ -233,6 +233,7 @@ async function openOnce(
     }
     const bus = new NatsBus(nc, jsm, {
       stream: options.stream,
+      wanted,
       subjectPrefix,
       logger,
       requestTimeoutMs,
@@ -404,6 +405,8 @@ function pause(ms: number, signal?: AbortSignal): Promise<boolean> {
 
 interface NatsBusConfig {
   stream: string;
+  /** The stream as this process creates it: again, should the server lose it (below, publish). */
+  wanted: WantedStream;
   subjectPrefix: string;
   logger: Logger;
   requestTimeoutMs: number;
@@ -425,6 +428,8 @@ export class NatsBus implements Bus {
   /** Ends a background retry of a refused replica raise at close(). */
   private readonly closing = new AbortController();
   private raiseRetry: Promise<boolean> | null = null;
+  /** A re-creation of the stream under way, shared by the publishes that found it missing. */
+  private recreating: Promise<boolean> | null = null;
   /**
    * Since when, and from which server, the connection is lost (null while connected): health()
    * says so at once rather than wait for a stream-info request that cannot be answered.
@@ -446,11 +451,45 @@ export class NatsBus implements Bus {
     if (!subjectMatches(streamSubjects(this.config.subjectPrefix), subject)) {
       throw new Error(`subject ${subject} is outside the bus prefix ${this.config.subjectPrefix}`);
     }
-    const ack = await this.js.publish(subject, payload, {
-      msgID: options.msgId,
-      timeout: this.config.requestTimeoutMs,
-    });
-    return { duplicate: ack.duplicate, sequence: ack.seq };
+    const send = () =>
+      this.js.publish(subject, payload, { msgID: options.msgId, timeout: this.config.requestTimeoutMs });
+    try {
+      const ack = await send();
+      return { duplicate: ack.duplicate, sequence: ack.seq };
+    } catch (err) {
+      if (!(await this.recreateIfMissing())) throw err;
+      const ack = await send();
+      return { duplicate: ack.duplicate, sequence: ack.seq };
+    }
+  }
+
+  /**
+   * Creates the stream again when the server no longer has it: a server restarted without its
+   * JetStream store (no persistent volume, a replaced disk or node) answers every publish "no
+   * responders" and every stream request "stream not found". The stream is made only at a role's
+   * start, so until one restarted the relay failed every publish and the bus check of projections
+   * and dispatcher stayed 503, with webhooks stopped. Re-made here, the relay goes on from its
+   * checkpoint and the dispatcher makes its durable consumers again (ConsumeLoop). True when it
+   * was missing and now exists; false when it exists, or cannot be told (then the caller's error
+   * stands).
+   */
+  private recreateIfMissing(): Promise<boolean> {
+    if (this.closed || this.lost !== null) return Promise.resolve(false);
+    this.recreating ??= (async () => {
+      try {
+        if ((await streamInfo(this.jsm, this.config.stream)) !== null) return false;
+        await ensureStream(this.jsm, this.config.wanted);
+        this.config.logger.warn(
+          'stream not found on the NATS server (its store lost, or the stream deleted): created it again',
+        );
+        return true;
+      } catch {
+        return false;
+      } finally {
+        this.recreating = null;
+      }
+    })();
+    return this.recreating;
   }
 
   async consume(options: ConsumeOptions, handler: (message: BusMessage) => Promise<void>): Promise<Consumer> {

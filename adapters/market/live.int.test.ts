@@ -389,7 +389,8 @@ describe('live feed: a flaky venue (local server)', () => {
   });
 
   it('asks for the markets again after a failed load, within the retries and after the venue heals', async () => {
-    venue.fault = (req, res) => req.path === '/api/v3/exchangeInfo' && req.n <= 5 && reply(res, 503, '{}');
+    venue.fault = (req, res) =>
+      req.path === '/api/v3/exchangeInfo' && (req.n <= 4 || req.n === 6) && reply(res, 503, '{}');
     const { feed } = flakyFeed({ retries: 3 });
     // ccxt keeps a failed load's promise: without asking again, every attempt and every later
     // request got that one failure and the feed stayed down after the venue came back.
@@ -398,8 +399,31 @@ describe('live feed: a flaky venue (local server)', () => {
     );
     expect(hits('exchangeInfo')).toBe(4);
     expect(await feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 3 })).toHaveLength(3);
-    expect(hits('exchangeInfo')).toBe(6);
+    expect(hits('exchangeInfo')).toBe(5);
     expect(feed.venues()[0]).toMatchObject({ exchange: 'BINANCE_SPOT', ok: true });
+    const { feed: another } = flakyFeed({ retries: 3 });
+    expect(await another.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 3 })).toHaveLength(3);
+    expect(hits('exchangeInfo')).toBe(7);
+  });
+
+  it('tries a venue that stayed down once per request, and retries again once it has answered', async () => {
+    let down = true;
+    venue.fault = (req, res) => req.path === '/api/v3/klines' && down && reply(res, 503, '<html>down</html>');
+    const { feed } = flakyFeed({ retries: 3 });
+    await expect(feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 3 })).rejects.toThrow(/after 4 attempts/);
+    expect(hits('klines')).toBe(4);
+    // A scan's next markets: one request each, not four.
+    for (const coin of ['ETH', 'SOL']) {
+      await expect(feed.candles('BINANCE_SPOT', coin, '1h', { limit: 3 })).rejects.toThrow(
+        /after 1 attempts/,
+      );
+    }
+    expect(hits('klines')).toBe(6);
+    down = false;
+    expect(await feed.candles('BINANCE_SPOT', 'ETH', '1h', { limit: 3 })).toHaveLength(3);
+    down = true;
+    await expect(feed.candles('BINANCE_SPOT', 'SOL', '1h', { limit: 3 })).rejects.toThrow(/after 4 attempts/);
+    expect(hits('klines')).toBe(11);
   });
 
   it("waits out a 429's short Retry-After instead of its own backoff", async () => {

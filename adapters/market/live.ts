@@ -102,6 +102,12 @@ export class LiveFeed implements MarketFeed {
   readonly #maxRetryAfterMs: number;
   /** Per venue, the feed time before which it asked not to be called again (429/418 Retry-After). */
   readonly #pausedUntil = new Map<Exchange, number>();
+  /**
+   * Venues whose last request failed after all its retries: each request gets one attempt until
+   * one succeeds, so a scan's markets (or callers retrying) do not each send four to a venue
+   * that is down.
+   */
+  readonly #down = new Set<Exchange>();
   #ticker: NodeJS.Timeout | undefined;
   #emittedTo = 0;
 
@@ -376,10 +382,12 @@ export class LiveFeed implements MarketFeed {
     // ccxt keeps its first loadMarkets promise, a rejected one too: every later call (each retry
     // here, every request after the venue healed) would get that same failure without asking the
     // venue. Until markets are loaded, each attempt asks for a load of its own (reload: a load
-    // already in flight is shared, a failed one is not).
-    const markets = await this.#call(exchange, 'loadMarkets', () =>
-      client.markets === undefined ? client.loadMarkets(true) : client.loadMarkets(),
-    );
+    // already in flight is shared, a failed one is not). Loaded markets are read without a
+    // request, which says nothing of the venue's health now.
+    const markets =
+      client.markets !== undefined
+        ? client.markets
+        : await this.#call(exchange, 'loadMarkets', () => client.loadMarkets(true));
     return Object.values(markets).filter((m): m is Market => m !== undefined && m !== null);
   }
 
@@ -431,6 +439,7 @@ export class LiveFeed implements MarketFeed {
       try {
         const result = await request();
         this.#status.set(exchange, { ok: true, lastOkAt: this.#now() });
+        this.#down.delete(exchange);
         return result;
       } catch (error) {
         if (error instanceof MarketDataError) throw error;
@@ -456,7 +465,8 @@ export class LiveFeed implements MarketFeed {
           this.#pausedUntil.set(exchange, this.#now() + delay);
         }
         const waits = !banned && delay <= (retryAfter !== undefined ? this.#maxRetryAfterMs : delay);
-        if (transient && waits && attempt < this.#retries) {
+        const retries = this.#down.has(exchange) ? 0 : this.#retries;
+        if (transient && waits && attempt < retries) {
           this.#logger?.warn(
             { exchange, what, attempt: attempt + 1, delay, err: message },
             'venue request failed, retrying',
@@ -465,8 +475,10 @@ export class LiveFeed implements MarketFeed {
           this.#pausedUntil.delete(exchange);
           continue;
         }
-        if (transient)
+        if (transient) {
           this.#status.set(exchange, { ...this.#status.get(exchange), ok: false, lastError: message });
+          this.#down.add(exchange);
+        }
         this.#logger?.error({ exchange, what, err: message }, 'venue request failed');
         const pause = this.#pausedUntil.get(exchange);
         const until =

@@ -424,6 +424,15 @@ describe('live feed: a flaky venue (local server)', () => {
     down = true;
     await expect(feed.candles('BINANCE_SPOT', 'SOL', '1h', { limit: 3 })).rejects.toThrow(/after 4 attempts/);
     expect(hits('klines')).toBe(11);
+    // Markets read side by side (a scan) while the venue is down: one of them retries.
+    const side = await Promise.allSettled(
+      ['BTC', 'ETH', 'SOL'].map((coin) => feed.candles('BINANCE_SPOT', coin, '1h', { limit: 3 })),
+    );
+    expect(side.every((r) => r.status === 'rejected')).toBe(true);
+    expect(hits('klines')).toBe(14);
+    // Another endpoint answering does not make the candles endpoint look up.
+    expect((await feed.markets('BINANCE_SPOT')).map((m) => m.coin)).toEqual(['BTC', 'ETH', 'SOL']);
+    await expect(feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 3 })).rejects.toThrow(/after 1 attempts/);
   });
 
   it("waits out a 429's short Retry-After instead of its own backoff", async () => {

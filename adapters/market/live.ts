@@ -103,11 +103,11 @@ export class LiveFeed implements MarketFeed {
   /** Per venue, the feed time before which it asked not to be called again (429/418 Retry-After). */
   readonly #pausedUntil = new Map<Exchange, number>();
   /**
-   * Venues whose last request failed after all its retries: each request gets one attempt until
-   * one succeeds, so a scan's markets (or callers retrying) do not each send four to a venue
-   * that is down.
+   * Venue endpoints (`BINANCE_SPOT fetchOHLCV`) failing now: the first request to fail retries,
+   * the others fail after one attempt until a request to that endpoint succeeds, so a scan's
+   * markets (run side by side) or callers retrying do not each send four to a venue that is down.
    */
-  readonly #down = new Set<Exchange>();
+  readonly #failing = new Set<string>();
   #ticker: NodeJS.Timeout | undefined;
   #emittedTo = 0;
 
@@ -426,6 +426,8 @@ export class LiveFeed implements MarketFeed {
 
   /** Runs one venue request with retries, records the venue's health and maps ccxt errors. */
   async #call<T>(exchange: Exchange, what: string, request: () => Promise<T>): Promise<T> {
+    const endpoint = `${exchange} ${what.split(' ')[0]}`;
+    let retries: number | undefined;
     for (let attempt = 0; ; attempt++) {
       const pausedUntil = this.#pausedUntil.get(exchange) ?? 0;
       if (this.#now() < pausedUntil) {
@@ -439,7 +441,7 @@ export class LiveFeed implements MarketFeed {
       try {
         const result = await request();
         this.#status.set(exchange, { ok: true, lastOkAt: this.#now() });
-        this.#down.delete(exchange);
+        this.#failing.delete(endpoint);
         return result;
       } catch (error) {
         if (error instanceof MarketDataError) throw error;
@@ -465,8 +467,11 @@ export class LiveFeed implements MarketFeed {
           this.#pausedUntil.set(exchange, this.#now() + delay);
         }
         const waits = !banned && delay <= (retryAfter !== undefined ? this.#maxRetryAfterMs : delay);
-        const retries = this.#down.has(exchange) ? 0 : this.#retries;
-        if (transient && waits && attempt < retries) {
+        if (transient) {
+          retries ??= this.#failing.has(endpoint) ? 0 : this.#retries;
+          this.#failing.add(endpoint);
+        }
+        if (transient && waits && attempt < (retries ?? 0)) {
           this.#logger?.warn(
             { exchange, what, attempt: attempt + 1, delay, err: message },
             'venue request failed, retrying',
@@ -477,7 +482,6 @@ export class LiveFeed implements MarketFeed {
         }
         if (transient) {
           this.#status.set(exchange, { ...this.#status.get(exchange), ok: false, lastError: message });
-          this.#down.add(exchange);
         }
         this.#logger?.error({ exchange, what, err: message }, 'venue request failed');
         const pause = this.#pausedUntil.get(exchange);

@@ -5,7 +5,7 @@ import { TIMEFRAME_MS, type Timeframe } from '../../contracts/market.ts';
 import type { FetchImplementation } from './live.ts';
 
 /**
- * Test support: Binance spot's REST API (exchangeInfo and klines) on a local HTTP server, so the
+ * Test support: Binance spot's REST API (exchangeInfo, ticker/24hr, klines) on a local HTTP server, so the
  * live feed's ccxt client is exercised over a real socket (status lines, headers such as
  * Retry-After, bodies cut short, timeouts) with every request counted. `fault` answers a request
  * in place of the venue when it returns true. Klines are a fixed function of open time, up to
@@ -81,6 +81,9 @@ export async function startLocalVenue(now: () => number): Promise<LocalVenue> {
     if (venue.fault?.({ path: url.pathname, query: url.searchParams, n }, res, rows)) return;
     if (url.pathname === '/api/v3/exchangeInfo') {
       return json(200, readFileSync(new URL('binance-spot/exchangeInfo.json', FIXTURES), 'utf8'));
+    }
+    if (url.pathname === '/api/v3/ticker/24hr') {
+      return json(200, readFileSync(new URL('binance-spot/ticker-24hr.json', FIXTURES), 'utf8'));
     }
     if (url.pathname === '/api/v3/klines') return json(200, JSON.stringify(rows));
     json(404, JSON.stringify({ code: -1, msg: `no ${url.pathname} here` }));

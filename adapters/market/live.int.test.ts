@@ -435,6 +435,16 @@ describe('live feed: a flaky venue (local server)', () => {
     await expect(feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 3 })).rejects.toThrow(/after 1 attempts/);
   });
 
+  it('tries a request that timed out once more, not three times', async () => {
+    venue.fault = (req) => req.path === '/api/v3/klines' && req.n <= 2;
+    const { feed } = flakyFeed({ retries: 3, timeoutMs: 300 });
+    await expect(feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 3 })).rejects.toThrow(
+      /failed after 2 attempts: RequestTimeout/,
+    );
+    expect(hits('klines')).toBe(2);
+    expect(await feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 3 })).toHaveLength(3);
+  });
+
   it("waits out a 429's short Retry-After instead of its own backoff", async () => {
     venue.fault = (req, res) =>
       req.path === '/api/v3/klines' &&

@@ -6,6 +6,7 @@ import ccxt, {
   type MarketInterface as Market,
   NetworkError,
   type OHLCV,
+  RequestTimeout,
   type Ticker,
 } from 'ccxt';
 import type { Logger } from 'pino';
@@ -470,6 +471,9 @@ export class LiveFeed implements MarketFeed {
         if (transient) {
           retries ??= this.#failing.has(endpoint) ? 0 : this.#retries;
           this.#failing.add(endpoint);
+          // A venue that let a request time out is tried once more, not three times: four timeouts
+          // held the caller over 40 s (past the 30 s most clients wait) for the same 503.
+          if (error instanceof RequestTimeout) retries = Math.min(retries, 1);
         }
         if (transient && waits && attempt < (retries ?? 0)) {
           this.#logger?.warn(

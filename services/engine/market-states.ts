@@ -98,7 +98,10 @@ export class MarketStates {
       // Only the risk forecast's next-candle and day rows read them: a venue that fails the 1h
       // read (a timeout, a rate limit, no such market) must not cost the market its verdict,
       // regime and scans, so the state advances without them (those candles fall back to their
-      // own squared return) and the failure is logged.
+      // own squared return) and the failure is logged. A new state built so is served this once
+      // and not kept: its warm-up's variance would lack every hour for weeks (a 1d state's risk
+      // rows stayed unavailable), so the next request builds it again with them.
+      let hoursMissing = false;
       const hours = state.readsHours
         ? await this.hoursOf(
             exchange,
@@ -109,6 +112,7 @@ export class MarketStates {
               { err, exchange, coin, timeframe },
               'market state: 1h candles unavailable, advancing without them',
             );
+            hoursMissing = true;
             return [];
           })
         : [];
@@ -120,7 +124,8 @@ export class MarketStates {
           state.update(candle);
         }
       }
-      this.states.set(key, state);
+      if (fresh && hoursMissing) this.states.delete(key);
+      else this.states.set(key, state);
       return state;
     });
   }

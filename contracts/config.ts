@@ -1,3 +1,4 @@
+import { createPrivateKey, type JsonWebKey } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { parseEnv } from 'node:util';
 import ipaddr from 'ipaddr.js';
@@ -58,6 +59,94 @@ function urlSetting(
   });
 }
 const httpUrl = urlSetting(['http', 'https'], 'https://host.example');
+
+/**
+ * OAUTH_JWKS: the authorization server's private signing keys, read when its first request comes.
+ * Checked here so that a value it cannot use stops the start naming the variable; unchecked, the
+ * service started ready and every sign-in answered 503 "retry shortly" for good. What is checked
+ * is what the library asks of each key (oidc-provider's initialize_keystore): a kid, unique, and
+ * a private key of a type it signs with. The value is never echoed (JSON.parse's own message
+ * quotes the text around the fault).
+ */
+const oauthJwks = z.string().superRefine((raw, ctx) => {
+  const refuse = (why: string) => ctx.addIssue({ code: 'custom', message: why });
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(raw);
+  } catch {
+    refuse('not valid JSON: a private JWKS, {"keys":[...]}, on one line');
+    return;
+  }
+  const keys = (parsed as { keys?: unknown } | null)?.keys;
+  if (!Array.isArray(keys) || keys.length === 0) {
+    refuse('a private JWKS with at least one key: {"keys":[...]}');
+    return;
+  }
+  const kids = new Set<string>();
+  for (const [i, key] of keys.entries()) {
+    const jwk = key as { kty?: unknown; kid?: unknown; crv?: unknown; alg?: unknown; use?: unknown } | null;
+    if (typeof jwk?.kid !== 'string' || jwk.kid === '') {
+      refuse(`keys[${i}] has no kid`);
+      return;
+    }
+    if (kids.has(jwk.kid)) {
+      refuse(`keys[${i}]: kid "${jwk.kid}" is used twice`);
+      return;
+    }
+    kids.add(jwk.kid);
+    if (jwk.kty !== 'RSA' && jwk.kty !== 'EC' && jwk.kty !== 'OKP') {
+      refuse(`keys[${i}] (kid "${jwk.kid}"): kty must be RSA, EC or OKP`);
+      return;
+    }
+    // A curve (or a `use`) the library has no signing algorithm for stops its start: "of no use".
+    const curves = jwk.kty === 'EC' ? ['P-256', 'P-384', 'P-521'] : jwk.kty === 'OKP' ? ['Ed25519'] : null;
+    if (curves !== null && !curves.includes(String(jwk.crv))) {
+      refuse(`keys[${i}] (kid "${jwk.kid}"): crv must be one of ${curves.join(', ')} (a signing curve)`);
+      return;
+    }
+    if (jwk.use !== undefined && jwk.use !== 'sig') {
+      refuse(`keys[${i}] (kid "${jwk.kid}"): use must be "sig" or absent`);
+      return;
+    }
+    const rsaParts = jwk.kty === 'RSA' ? ['d', 'p', 'q', 'dp', 'dq', 'qi'] : ['d'];
+    const missing = rsaParts.filter((p) => typeof (jwk as Record<string, unknown>)[p] !== 'string');
+    let readable = missing.length === 0;
+    if (readable) {
+      try {
+        createPrivateKey({ key: jwk as JsonWebKey, format: 'jwk' });
+      } catch {
+        readable = false;
+      }
+    }
+    if (!readable) {
+      refuse(`keys[${i}] (kid "${jwk.kid}") is not a private key (a public JWKS, or a key cut short?)`);
+      return;
+    }
+  }
+  // Every client's id_token_signed_response_alg defaults to RS256 (registered clients keep it in
+  // their stored metadata), and the library refuses a client whose alg no key signs: without an
+  // RS256 key every registration and every host's next refresh answered invalid_client_metadata.
+  const rs256 = (keys as { kty?: unknown; alg?: unknown }[]).some(
+    (k) => k.kty === 'RSA' && (k.alg === undefined || k.alg === 'RS256'),
+  );
+  if (!rs256) refuse('no RSA key for RS256 (alg "RS256" or none): every client asks for RS256');
+});
+
+/** OAUTH_COOKIE_KEYS: comma-separated cookie secrets, the first signing, all checked. */
+const oauthCookieKeys = z.string().superRefine((raw, ctx) => {
+  const keys = raw
+    .split(',')
+    .map((k) => k.trim())
+    .filter((k) => k.length > 0);
+  if (keys.length === 0) {
+    ctx.addIssue({ code: 'custom', message: 'at least one secret (comma-separated)' });
+  } else if (keys.some((k) => k.length < 16)) {
+    ctx.addIssue({
+      code: 'custom',
+      message: `each secret at least 16 characters (openssl rand -base64 32); ${keys.filter((k) => k.length < 16).length} of ${keys.length} shorter`,
+    });
+  }
+});
 
 const headersJson = z.string().transform((raw, ctx) => {
   try {
@@ -484,8 +573,8 @@ export const ConfigSchema = z
      * When unset they are generated at first start and kept in the OAuth store (Redis when
      * CACHE=redis, so every api host shares them).
      */
-    OAUTH_JWKS: z.string().optional(),
-    OAUTH_COOKIE_KEYS: z.string().optional(),
+    OAUTH_JWKS: oauthJwks.optional(),
+    OAUTH_COOKIE_KEYS: oauthCookieKeys.optional(),
 
     /**
      * Webhooks. 64 hex chars (32 bytes) encrypting subscription secrets at rest. Outside

@@ -1,3 +1,4 @@
+import { generateKeyPairSync } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -89,6 +90,96 @@ describe('loadConfig', () => {
   ])('rejects %o naming %s', (env, variable) => {
     expect(() => loadConfig(env)).toThrow(ConfigError);
     expect(() => loadConfig(env)).toThrow(new RegExp(`^invalid configuration:\\n  ${variable}:`, 'm'));
+  });
+
+  it('refuses an OAUTH_JWKS or OAUTH_COOKIE_KEYS the sign-in cannot use, in one line naming it, never echoing it', () => {
+    const rsa = generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey.export({ format: 'jwk' });
+    const ec = generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey.export({ format: 'jwk' });
+    const k256 = generateKeyPairSync('ec', { namedCurve: 'secp256k1' }).privateKey.export({ format: 'jwk' });
+    const good = JSON.stringify({
+      keys: [
+        { ...rsa, kid: 'k1', alg: 'RS256', use: 'sig' },
+        { ...ec, kid: 'e1', alg: 'ES256', use: 'sig' },
+      ],
+    });
+    const { d: _d, p: _p, q: _q, dp: _dp, dq: _dq, qi: _qi, ...publicOnly } = rsa;
+    const secret = 'SECRETSECRETSECRET';
+    const refusals: [Record<string, string>, string, RegExp][] = [
+      [{ OAUTH_JWKS: `{"keys":[{"kid":"${secret}"` }, 'OAUTH_JWKS', /not valid JSON/],
+      [{ OAUTH_JWKS: '{"keys":[]}' }, 'OAUTH_JWKS', /at least one key/],
+      [
+        { OAUTH_JWKS: JSON.stringify({ keys: [{ ...publicOnly, kid: 'k1' }] }) },
+        'OAUTH_JWKS',
+        /not a private key/,
+      ],
+      [{ OAUTH_JWKS: JSON.stringify({ keys: [{ ...rsa, n: 'AQAB' }] }) }, 'OAUTH_JWKS', /has no kid/],
+      [
+        { OAUTH_JWKS: JSON.stringify({ keys: [{ ...rsa, kid: 'k1', n: 'AQAB' }] }) },
+        'OAUTH_JWKS',
+        /not a private key/,
+      ],
+      [{ OAUTH_JWKS: JSON.stringify({ keys: [{ kty: 'oct', k: secret, kid: 'k1' }] }) }, 'OAUTH_JWKS', /kty/],
+      [
+        {
+          OAUTH_JWKS: JSON.stringify({
+            keys: [
+              { ...rsa, kid: 'k1' },
+              { ...rsa, kid: 'k1' },
+            ],
+          }),
+        },
+        'OAUTH_JWKS',
+        /twice/,
+      ],
+      [{ OAUTH_JWKS: JSON.stringify({ keys: [{ ...ec, kid: 'e1', alg: 'ES256' }] }) }, 'OAUTH_JWKS', /RS256/],
+      [
+        { OAUTH_JWKS: JSON.stringify({ keys: [{ ...rsa, kid: 'k1', alg: 'RS384' }] }) },
+        'OAUTH_JWKS',
+        /RS256/,
+      ],
+      [
+        {
+          OAUTH_JWKS: JSON.stringify({
+            keys: [
+              { ...rsa, kid: 'k1' },
+              { ...ec, kid: 'e1', use: 'enc' },
+            ],
+          }),
+        },
+        'OAUTH_JWKS',
+        /use/,
+      ],
+      [
+        {
+          OAUTH_JWKS: JSON.stringify({
+            keys: [
+              { ...rsa, kid: 'k1' },
+              { ...k256, kid: 'e1' },
+            ],
+          }),
+        },
+        'OAUTH_JWKS',
+        /crv/,
+      ],
+      [{ OAUTH_COOKIE_KEYS: ' , ' }, 'OAUTH_COOKIE_KEYS', /at least one secret/],
+      [{ OAUTH_COOKIE_KEYS: `${secret}x,short` }, 'OAUTH_COOKIE_KEYS', /at least 16 characters/],
+    ];
+    for (const [env, variable, why] of refusals) {
+      let message = '';
+      try {
+        loadConfig(env);
+      } catch (err) {
+        message = (err as Error).message;
+      }
+      const [head, line, ...rest] = message.split('\n');
+      expect([head, rest], JSON.stringify(env)).toEqual(['invalid configuration:', []]);
+      expect(line, JSON.stringify(env)).toMatch(new RegExp(`^  ${variable}: `));
+      expect(line, JSON.stringify(env)).toMatch(why);
+      expect(message).not.toContain(secret);
+      expect(message).not.toContain(String(rsa.d));
+    }
+    const taken = loadConfig({ OAUTH_JWKS: good, OAUTH_COOKIE_KEYS: `${'b'.repeat(32)}, ${'a'.repeat(16)}` });
+    expect(taken.OAUTH_JWKS).toBe(good);
   });
 
   it('refuses the published development webhook master key in production, saying how to make one, and takes it elsewhere', () => {

@@ -45,10 +45,12 @@ export async function startKeyedServer(options: {
   port?: number;
   /** Tools served beside the signal tools (a test's own). */
   extraTools?: ToolDefinition[];
+  /** The event log: a restart test hands the next server the log the last one wrote (its keys). */
+  eventStore?: MemoryEventStore;
 }) {
   const config = loadConfig({ EVENT_STORE: 'memory', NODE_ENV: 'test', LOG_LEVEL: 'silent', ...options.env });
   const logger = pino({ level: 'silent' });
-  const store = new MemoryEventStore();
+  const store = options.eventStore ?? new MemoryEventStore();
   const ownEngine = options.engine === undefined;
   const engine =
     options.engine ?? (await createSignalEngine({ feed: await openReplayFeed({ run: false }), store }));

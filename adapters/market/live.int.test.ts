@@ -1,5 +1,5 @@
 import { join } from 'node:path';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { Candle, Exchange } from '../../contracts/market.ts';
 import { aggregateCandles } from './aggregate.ts';
 import { readCandleFile, readFundingFile } from './csv.ts';
@@ -443,6 +443,33 @@ describe('live feed: a flaky venue (local server)', () => {
     );
     expect(hits('klines')).toBe(2);
     expect(await feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 3 })).toHaveLength(3);
+  });
+
+  it('asks a venue that is not up again when its health is read, at most every recheckMs', async () => {
+    let now = NOW;
+    let down = false;
+    venue.fault = (req, res) => down && req.path !== '/api/v3/exchangeInfo' && reply(res, 503, '{}');
+    const { feed } = flakyFeed({ now: () => now, recheckMs: 30_000 });
+    // FEED=live starts with no venue contacted: readiness reading this must not wait for a call
+    // that a load balancer holding the replica out would never send.
+    expect(feed.venues()[0]).toMatchObject({ ok: false, lastError: 'not contacted yet' });
+    await vi.waitFor(() => expect(feed.venues()[0]!.ok).toBe(true));
+    expect(hits('exchangeInfo')).toBe(1);
+    down = true;
+    await expect(feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 3 })).rejects.toThrow(
+      VenueUnavailableError,
+    );
+    const sent = hits('klines');
+    now += 30_000;
+    for (let i = 0; i < 10; i++) expect(feed.venues()[0]!.ok).toBe(false);
+    await vi.waitFor(() => expect(hits('klines')).toBe(sent + 1));
+    down = false;
+    for (let i = 0; i < 10; i++) expect(feed.venues()[0]!.ok).toBe(false);
+    expect(hits('klines')).toBe(sent + 1);
+    now += 30_000;
+    feed.venues();
+    await vi.waitFor(() => expect(feed.venues()[0]!.ok).toBe(true));
+    expect(hits('klines')).toBe(sent + 2);
   });
 
   it("waits out a 429's short Retry-After instead of its own backoff", async () => {

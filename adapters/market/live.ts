@@ -66,6 +66,8 @@ export interface LiveFeedOptions {
    * venue fails without being sent until the venue's time has passed.
    */
   maxRetryAfterMs?: number;
+  /** Least time between two background checks of a venue that is not up (venues()). Default 30 s. */
+  recheckMs?: number;
   logger?: Logger;
 }
 
@@ -109,6 +111,9 @@ export class LiveFeed implements MarketFeed {
    * markets (run side by side) or callers retrying do not each send four to a venue that is down.
    */
   readonly #failing = new Set<string>();
+  readonly #recheckMs: number;
+  /** Per venue, the feed time before which venues() does not ask a venue that is not up again. */
+  readonly #recheckAt = new Map<Exchange, number>();
   #ticker: NodeJS.Timeout | undefined;
   #emittedTo = 0;
 
@@ -121,6 +126,7 @@ export class LiveFeed implements MarketFeed {
     this.#settleMs = options.closeSettleMs ?? 2000;
     this.#logger = options.logger;
     this.#maxRetryAfterMs = options.maxRetryAfterMs ?? 5_000;
+    this.#recheckMs = options.recheckMs ?? 30_000;
     this.#emitter = new CandleCloseEmitter((error, close) =>
       this.#logger?.error({ err: error, close }, 'candle-close listener failed'),
     );
@@ -146,8 +152,38 @@ export class LiveFeed implements MarketFeed {
     return [...this.#venues];
   }
 
+  /**
+   * Each venue's health as last seen. A venue not up (never contacted, or its last request
+   * failed) is asked again in the background, at most every `recheckMs` and never before its
+   * Retry-After: readiness reads this, and a replica out of its load balancer gets no request
+   * that would otherwise find the venue back (FEED=live starts with no venue contacted).
+   */
   venues(): VenueStatus[] {
+    for (const exchange of this.#venues) {
+      if (!this.#status.get(exchange)!.ok) this.#recheck(exchange);
+    }
     return this.#venues.map((exchange) => ({ exchange, ...this.#status.get(exchange)! }));
+  }
+
+  #recheck(exchange: Exchange): void {
+    const now = this.#now();
+    if ((this.#recheckAt.get(exchange) ?? Number.NEGATIVE_INFINITY) > now) return;
+    if ((this.#pausedUntil.get(exchange) ?? 0) > now) return;
+    this.#recheckAt.set(exchange, now + this.#recheckMs);
+    const client = this.#client(exchange);
+    const loaded = client.markets !== undefined;
+    const check = async () => {
+      const markets = await this.#markets(exchange);
+      // Markets loaded before say nothing of the venue now: one daily candle of a market asks it.
+      const symbol = markets.find((m) => isServiceMarket(m, LIVE_VENUES[exchange]))?.symbol;
+      if (loaded && symbol !== undefined) {
+        await this.#call(exchange, `fetchOHLCV ${symbol} 1d`, () =>
+          client.fetchOHLCV(symbol, '1d', undefined, 1),
+        );
+      }
+    };
+    // A failure is recorded in the venue's status like any request's.
+    void check().catch(() => undefined);
   }
 
   /** Loads every venue's markets once; true when at least one venue answered. */

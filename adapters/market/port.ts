@@ -53,7 +53,10 @@ export interface MarketFeed {
   /** The venue's markets with 24 h quote volume (feed time) for ranking top-N. */
   markets(exchange: Exchange): Promise<MarketInfo[]>;
 
-  /** Health per venue, as last seen. */
+  /**
+   * Health per venue, as last seen. The live feed also asks a venue that is not up again in the
+   * background (at most every 30 s), so health read by readiness recovers without traffic.
+   */
   venues(): VenueStatus[];
 
   /**

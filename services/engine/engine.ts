@@ -192,6 +192,11 @@ export class SignalEngine implements EngineOperations {
   async getRiskForecast(raw: GetRiskForecastInput, ctx: OperationContext = {}): Promise<RiskForecast> {
     const input = this.withExchange(parsedInput(GetRiskForecastInput, raw, ctx));
     const forecast = await this.perClose(this.forecasts, input, (state, closeTime) => {
+      // A state built without its 1h candles (the venue failed them) has no σ to serve on the
+      // rows that read them, or one from a warm-up without its hours: the venue's failure is the
+      // answer (retryable), not insufficient_history, and nothing is kept for this close.
+      const missingHours = this.states.hoursFailure(state);
+      if (missingHours !== undefined) throw missingHours;
       const reading = computeRegime(state);
       return {
         coin: input.coin,

@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import { KeyedLock } from '../../adapters/keyed-lock.ts';
+import { MarketDataError } from '../../adapters/market/errors.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
 import {
   type Candle,
@@ -60,6 +61,8 @@ export class MarketStates {
    * five of the same hours from the venue. One entry per market, replaced at the next hour.
    */
   private readonly hourReads = new Map<string, { hour: number; limit: number; read: Promise<Candle[]> }>();
+  /** A new state built without its 1h candles, and the venue's failure that left them out. */
+  private readonly withoutHours = new WeakMap<MarketState, MarketDataError>();
 
   constructor(
     private readonly feed: MarketFeed,
@@ -113,6 +116,7 @@ export class MarketStates {
               'market state: 1h candles unavailable, advancing without them',
             );
             hoursMissing = true;
+            if (fresh && err instanceof MarketDataError) this.withoutHours.set(state, err);
             return [];
           })
         : [];
@@ -128,6 +132,14 @@ export class MarketStates {
       else this.states.set(key, state);
       return state;
     });
+  }
+
+  /**
+   * Why a state's risk rows are not to be served: it was built just now without the 1h candles
+   * its fine variance reads, the venue having failed them (undefined for every other state).
+   */
+  hoursFailure(state: MarketState): MarketDataError | undefined {
+    return this.withoutHours.get(state);
   }
 
   /** The market's last `limit` closed 1h candles, read once per hour for all its states. */

@@ -107,7 +107,7 @@ async function openStores(config: Config, logger: Logger) {
       const { openLmdbEventStore } = await import('../adapters/event-store/lmdb.ts');
       const path = join(config.DATA_DIR, 'events');
       mkdirSync(path, { recursive: true });
-      const store = await openLmdbEventStore({ path, logger });
+      const store = await openLmdbEventStore({ path, logger, readAhead: config.LMDB_READ_AHEAD });
       logger.info({ path }, 'event store: LMDB');
       // Snapshots share the log's environment.
       return withOwnSnapshots(store);

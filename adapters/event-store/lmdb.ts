@@ -40,6 +40,11 @@ export interface LmdbEventStoreOptions {
   pollMs?: number;
   /** Told once when the disk fills up and once when it has room again. */
   logger?: Logger;
+  /**
+   * false: MDB_NORDAHEAD on one map of the file instead of lmdb-js's chunked maps (config
+   * LMDB_READ_AHEAD). Default true.
+   */
+  readAhead?: boolean;
 }
 
 type StreamKey = [stream: string, revision: number];
@@ -191,12 +196,19 @@ export class LmdbEventStore implements EventStore {
     // boot on a 1M-event log (every projection folding the whole log, the export rows written
     // beside it) peaked at 3.2-3.4 GB RSS, 2.3-2.4 GB of it pages of data.mdb in three maps
     // (1.3 GB with it; restarts, the rebuild and read-all benches no slower within their noise).
+    // readAhead false: one map advised MADV_RANDOM (noReadAhead). lmdb-js advises only that map,
+    // never its chunks, so noReadAhead with remapChunks changes nothing. Under a 1 GiB memory limit
+    // the read-ahead of each fault (the device's window, 8 MB here) was what filled the cgroup.
+    const readAhead = options.readAhead ?? true;
+    // lmdb-js reads noReadAhead (open.js) but its types do not declare it.
+    const advice = { noReadAhead: !readAhead };
     this.root = open({
       path: options.path,
       noSubdir: false,
       maxDbs: 16,
       overlappingSync: false,
-      remapChunks: true,
+      remapChunks: readAhead,
+      ...advice,
     });
     this.events = this.root.openDB<RecordedEvent, number>({ name: 'events', ...EVENT_ENCODING });
     this.streams = this.root.openDB<number, StreamKey>({ name: 'streams' });

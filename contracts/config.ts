@@ -148,6 +148,32 @@ const oauthCookieKeys = z.string().superRefine((raw, ctx) => {
   }
 });
 
+/**
+ * WEBHOOK_MASTER_KEYS_PREVIOUS: comma-separated master keys (64 hex each) that open secrets sealed
+ * before a rotation; WEBHOOK_MASTER_KEY alone seals. Empty means none.
+ */
+const webhookPreviousKeys = z.string().superRefine((raw, ctx) => {
+  const keys = raw
+    .split(',')
+    .map((k) => k.trim())
+    .filter((k) => k.length > 0);
+  const bad = keys.filter((k) => !/^[0-9a-fA-F]{64}$/.test(k)).length;
+  if (bad > 0) {
+    ctx.addIssue({
+      code: 'custom',
+      message: `comma-separated keys of 64 hex characters (32 bytes) each; ${bad} of ${keys.length} not`,
+    });
+  }
+});
+
+/** The keys of WEBHOOK_MASTER_KEYS_PREVIOUS, in order (the schema has checked each). */
+export function webhookPreviousMasterKeys(raw: string | undefined): string[] {
+  return (raw ?? '')
+    .split(',')
+    .map((k) => k.trim().toLowerCase())
+    .filter((k) => k.length > 0);
+}
+
 const headersJson = z.string().transform((raw, ctx) => {
   try {
     const parsed: unknown = JSON.parse(raw);
@@ -596,6 +622,12 @@ export const ConfigSchema = z
       .string()
       .regex(/^[0-9a-fA-F]{64}$/, '64 hex characters (32 bytes)')
       .optional(),
+    /**
+     * Master keys in use before WEBHOOK_MASTER_KEY (comma-separated, 64 hex each): they only open
+     * secrets sealed under them, until `npm run webhooks -- reseal` has re-sealed every secret under
+     * WEBHOOK_MASTER_KEY (deploy/README.md, Rotating the webhook master key).
+     */
+    WEBHOOK_MASTER_KEYS_PREVIOUS: webhookPreviousKeys.optional(),
     /** Ports a webhook URL may name: `443`, a list `443,8443`, ranges `8000-8999`, or `*`. */
     WEBHOOK_ALLOWED_PORTS: z
       .string()

@@ -408,6 +408,16 @@ export const SubscriptionSecretRotated = z.object({
   secret: EncryptedSecret,
   previousValidUntil: IsoTime,
 });
+/**
+ * The same secrets sealed again under the master key that seals now (`npm run webhooks -- reseal`),
+ * so the keys before it can be removed: nothing changes for the subscriber. `previousSecret` is the
+ * rotation's previous secret, re-sealed, while its overlap lasts.
+ */
+export const SubscriptionSecretResealed = z.object({
+  subscriptionId: z.string(),
+  secret: EncryptedSecret,
+  previousSecret: EncryptedSecret.optional(),
+});
 export const SubscriptionReEnabled = z.object({
   subscriptionId: z.string(),
   /** "Recover everything failed since T": failed deliveries after this time are re-sent. */
@@ -550,6 +560,7 @@ export const EVENT_CATALOG = {
   SubscriptionDisabled,
   SubscriptionReEnabled,
   SubscriptionSecretRotated,
+  SubscriptionSecretResealed,
   DeliveryAttempted,
   DeliveryQueued,
   DeliverySequenced,

@@ -53,6 +53,17 @@ describe('the service process', () => {
     expect(r.stderr).not.toMatch(/^\s+at /m);
   });
 
+  it('refuses a malformed WEBHOOK_MASTER_KEYS_PREVIOUS in one line naming it, no stack trace', async () => {
+    const r = run({ DATA_DIR: await tempDir(), WEBHOOK_MASTER_KEYS_PREVIOUS: `${'ab'.repeat(32)},nothex` }, [
+      '--role',
+      'dispatcher',
+    ]);
+    running.push(r);
+    expect(await r.exit).toBe(1);
+    expect(r.stderr.split('\n').filter((l) => l.includes('WEBHOOK_MASTER_KEYS_PREVIOUS'))).toHaveLength(1);
+    expect(r.stderr).not.toMatch(/^\s+at /m);
+  });
+
   it('starts on embedded defaults, folds the log, and on SIGTERM checkpoints and exits 0', async () => {
     const dataDir = await tempDir();
     const seed = await openLmdbEventStore({ path: join(dataDir, 'events') });

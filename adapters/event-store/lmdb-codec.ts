@@ -91,6 +91,7 @@ export const TYPE_NAMES = [
   'HistoryAnchored',
   'PaymentAnswerServed',
   'PaymentIdentifierClaimed',
+  'SubscriptionSecretResealed',
 ] as const;
 const TYPE_CODES = new Map<string, TypeCode>(
   TYPE_NAMES.map((name, i) => [name, new TypeCode(Buffer.from([i + 1]))]),

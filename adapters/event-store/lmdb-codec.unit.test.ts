@@ -39,6 +39,7 @@ const RELEASED = [
   'HistoryAnchored',
   'PaymentAnswerServed',
   'PaymentIdentifierClaimed',
+  'SubscriptionSecretResealed',
 ];
 
 const stored = (type: string) =>

@@ -3,6 +3,7 @@ import { logIdentity } from '../../adapters/event-store/log-identity.ts';
 import { loadConfig, publicBaseUrl, readDotEnv } from '../../contracts/config.ts';
 import { openAdapters } from '../adapters.ts';
 import { exitFlushed } from '../shared/exit-flushed.ts';
+import { secretBoxFromConfig } from '../webhooks/secret-box.ts';
 import {
   OtherLogError,
   refuseBeforeOpening,
@@ -43,7 +44,14 @@ try {
   const ourLog = logIdentity(adapters.eventStore);
   const applied = async (position: number) =>
     serviceApplied(publicBaseUrl(config), position, 10_000, await ourLog());
-  console.log(await runOperatorCommand(argv, { store: adapters.eventStore, cache: adapters.cache, applied }));
+  console.log(
+    await runOperatorCommand(argv, {
+      store: adapters.eventStore,
+      cache: adapters.cache,
+      applied,
+      secrets: () => secretBoxFromConfig(config),
+    }),
+  );
 } catch (err) {
   code = err instanceof UsageError ? 2 : 1;
   if (err instanceof OtherLogError) {

@@ -17,6 +17,8 @@ import {
   readLedger,
 } from '../payments/ledger-report.ts';
 import type { PaymentStatus } from '../payments/payment-state.ts';
+import { describeReseal, resealSecrets } from '../webhooks/reseal.ts';
+import type { SecretBox } from '../webhooks/secret-box.ts';
 
 export class UsageError extends Error {
   override readonly name = 'UsageError';
@@ -51,6 +53,9 @@ export const USAGE = `usage: npm run keys -- <command>
                                                    --from inclusive, --to exclusive (ISO 8601, UTC when
                                                    no zone is given); summary (default): counts and
                                                    USDC per status
+  reseal-webhook-secrets                           seal every webhook secret under WEBHOOK_MASTER_KEY
+                                                   (one event per subscription not under it yet),
+                                                   so WEBHOOK_MASTER_KEYS_PREVIOUS can be emptied
 Every command but create refuses a DATA_DIR that holds no event log.`;
 
 /**
@@ -156,6 +161,8 @@ export async function runOperatorCommand(
   deps: {
     store: EventStore;
     cache: Cache;
+    /** The configured master keys, for reseal-webhook-secrets (made only when that runs). */
+    secrets?: () => SecretBox;
     settleMs?: number;
     applied?: (position: number) => Promise<string | null>;
   },
@@ -210,6 +217,10 @@ export async function runOperatorCommand(
         const reason = typeof named.reason === 'string' ? named.reason : 'revoked by operator';
         const position = await revokeKey(deps.store, record.stream, record.keyId, reason);
         return done(position, [`${record.keyId}: revoked (${reason})`]);
+      }
+      case 'reseal-webhook-secrets': {
+        if (!deps.secrets) throw new Error('no webhook master key configured here');
+        return describeReseal(await resealSecrets(deps.store, deps.secrets()));
       }
       case 'rebuild-quota': {
         const outcome = await rebuildQuotaGeneration({

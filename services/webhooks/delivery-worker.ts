@@ -978,8 +978,9 @@ export class DeliveryWorker {
       unreadable: unreadable.length,
       detail:
         `${unreadable.length} active webhook subscription(s) have secrets sealed with master key ${sealedWith}; ` +
-        `WEBHOOK_MASTER_KEY here is ${this.deps.secrets.keyVersion}. Their deliveries are held, not failed: ` +
-        'restart with the WEBHOOK_MASTER_KEY the api role sealed them with',
+        `the master keys here are ${this.deps.secrets.keyVersions.join(', ')} (WEBHOOK_MASTER_KEY, then ` +
+        'WEBHOOK_MASTER_KEYS_PREVIOUS). Their deliveries are held, not failed: restart with the key they ' +
+        'were sealed with in WEBHOOK_MASTER_KEY or WEBHOOK_MASTER_KEYS_PREVIOUS',
     };
   }
 
@@ -1007,7 +1008,7 @@ export class DeliveryWorker {
         subscriptionId: sub.id,
         secret: which,
         sealedWith: sealed.keyVersion,
-        configured: this.deps.secrets.keyVersion,
+        configured: this.deps.secrets.keyVersions,
       };
       // A previous secret that does not open holds nothing (openSecrets signs with the current one
       // alone), so it is said as what happens to it, and as a warning.

@@ -33,6 +33,15 @@ export type SubscriptionCommand =
   | { kind: 'delete'; keyId: string; subscriptionId: string }
   | { kind: 'reEnable'; subscriptionId: string; recoverSince?: string }
   | { kind: 'rotate'; data: EventData<'SubscriptionSecretRotated'> }
+  | {
+      kind: 'reseal';
+      data: EventData<'SubscriptionSecretResealed'>;
+      /** The sealed secrets `data` re-seals, as read: anything else there now is left alone. */
+      expected: {
+        secret: SubscriptionRecord['secret'];
+        previousSecret: SubscriptionRecord['previousSecret'];
+      };
+    }
   | { kind: 'disable'; subscriptionId: string; reason: string; consecutiveFailures: number };
 
 export type SubscriptionEvent = DecidedEvent<
@@ -40,8 +49,13 @@ export type SubscriptionEvent = DecidedEvent<
   | 'SubscriptionDeleted'
   | 'SubscriptionReEnabled'
   | 'SubscriptionSecretRotated'
+  | 'SubscriptionSecretResealed'
   | 'SubscriptionDisabled'
 >;
+
+function sameSealed(a: SubscriptionRecord['secret'] | null, b: SubscriptionRecord['secret'] | null): boolean {
+  return a === b || (a !== null && b !== null && a.iv === b.iv && a.ciphertext === b.ciphertext);
+}
 
 function existing(state: SubscriptionState, subscriptionId: string): SubscriptionRecord {
   const sub = findSubscription(state, subscriptionId);
@@ -56,6 +70,7 @@ export const subscriptionDecider: Decider<SubscriptionState, SubscriptionCommand
     'SubscriptionDeleted',
     'SubscriptionReEnabled',
     'SubscriptionSecretRotated',
+    'SubscriptionSecretResealed',
     'SubscriptionDisabled',
   ],
   initialState: initialSubscriptions,
@@ -99,6 +114,19 @@ export const subscriptionDecider: Decider<SubscriptionState, SubscriptionCommand
       case 'rotate':
         existing(state, command.data.subscriptionId);
         return [{ type: 'SubscriptionSecretRotated', data: command.data }];
+      case 'reseal': {
+        const sub = findSubscription(state, command.data.subscriptionId);
+        // Deleted meanwhile, already re-sealed (a second run, a run restarted), or rotated since it
+        // was read: re-sealing what was read would bring back a secret that is no longer current.
+        if (
+          !sub ||
+          !sameSealed(sub.secret, command.expected.secret) ||
+          !sameSealed(sub.previousSecret, command.expected.previousSecret)
+        ) {
+          return [];
+        }
+        return [{ type: 'SubscriptionSecretResealed', data: command.data }];
+      }
       case 'disable': {
         const sub = findSubscription(state, command.subscriptionId);
         // Deleted or already disabled: nothing to tell anyone.

@@ -83,6 +83,39 @@ describe('subscription decider', () => {
     spec.given([]).when({ kind: 'rotate', data: rotated }).thenThrows(notFound);
   });
 
+  it('re-seals only the secrets it read, once', () => {
+    const resealed = {
+      subscriptionId: 'wh_1',
+      secret: { keyVersion: 'v2', iv: 'iv2', tag: 'tag2', ciphertext: 'ct2' },
+    };
+    const command = {
+      kind: 'reseal',
+      data: resealed,
+      expected: { secret, previousSecret: null },
+    } as const;
+    spec
+      .given([created('wh_1')])
+      .when(command)
+      .thenEmits([{ type: 'SubscriptionSecretResealed', data: resealed }]);
+    // Run again (a second run, or one restarted after it appended): nothing.
+    spec
+      .given([created('wh_1'), { type: 'SubscriptionSecretResealed', data: resealed }])
+      .when(command)
+      .thenNothing();
+    // Rotated after it was read: the rotation's new secret stays.
+    const rotated = {
+      subscriptionId: 'wh_1',
+      secret: resealed.secret,
+      previousValidUntil: '2026-01-02T00:00:00.000Z',
+    };
+    spec
+      .given([created('wh_1'), { type: 'SubscriptionSecretRotated', data: rotated }])
+      .when(command)
+      .thenNothing();
+    // Deleted meanwhile: nothing, not an error.
+    spec.given([]).when(command).thenNothing();
+  });
+
   it('disables an active subscription once per enabled period', () => {
     const command = {
       kind: 'disable',

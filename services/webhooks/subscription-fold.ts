@@ -125,6 +125,14 @@ export function applySubscriptionEvent(state: SubscriptionState, event: DomainEv
       }
       break;
     }
+    case 'SubscriptionSecretResealed': {
+      const sub = findSubscription(state, event.data.subscriptionId);
+      if (sub) {
+        sub.secret = event.data.secret;
+        if (event.data.previousSecret) sub.previousSecret = event.data.previousSecret;
+      }
+      break;
+    }
     case 'SubscriptionReEnabled': {
       const sub = findSubscription(state, event.data.subscriptionId);
       // A revoked key's subscription is not re-enabled by anything (its key cannot ask, and an

@@ -34,6 +34,7 @@ export function webhookProjectionWith(retention: number): Projection<WebhookStat
       'SubscriptionDisabled',
       'SubscriptionReEnabled',
       'SubscriptionSecretRotated',
+      'SubscriptionSecretResealed',
       'ApiKeyRevoked',
       'DeliveryAttempted',
       'DeliveryQueued',

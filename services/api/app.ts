@@ -278,11 +278,17 @@ function askInFlightToClose(app: FastifyInstance): void {
     for (const socket of sockets) {
       const response = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
       if (response && !response.headersSent) response.setHeader('connection', 'close');
-      // A connection that has not sent a byte (a browser's preconnect, opened for a request it may
-      // never make) carries no work, yet Node counts it active, not idle, from its accept: neither
-      // closeIdleConnections nor close() ends it, and it held every stop with a Chromium page open
-      // until the grace's closeAllConnections (5 s), or close() alone until its headers timed out.
-      else if (!response && socket.bytesRead === 0) socket.destroy();
+    }
+    // A connection that has not sent a byte (a browser's preconnect, opened for a request it may
+    // never make) carries no work, yet Node counts it active, not idle, from its accept: neither
+    // closeIdleConnections nor close() ends it, and it held every stop with a Chromium page open
+    // until the grace's closeAllConnections (5 s), or close() alone until its headers timed out.
+    // Looked at after one turn of the loop: a request already received but not yet read is read
+    // first and answered (503, Connection: close), not cut off with a reset.
+    await new Promise((resolve) => setImmediate(resolve));
+    for (const socket of sockets) {
+      const response = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
+      if (!response && socket.bytesRead === 0) socket.destroy();
     }
   });
 }

@@ -350,6 +350,10 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
       if (origin !== undefined) reply.headers(corsHeaders(origin, MCP_METHODS));
       done();
     });
+    // Shutting down: each session's GET event stream ends as the listener closes, so its client
+    // sees the stream end and the stop is not held by it. The sessions themselves close after the
+    // in-flight calls finish (onClose, once the server has closed).
+    app.addHook('preClose', async () => sessions.endStreams());
     app.addHook('onClose', async () => sessions.closeAll());
     const stateless = statelessMcp(options);
     app.addHook('onClose', async () => stateless.close());

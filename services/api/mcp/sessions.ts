@@ -199,6 +199,11 @@ export class SessionTable {
     await session.server.close().catch(() => undefined);
   }
 
+  /** Ends every session's standalone GET event stream; the sessions stay open. */
+  endStreams(): void {
+    for (const session of this.sessions.values()) session.transport.closeStandaloneSSEStream();
+  }
+
   async closeAll(): Promise<void> {
     clearInterval(this.timer);
     for (const id of [...this.sessions.keys()]) await this.close(id);

@@ -1,10 +1,10 @@
-import { spawn } from 'node:child_process';
 import { parseArgs } from 'node:util';
 import { type Logger, pino } from 'pino';
 import { ConfigError, loadConfig, readDotEnv } from '../contracts/config.ts';
 import { flushAccessLines } from './api/request-log.ts';
 import { ROLES, type Role } from './component.ts';
 import { DataDirInUse, lockDataDir } from './shared/data-dir-lock.ts';
+import { startExitWatchdog } from './shared/exit-watchdog.ts';
 import { createLogger } from './shared/logger.ts';
 import { isEcho } from './shared/signal-echo.ts';
 
@@ -141,13 +141,12 @@ function killSelf(): never {
 }
 
 /**
- * A clean exit with the same guarantee: a detached watchdog SIGKILLs this process if it is still
- * its parent a few seconds later (so it never signals a process that reused the pid).
+ * A clean exit with the same guarantee: a watchdog SIGKILLs this process if its exit has not
+ * ended 3 s later, and ends with it otherwise (services/shared/exit-watchdog.ts).
  */
 function exitGuarded(code: number): never {
   try {
-    const script = `setTimeout(() => { if (process.ppid === ${process.pid}) process.kill(${process.pid}, 'SIGKILL'); }, 3000);`;
-    spawn(process.execPath, ['-e', script], { detached: false, stdio: 'ignore' }).unref();
+    startExitWatchdog(process.pid, 3000);
   } catch {
     // No watchdog (no process could be started): an exit that may hang is worse than this one.
     killSelf();

@@ -498,6 +498,74 @@ describe('live feed: a flaky venue (local server)', () => {
     expect(hits('klines')).toBe(1);
   });
 
+  it.each([
+    ['while the other waits it out', false],
+    ['before the other gets its 429', true],
+  ])(
+    'keeps the ban a request met alongside a short Retry-After: the 418 answered %s',
+    async (_, banFirst) => {
+      // Both in flight: the candles read gets a 429 asking for 2 s, the markets read a 418 banning
+      // the venue for a minute; the shorter pause neither replaces the ban nor lifts it.
+      let answerTicker!: () => void;
+      let tickerAsked!: () => void;
+      const tickerArrived = new Promise<void>((resolve) => {
+        tickerAsked = resolve;
+      });
+      let answerKlines!: () => void;
+      let klinesAsked!: () => void;
+      const klinesArrived = new Promise<void>((resolve) => {
+        klinesAsked = resolve;
+      });
+      venue.fault = (req, res) => {
+        if (req.path === '/api/v3/ticker/24hr') {
+          answerTicker = () => reply(res, 418, '{"code":-1003,"msg":"IP banned"}', { 'retry-after': '60' });
+          tickerAsked();
+          return true;
+        }
+        if (req.path === '/api/v3/klines' && req.n === 1) {
+          answerKlines = () => reply(res, 429, '{"code":-1003}', { 'retry-after': '2' });
+          klinesAsked();
+          return true;
+        }
+        return false;
+      };
+      let asleep!: () => void;
+      const sleeping = new Promise<void>((resolve) => {
+        asleep = resolve;
+      });
+      let wake!: () => void;
+      const woken = new Promise<void>((resolve) => {
+        wake = resolve;
+      });
+      const { feed } = flakyFeed({
+        sleep: async () => {
+          asleep();
+          await woken;
+        },
+      });
+      await feed.probe();
+      const markets = feed.markets('BINANCE_SPOT').catch((e) => e);
+      const candles = feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 3 }).catch((e) => e);
+      await Promise.all([tickerArrived, klinesArrived]);
+      if (banFirst) {
+        answerTicker();
+        expect(await markets).toBeInstanceOf(VenueUnavailableError);
+        answerKlines();
+        await sleeping;
+      } else {
+        answerKlines();
+        await sleeping;
+        answerTicker();
+        expect(await markets).toBeInstanceOf(VenueUnavailableError);
+      }
+      wake();
+      const error = await candles;
+      expect(error).toBeInstanceOf(VenueUnavailableError);
+      expect(error.message).toMatch(/not sent: the venue asked for no requests until 2025-10-25T10:33:00/);
+      expect(hits('klines')).toBe(1);
+    },
+  );
+
   it('never retries a 418 (an IP ban)', async () => {
     venue.fault = (req, res) =>
       req.path === '/api/v3/klines' &&

@@ -499,9 +499,12 @@ export class LiveFeed implements MarketFeed {
         const banned = limited && /\b418\b/.test(message);
         const retryAfter = limited ? retryAfterMs(this.#clients.get(exchange), this.#now()) : undefined;
         let delay = this.#backoffMs * 2 ** attempt;
+        let paused: number | undefined;
         if (retryAfter !== undefined || banned) {
           delay = retryAfter ?? DEFAULT_BAN_MS;
-          this.#pausedUntil.set(exchange, this.#now() + delay);
+          paused = this.#now() + delay;
+          // A longer pause already set (another request's ban) is kept.
+          if (paused > (this.#pausedUntil.get(exchange) ?? 0)) this.#pausedUntil.set(exchange, paused);
         }
         const waits = !banned && delay <= (retryAfter !== undefined ? this.#maxRetryAfterMs : delay);
         if (transient) {
@@ -517,7 +520,9 @@ export class LiveFeed implements MarketFeed {
             'venue request failed, retrying',
           );
           await this.#sleep(delay);
-          this.#pausedUntil.delete(exchange);
+          // Lifts only its own pause: a longer one another request met meanwhile (a 418) stays.
+          if (paused !== undefined && this.#pausedUntil.get(exchange) === paused)
+            this.#pausedUntil.delete(exchange);
           continue;
         }
         if (transient) {

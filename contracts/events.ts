@@ -409,7 +409,7 @@ export const SubscriptionSecretRotated = z.object({
   previousValidUntil: IsoTime,
 });
 /**
- * The same secrets sealed again under the master key that seals now (`npm run webhooks -- reseal`),
+ * The same secrets sealed again under the master key that seals now (`npm run keys -- reseal-webhook-secrets`),
  * so the keys before it can be removed: nothing changes for the subscriber. `previousSecret` is the
  * rotation's previous secret, re-sealed, while its overlap lasts.
  */

@@ -624,8 +624,8 @@ export const ConfigSchema = z
       .optional(),
     /**
      * Master keys in use before WEBHOOK_MASTER_KEY (comma-separated, 64 hex each): they only open
-     * secrets sealed under them, until `npm run webhooks -- reseal` has re-sealed every secret under
-     * WEBHOOK_MASTER_KEY (deploy/README.md, Rotating the webhook master key).
+     * secrets sealed under them, until `npm run keys -- reseal-webhook-secrets` has re-sealed every
+     * secret under WEBHOOK_MASTER_KEY (deploy/README.md, Rotating the webhook master key).
      */
     WEBHOOK_MASTER_KEYS_PREVIOUS: webhookPreviousKeys.optional(),
     /** Ports a webhook URL may name: `443`, a list `443,8443`, ranges `8000-8999`, or `*`. */

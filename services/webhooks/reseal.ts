@@ -6,6 +6,7 @@ import { subscriptionDecider } from './subscription-decider.ts';
 import {
   applySubscriptionEvent,
   initialSubscriptions,
+  SUBSCRIPTION_EVENT_TYPES,
   type SubscriptionRecord,
   subscriptionStream,
 } from './subscription-fold.ts';
@@ -14,15 +15,7 @@ import {
 const subscriptionsProjection = defineProjection({
   name: 'webhook-subscriptions',
   version: 1,
-  eventTypes: [
-    'SubscriptionCreated',
-    'SubscriptionDeleted',
-    'SubscriptionDisabled',
-    'SubscriptionReEnabled',
-    'SubscriptionSecretRotated',
-    'SubscriptionSecretResealed',
-    'ApiKeyRevoked',
-  ],
+  eventTypes: [...SUBSCRIPTION_EVENT_TYPES],
   initial: initialSubscriptions,
   evolve: applySubscriptionEvent,
 });

@@ -52,6 +52,17 @@ export function subscriptionStream(keyId: string): string {
 
 export const initialSubscriptions = (): SubscriptionState => ({ subs: {}, revokedKeys: {} });
 
+/** The event types applySubscriptionEvent reads: every projection folding it subscribes to these. */
+export const SUBSCRIPTION_EVENT_TYPES = [
+  'SubscriptionCreated',
+  'SubscriptionDeleted',
+  'SubscriptionDisabled',
+  'SubscriptionReEnabled',
+  'SubscriptionSecretRotated',
+  'SubscriptionSecretResealed',
+  'ApiKeyRevoked',
+] as const;
+
 export function findSubscription(state: SubscriptionState, id: string): SubscriptionRecord | undefined {
   return Object.hasOwn(state.subs, id) ? state.subs[id] : undefined;
 }

@@ -5,7 +5,12 @@ import {
   type DeliveryLogState,
   initialDeliveryLog,
 } from './delivery-log-fold.ts';
-import { applySubscriptionEvent, initialSubscriptions, type SubscriptionState } from './subscription-fold.ts';
+import {
+  applySubscriptionEvent,
+  initialSubscriptions,
+  SUBSCRIPTION_EVENT_TYPES,
+  type SubscriptionState,
+} from './subscription-fold.ts';
 
 /**
  * The webhook state: subscriptions (the only record of who subscribed to what) and the delivery
@@ -29,13 +34,7 @@ export function webhookProjectionWith(retention: number): Projection<WebhookStat
     // after a re-enable, from this log only); a snapshot folded before may have dropped one.
     version: 6,
     eventTypes: [
-      'SubscriptionCreated',
-      'SubscriptionDeleted',
-      'SubscriptionDisabled',
-      'SubscriptionReEnabled',
-      'SubscriptionSecretRotated',
-      'SubscriptionSecretResealed',
-      'ApiKeyRevoked',
+      ...SUBSCRIPTION_EVENT_TYPES,
       'DeliveryAttempted',
       'DeliveryQueued',
       'DeliverySequenced',

@@ -1,6 +1,25 @@
 import { firstIndex } from '../../adapters/first-index.ts';
-import type { FeedKind } from '../../contracts/market.ts';
-import type { PendingOutcomes, PendingVerdict } from './projections.ts';
+import type { Call, FeedKind, Timeframe } from '../../contracts/market.ts';
+
+/** A verdict waiting for its outcome, as the pending-outcomes projection (projections.ts) keeps it. */
+export interface PendingVerdict {
+  verdictId: string;
+  stream: string;
+  revision: number;
+  exchange: string;
+  coin: string;
+  timeframe: Timeframe;
+  call: Call;
+  candleCloseTime: number;
+  feed: 'live' | 'replay';
+  dueAt: number;
+}
+
+export interface PendingOutcomes {
+  pending: Record<string, PendingVerdict>;
+  /** Verdict stream → hash of its last chained outcome: what the next outcome of the stream links to. */
+  heads: Record<string, string>;
+}
 
 /** The market whose candles a verdict's outcome is read from (one feed, venue, coin, timeframe). */
 export function marketKey(p: PendingVerdict): string {

@@ -1,9 +1,11 @@
 import { firstIndex } from '../../adapters/first-index.ts';
 import { outcomeStream } from '../../contracts/history.ts';
-import type { Call, Timeframe } from '../../contracts/market.ts';
 import { defineProjection, type Projection } from '../../projections/projection.ts';
 import { outcomeDueAt } from './outcome.ts';
-import { builtIndex } from './pending-index.ts';
+import { builtIndex, type PendingOutcomes, type PendingVerdict } from './pending-index.ts';
+
+export type { PendingOutcomes, PendingVerdict } from './pending-index.ts';
+
 import { addPoint, type TrackRecordState } from './track-record.ts';
 
 /** Folds every resolved outcome (its call and its risk forecast) into the track record's per-day statistics. */
@@ -22,25 +24,6 @@ export const trackRecordProjection: Projection<TrackRecordState> = defineProject
     return state;
   },
 });
-
-export interface PendingVerdict {
-  verdictId: string;
-  stream: string;
-  revision: number;
-  exchange: string;
-  coin: string;
-  timeframe: Timeframe;
-  call: Call;
-  candleCloseTime: number;
-  feed: 'live' | 'replay';
-  dueAt: number;
-}
-
-export interface PendingOutcomes {
-  pending: Record<string, PendingVerdict>;
-  /** Verdict stream → hash of its last chained outcome: what the next outcome of the stream links to. */
-  heads: Record<string, string>;
-}
 
 /**
  * Verdicts still waiting for their outcome: added when recorded, removed when the outcome is in

@@ -106,6 +106,11 @@ export const SPENT_SETS = ['tuning15.json'] as const;
  * written blind by a helper from the indexed documentation on 2026-11-29 and committed with this
  * line, before the picker's fifteenth change and before the chat was ever asked them. Summary line
  * only.
+ *
+ * vpsquant.json: 54 questions and 10 off-topic ones asked by a newcomer operator installing the
+ * service on a small VPS and a quant buyer comparing it with a peer, written blind by a helper
+ * from the indexed documentation on 2026-11-29 and committed with this line, before the picker's
+ * sixteenth change and before the chat was ever asked them. Summary line only.
  */
 export const BLIND_SETS = [
   'integrator.json',
@@ -114,6 +119,7 @@ export const BLIND_SETS = [
   'desk.json',
   'frontline.json',
   'scout.json',
+  'vpsquant.json',
 ] as const;
 
 export const QUESTION_SETS = [...TUNED_SETS, ...SPENT_SETS, ...BLIND_SETS] as const;

@@ -1,6 +1,9 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { openLmdbEventStore } from '../../adapters/event-store/lmdb.ts';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { openPostgresEventStore, type PostgresEventStore } from '../../adapters/event-store/postgres.ts';
@@ -15,7 +18,8 @@ import { type PrivatePostgres, startPrivatePostgres } from '../../test/postgres-
 import { shouldRunPostgresSuite, uniqueSchema } from '../../test/postgres-probe.ts';
 import { SignalEngine, type SignalEngineOptions } from './engine.ts';
 import { VerdictScheduler } from './scheduler.ts';
-import { verdictStream } from './verdict-recorder.ts';
+import { ENGINE_VERSION } from './signals/verdict.ts';
+import { recordVerdict, verdictStream } from './verdict-recorder.ts';
 
 /**
  * The live adapter with the fixture approach of adapters/market/live.test.ts: ccxt's fetch
@@ -107,6 +111,8 @@ async function restartable(start: number, store: EventStore = new MemoryEventSto
 const schedule = (engine: SignalEngine, topN: number) =>
   new VerdictScheduler({ engine, feed: engine.feed, timeframes: ['1h'], exchange: 'BINANCE_SPOT', topN });
 const hours = (day: number, ...h: number[]) => h.map((x) => Date.UTC(2025, 9, day, x));
+/** The engine version before the running one, as an upgrade finds it on the log. */
+const PREVIOUS_VERSION = `signals-${Number(ENGINE_VERSION.split('-')[1]) - 1}`;
 
 describe('live feed restart: candles that closed while the engine was down', () => {
   it('are backfilled in order on restart, leaving no hole in the verdict chain', async () => {
@@ -199,6 +205,47 @@ describe('live feed restart: candles that closed while the engine was down', () 
     const recorded = await verdicts();
     expect(recorded.map((v) => v.candleCloseTime)).toEqual(hours(20, 10, 11, 12, 13, 14, 15));
     expect(verifyVerdictChain(recorded)).toEqual({ ok: true });
+  });
+
+  it('after an upgrade that changed the engine version, are backfilled by the new engine and labelled with its version', async () => {
+    // An in-place upgrade (deploy/README.md, Upgrades): the older engine's last verdict is at
+    // 10:00, the new version starts on the same LMDB log five hours on. Before, a backfill behind
+    // another engine version's verdict recorded nothing, and the chain went from 10:00 to 15:00.
+    const dir = mkdtempSync(join(tmpdir(), 'backfill-upgrade-'));
+    try {
+      const start = Date.UTC(2025, 9, 20, 10, 30);
+      // The older engine's verdict: this close's, as an engine of an earlier version recorded it.
+      const scratch = await restartable(start);
+      await scratch.open().scheduledTradeCall({ ...MARKET });
+      const { hash: _hash, prevHash: _prevHash, ...older } = (await scratch.verdicts())[0]!;
+      const before = await openLmdbEventStore({ path: dir });
+      await recordVerdict(before, { ...older, engineVersion: PREVIOUS_VERSION });
+      await before.close();
+
+      const store = await openLmdbEventStore({ path: dir });
+      try {
+        const { open, verdicts } = await restartable(start + 5 * H, store);
+        const scheduler = schedule(open(), 100);
+        await scheduler.tick('1h');
+        await scheduler.stop();
+
+        const recorded = await verdicts();
+        expect(recorded.map((v) => v.candleCloseTime)).toEqual(hours(20, 10, 11, 12, 13, 14, 15));
+        expect(recorded.map((v) => v.engineVersion)).toEqual([
+          PREVIOUS_VERSION,
+          ...Array<string>(5).fill(ENGINE_VERSION),
+        ]);
+        expect(
+          recorded.slice(1, 5).every((v) => v.inputs.backfilled === true && v.trigger === 'schedule'),
+        ).toBe(true);
+        expect(recorded[5]!.inputs.backfilled).toBeUndefined();
+        expect(verifyVerdictChain(recorded)).toEqual({ ok: true });
+      } finally {
+        await store.close();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   describe('a request that comes before the restarted scheduler has backfilled', () => {

@@ -297,9 +297,12 @@ export class SignalEngine implements EngineOperations {
    * on record and before `before` (default: the latest close): the candles that closed while no
    * engine ran, or while a run was busy. `before` itself is left to the caller's normal path.
    * Backfilled verdicts use the candles alone (the funding and basis of those past moments are
-   * not re-read) and say so in their inputs. Returns how many were recorded. An aborted `signal`
-   * stops it between two records (it throws the signal's reason): what it recorded is an unbroken
-   * run after the last verdict, and the next backfill goes on from there.
+   * not re-read) and say so in their inputs. They are this engine's verdicts, labelled with its
+   * version, whichever version recorded the last one on record: after an upgrade the closes missed
+   * while no engine ran are recorded by the new engine, so the chain has no hole at the upgrade
+   * and shows it at its first verdict of the new version. Returns how many were recorded. An
+   * aborted `signal` stops it between two records (it throws the signal's reason): what it
+   * recorded is an unbroken run after the last verdict, and the next backfill goes on from there.
    */
   async backfill(
     market: { exchange: Exchange; coin: string; timeframe: Timeframe },
@@ -308,7 +311,7 @@ export class SignalEngine implements EngineOperations {
     const { exchange, coin, timeframe } = market;
     const tfMs = TIMEFRAME_MS[timeframe];
     const { last } = await lastVerdict(this.store, verdictStream(market));
-    if (!last || last.data.engineVersion !== ENGINE_VERSION) return 0;
+    if (!last) return 0;
     const nowClose = this.feed.now() - (this.feed.now() % tfMs);
     const latestClose = options.before ?? nowClose;
     const missed = Math.round((latestClose - last.data.candleCloseTime) / tfMs) - 1;
@@ -333,7 +336,14 @@ export class SignalEngine implements EngineOperations {
     }
     if (recorded > 0) {
       this.logger?.info(
-        { market: marketKey(exchange, coin, timeframe), recorded, missed },
+        {
+          market: marketKey(exchange, coin, timeframe),
+          recorded,
+          missed,
+          ...(last.data.engineVersion === ENGINE_VERSION
+            ? {}
+            : { engineVersion: ENGINE_VERSION, lastEngineVersion: last.data.engineVersion }),
+        },
         'backfilled verdicts for candles that closed while the engine was down',
       );
     }

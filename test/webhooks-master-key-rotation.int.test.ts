@@ -1,7 +1,9 @@
+import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createMemoryCache } from '../adapters/cache/memory.ts';
 import { type LmdbEventStore, openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
@@ -30,6 +32,7 @@ const reachable = await requireNats();
 const tls = selfSignedCert();
 const OLD = randomBytes(32).toString('hex');
 const NEW = randomBytes(32).toString('hex');
+const ROOT = new URL('..', import.meta.url).pathname;
 
 /** The store as a process killed after `appends` more appends sees it: the next one never lands. */
 function killedAfter(store: EventStore, appends: number): EventStore {
@@ -213,5 +216,147 @@ describe.runIf(reachable)('rotating WEBHOOK_MASTER_KEY in place', () => {
     }
     // A's previous secret signed beside the new one throughout (its overlap was re-sealed too).
     expect(receivedBy('a').every((r) => r.headers['x-service-signature-new'] !== undefined)).toBe(true);
+  });
+});
+
+/**
+ * `npm run keys -- reseal-webhook-secrets` in a process of its own (node with tsx's loader, as npm
+ * runs it) on the LMDB log in `dir`, with the master keys given; its exit code and output.
+ */
+async function resealCli(
+  dir: string,
+  keys: { WEBHOOK_MASTER_KEY: string; WEBHOOK_MASTER_KEYS_PREVIOUS?: string },
+): Promise<{ code: number; stdout: string; stderr: string }> {
+  try {
+    const { stdout, stderr } = await promisify(execFile)(
+      process.execPath,
+      ['--import', 'tsx', join(ROOT, 'services/operator/cli.ts'), 'reseal-webhook-secrets'],
+      {
+        cwd: ROOT,
+        env: {
+          ...process.env,
+          EVENT_STORE: 'lmdb',
+          DATA_DIR: dir,
+          CACHE: 'memory',
+          BUS: 'memory',
+          PUBLIC_BASE_URL: 'http://127.0.0.1:9',
+          WEBHOOK_MASTER_KEYS_PREVIOUS: '',
+          ...keys,
+        },
+      },
+    );
+    return { code: 0, stdout, stderr };
+  } catch (err) {
+    const e = err as { code: number; stdout: string; stderr: string };
+    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
+  }
+}
+
+// A secret sealed under a key the operator no longer configures (LOST): the re-seal does all the
+// others, names that one and exits 1, so a script stops before emptying WEBHOOK_MASTER_KEYS_PREVIOUS.
+describe.runIf(reachable)('reseal-webhook-secrets with a secret no configured key opens', () => {
+  const LOST = randomBytes(32).toString('hex');
+  const keys = { WEBHOOK_MASTER_KEY: NEW, WEBHOOK_MASTER_KEYS_PREVIOUS: OLD };
+  let dir: string;
+  let store: LmdbEventStore;
+  let stack: WebhookStack;
+  let receiver: Receiver;
+  let dispatcher: ReturnType<typeof dispatcherComponent> | undefined;
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'master-key-unopened-'));
+    store = await openLmdbEventStore({ path: join(dir, 'events') });
+    stack = await startWebhookStack({
+      store,
+      env: keys,
+      dispatcher: false,
+      settings: { tls: { ca: tls.cert } },
+    });
+    receiver = await startReceiver(tls);
+  });
+  afterAll(async () => {
+    await dispatcher?.stop();
+    await receiver?.close();
+    await stack?.close();
+    await store?.close();
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  it('re-seals what it can, names the rest by id and exits 1; their deliveries are held until a rotate-secret', async () => {
+    const { key, keyId } = await stack.issueWithId();
+    const create = (path: string, box: SecretBox) =>
+      createSubscription(store, {
+        keyId,
+        request: { url: `${receiver.url}/${path}`, events: ['trade_call'], assets: ['UNOK'] },
+        url: `${receiver.url}/${path}`,
+        secrets: box,
+        maxPerKey: 5,
+      });
+    const old = await create('old', new SecretBox(OLD, []));
+    const lost = await create('lost', new SecretBox(LOST, []));
+    const lostVersion = new SecretBox(LOST, []).keyVersion;
+
+    const first = await resealCli(dir, keys);
+    expect(first.code).toBe(1);
+    expect(first.stdout).toContain('webhook secrets: 1 re-sealed under master key');
+    expect(first.stdout).not.toContain('can be emptied');
+    expect(first.stderr).toContain(
+      `1 webhook subscription not re-sealed: no configured master key opens its secret, left sealed as before: ${lost.subscriptionId} (sealed under ${lostVersion}).`,
+    );
+    expect(first.stderr).toContain('Do not empty WEBHOOK_MASTER_KEYS_PREVIOUS');
+    expect(first.stderr).not.toContain(old.subscriptionId);
+    for (const out of [first.stdout, first.stderr]) {
+      expect(out).not.toContain(lost.secret);
+      expect(out).not.toContain(old.secret);
+      expect(out).not.toMatch(/^\s+at /m);
+    }
+    // Run again: nothing more to re-seal, the same one named, still exit 1.
+    const again = await resealCli(dir, keys);
+    expect(again).toMatchObject({ code: 1 });
+    expect(again.stdout).toContain('0 re-sealed');
+    expect(again.stdout).toContain('1 already under it');
+    expect(again.stderr).toContain(`${lost.subscriptionId} (sealed under ${lostVersion})`);
+
+    // With [NEW] alone the re-sealed one delivers; the other's delivery is held, not failed.
+    dispatcher = dispatcherComponent({
+      config: loadConfig(webhookEnv(stack.prefix, { WEBHOOK_MASTER_KEY: NEW })),
+      adapters: { eventStore: store, projectionStore: new MemoryProjectionStore(), bus: stack.bus },
+      logger,
+      feed: stack.engine.feed,
+      durablePrefix: `unop${stack.prefix}`,
+      settings: { tls: { ca: tls.cert } },
+    });
+    await dispatcher.start();
+    await appendVerdict(store, { coin: 'UNOK', call: 'BUY', confidence: 61 });
+    const receivedBy = (path: string) => receiver.received.filter((r) => r.path.endsWith(`/${path}`));
+    const deliveries = async (id: string) =>
+      (await stack.request('GET', `/api/webhooks/${id}/deliveries?limit=100`, key)).body
+        .deliveries as DeliveryView[];
+    await expect.poll(() => receivedBy('old').length, { timeout: 15_000 }).toBe(1);
+    await expect
+      .poll(
+        async () =>
+          (await deliveries(lost.subscriptionId)).flatMap((d) =>
+            d.attempts.map((t) => [d.status, t.outcome, t.error]),
+          ),
+        { timeout: 10_000 },
+      )
+      .toContainEqual([expect.not.stringMatching(/failed/), 'held', SECRET_UNREADABLE]);
+    expect(receivedBy('lost')).toHaveLength(0);
+
+    // The subscriber rotates its secret: the new one is sealed under NEW, and the held delivery
+    // goes out signed with it.
+    const rotated = await stack.request('POST', `/api/webhooks/${lost.subscriptionId}/rotate-secret`, key, {
+      overlap_seconds: 60,
+    });
+    expect(rotated.status).toBe(200);
+    await expect.poll(() => receivedBy('lost').length, { timeout: 15_000 }).toBe(1);
+    const got = receivedBy('lost')[0]!;
+    expect(
+      verifyWebhook({ secret: rotated.body.secret as string, headers: got.headers, rawBody: got.body }).ok,
+    ).toBe(true);
+    const last = await resealCli(dir, keys);
+    expect(last.code).toBe(0);
+    expect(last.stdout).toContain('every secret is sealed under WEBHOOK_MASTER_KEY');
   });
 });

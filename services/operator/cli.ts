@@ -9,6 +9,7 @@ import {
   refuseBeforeOpening,
   runOperatorCommand,
   serviceApplied,
+  UnfinishedError,
   USAGE,
   UsageError,
 } from './operator-commands.ts';
@@ -57,6 +58,10 @@ try {
   if (err instanceof OtherLogError) {
     // What the command did (a new key is shown this once) on stdout; why it is not in effect on stderr.
     console.log(err.output.slice(0, err.output.length - err.message.length).trimEnd());
+    console.error(err.message);
+  } else if (err instanceof UnfinishedError) {
+    // What it did on stdout; what it left undone (and why the exit is 1) on stderr.
+    console.log(err.output);
     console.error(err.message);
   } else console.error(err instanceof UsageError ? `${err.message}\n\n${USAGE}` : err);
 } finally {

@@ -39,6 +39,21 @@ export class OtherLogError extends Error {
   }
 }
 
+/**
+ * The command did what it could and left part of it undone (reseal-webhook-secrets with secrets
+ * no configured key opens): `output`, what it did, goes to stdout, the message, what is left and
+ * what to do, to stderr, and the CLI exits 1 so that a script stops there.
+ */
+export class UnfinishedError extends Error {
+  override readonly name = 'UnfinishedError';
+  constructor(
+    message: string,
+    readonly output: string,
+  ) {
+    super(message);
+  }
+}
+
 export const USAGE = `usage: npm run keys -- <command>
   create --plan <free|starter|pro> --owner <who>   issue a key (printed once)
   list [--all]                                     keys with id, prefix, plan, owner (--all: with revoked)
@@ -55,7 +70,9 @@ export const USAGE = `usage: npm run keys -- <command>
                                                    USDC per status
   reseal-webhook-secrets                           seal every webhook secret under WEBHOOK_MASTER_KEY
                                                    (one event per subscription not under it yet),
-                                                   so WEBHOOK_MASTER_KEYS_PREVIOUS can be emptied
+                                                   so WEBHOOK_MASTER_KEYS_PREVIOUS can be emptied;
+                                                   exit 1, naming them, when a secret opens under
+                                                   no configured key
 Every command but create refuses a DATA_DIR that holds no event log.`;
 
 /**
@@ -220,7 +237,9 @@ export async function runOperatorCommand(
       }
       case 'reseal-webhook-secrets': {
         if (!deps.secrets) throw new Error('no webhook master key configured here');
-        return describeReseal(await resealSecrets(deps.store, deps.secrets()));
+        const { done, left } = describeReseal(await resealSecrets(deps.store, deps.secrets()));
+        if (left !== null) throw new UnfinishedError(left, done);
+        return done;
       }
       case 'rebuild-quota': {
         const outcome = await rebuildQuotaGeneration({

@@ -99,20 +99,28 @@ export async function resealSecrets(
   return outcome;
 }
 
-/** What `npm run keys -- reseal-webhook-secrets` prints. */
-export function describeReseal(o: ResealOutcome): string {
-  const lines = [
-    `webhook secrets: ${o.resealed} re-sealed under master key ${o.keyVersion}, ${o.already} already under it`,
-  ];
+/**
+ * What `npm run keys -- reseal-webhook-secrets` prints: `done`, what it did (stdout), and `left`,
+ * null when every secret is under the sealing key, else the subscriptions whose secrets no
+ * configured key opens, by id and the digest prefix of the key each is sealed under (never a
+ * secret), with what that means for their deliveries (stderr; the command then exits 1, so a
+ * rotation scripted as reseal-then-drop stops before the key they need is dropped).
+ */
+export function describeReseal(o: ResealOutcome): { done: string; left: string | null } {
+  const done = `webhook secrets: ${o.resealed} re-sealed under master key ${o.keyVersion}, ${o.already} already under it`;
   if (o.unopened.length === 0) {
-    lines.push(
-      'every secret is sealed under WEBHOOK_MASTER_KEY: WEBHOOK_MASTER_KEYS_PREVIOUS can be emptied',
-    );
-  } else {
-    lines.push(
-      `${o.unopened.length} open under no configured key (keep their key in WEBHOOK_MASTER_KEYS_PREVIOUS and run again): ` +
-        o.unopened.map((u) => `${u.subscriptionId} (${u.keyVersion})`).join(', '),
-    );
+    return {
+      done: `${done}\nevery secret is sealed under WEBHOOK_MASTER_KEY: WEBHOOK_MASTER_KEYS_PREVIOUS can be emptied`,
+      left: null,
+    };
   }
-  return lines.join('\n');
+  const n = o.unopened.length;
+  const left =
+    `${n} webhook subscription${n === 1 ? '' : 's'} not re-sealed: no configured master key opens ` +
+    `${n === 1 ? 'its secret' : 'their secrets'}, left sealed as before: ` +
+    o.unopened.map((u) => `${u.subscriptionId} (sealed under ${u.keyVersion})`).join(', ') +
+    '. Do not empty WEBHOOK_MASTER_KEYS_PREVIOUS: add the key each names to it and run again. ' +
+    'Until then a dispatcher holds their deliveries (recorded held, not sent, not failed); a ' +
+    'rotate-secret of the subscription seals a new secret under WEBHOOK_MASTER_KEY and they go out under it';
+  return { done, left };
 }

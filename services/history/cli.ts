@@ -1,6 +1,6 @@
 import { pino } from 'pino';
-import { loadConfig, readDotEnv } from '../../contracts/config.ts';
 import { type Adapters, NoEventStoreError, openAdapters, requireExistingStore } from '../adapters.ts';
+import { commandLineConfig } from '../shared/cli-config.ts';
 import { exitFlushed } from '../shared/exit-flushed.ts';
 import {
   ExportInterruptedError,
@@ -24,8 +24,9 @@ try {
   const output = await runHistoryCommand(argv, {
     progress: process.stderr,
     async openStore() {
-      readDotEnv();
-      const config = loadConfig();
+      // A refused setting is told in the service's words, exit 2 as a DATA_DIR without a log
+      // (verify's 1 means a broken chain): nothing was read.
+      const config = await commandLineConfig(2);
       // Every history command only reads: a DATA_DIR without a log is refused, not created.
       requireExistingStore(config);
       adapters = await openAdapters(config, pino({ level: 'warn' }, pino.destination(2)));

@@ -1,8 +1,9 @@
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { type Config, loadConfig, readDotEnv } from '../../contracts/config.ts';
+import type { Config } from '../../contracts/config.ts';
 import { NoEventStoreError, requireExistingStore } from '../adapters.ts';
+import { commandLineConfig } from '../shared/cli-config.ts';
 import { exitFlushed } from '../shared/exit-flushed.ts';
 
 export const USAGE = `usage: npm run backup -- DEST
@@ -51,8 +52,8 @@ let code = 0;
 try {
   const { positionals } = parseArgs({ args: argv, allowPositionals: true, strict: true, options: {} });
   if (positionals.length > 1) throw new UsageError(`backup takes one DEST: ${positionals.join(' ')}`);
-  readDotEnv();
-  const config = loadConfig();
+  // A refused setting is told in the service's words, exit 1.
+  const config = await commandLineConfig(1);
   const dest = refuse(config, positionals[0]);
   const { backupLmdbEnvironment } = await import('../../adapters/event-store/lmdb-backup.ts');
   const started = performance.now();

@@ -1,9 +1,10 @@
 import { pino } from 'pino';
 import { logIdentity } from '../../adapters/event-store/log-identity.ts';
-import { loadConfig, publicBaseUrl, readDotEnv } from '../../contracts/config.ts';
+import { publicBaseUrl } from '../../contracts/config.ts';
 import { openAdapters } from '../adapters.ts';
+import { commandLineConfig, settingOrExit } from '../shared/cli-config.ts';
 import { exitFlushed } from '../shared/exit-flushed.ts';
-import { secretBoxFromConfig } from '../webhooks/secret-box.ts';
+import { type SecretBox, secretBoxFromConfig } from '../webhooks/secret-box.ts';
 import {
   OtherLogError,
   refuseBeforeOpening,
@@ -20,8 +21,12 @@ if (argv.length === 0 || argv[0] === '--help' || argv[0] === 'help') {
   console.log(USAGE);
   await exitFlushed(argv.length === 0 ? 2 : 0);
 }
-readDotEnv();
-const config = loadConfig();
+// A refused setting (a key too short, a URL that is none) is told in the service's words, exit 1.
+const config = await commandLineConfig(1);
+// The master keys reseal-webhook-secrets seals with are settings too (production requires
+// WEBHOOK_MASTER_KEY): refused the same way, before any store is opened.
+let secrets: SecretBox | undefined;
+if (argv[0] === 'reseal-webhook-secrets') secrets = await settingOrExit(() => secretBoxFromConfig(config), 1);
 try {
   refuseBeforeOpening(argv[0], config);
 } catch (err) {
@@ -50,7 +55,7 @@ try {
       store: adapters.eventStore,
       cache: adapters.cache,
       applied,
-      secrets: () => secretBoxFromConfig(config),
+      secrets: () => secrets ?? secretBoxFromConfig(config),
     }),
   );
 } catch (err) {

@@ -1,0 +1,98 @@
+import { execFile } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
+import { ConfigError, loadConfig } from '../contracts/config.ts';
+import { newEvent } from '../contracts/events.ts';
+
+const ROOT = new URL('..', import.meta.url).pathname;
+const root = mkdtempSync(join(tmpdir(), 'operator-cli-config-'));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+/** A script of package.json as npm runs it (node with tsx's loader) in a bare environment. */
+async function run(
+  entry: string,
+  args: string[],
+  env: Record<string, string>,
+): Promise<{ code: number; stdout: string; stderr: string }> {
+  try {
+    const { stdout, stderr } = await promisify(execFile)(
+      process.execPath,
+      ['--import', 'tsx', join(ROOT, entry), ...args],
+      { cwd: ROOT, env: { PATH: process.env.PATH ?? '', ...env } },
+    );
+    return { code: 0, stdout, stderr };
+  } catch (err) {
+    const e = err as { code: number; stdout: string; stderr: string };
+    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
+  }
+}
+
+/** What the config schema says of `env`: the words `npm start` prints when it refuses it. */
+function refusal(env: Record<string, string>): string {
+  try {
+    loadConfig(env);
+  } catch (err) {
+    if (err instanceof ConfigError) return `${err.message}\n`;
+    throw err;
+  }
+  throw new Error(`the config accepts ${JSON.stringify(env)}`);
+}
+
+// Every operator command line that reads the service's configuration (package.json: keys, history
+// with --store, backup) refuses a malformed setting as the service does at start: the schema's
+// line naming the variable and what is wrong, no stack trace, nothing opened.
+describe('operator command lines on a refused setting', () => {
+  let dataDir: string;
+  beforeAll(async () => {
+    dataDir = join(root, 'data');
+    const store = await openLmdbEventStore({ path: join(dataDir, 'events') });
+    await store.append('key-test', [newEvent('ApiKeyRevoked', { keyId: 'k', reason: 'test' })]);
+    await store.close();
+  });
+
+  const settings = {
+    'a master key too short': { WEBHOOK_MASTER_KEY: 'abc' },
+    'a public URL that is none': { PUBLIC_BASE_URL: 'notaurl' },
+  };
+  const commands: [string, string, string[], number][] = [
+    ['keys list', 'services/operator/cli.ts', ['list'], 1],
+    ['keys reseal-webhook-secrets', 'services/operator/cli.ts', ['reseal-webhook-secrets'], 1],
+    ['keys create', 'services/operator/cli.ts', ['create', '--plan', 'free', '--owner', 'ops'], 1],
+    // history's verify exits 1 for a broken chain: a setting refused exits 2, as a DATA_DIR without a log.
+    ['history verify --store', 'services/history/cli.ts', ['verify', '--store'], 2],
+    ['history export --store', 'services/history/cli.ts', ['export', '--store', '--out', join(root, 'x')], 2],
+    ['backup', 'services/operator/backup.ts', [join(root, 'backup')], 1],
+  ];
+
+  it.each(Object.entries(settings))('%s: each says it in the service words and exits', async (_name, bad) => {
+    const env = { DATA_DIR: dataDir, ...bad };
+    const expected = refusal(env);
+    const service = await run('services/main.ts', [], env);
+    expect(service).toMatchObject({ code: 1, stderr: expected });
+    const runs = await Promise.all(commands.map(([, entry, args]) => run(entry, args, env)));
+    for (const [i, [name, , , code]] of commands.entries()) {
+      expect({ name, ...runs[i] }).toEqual({ name, code, stdout: '', stderr: expected });
+    }
+    expect(existsSync(join(root, 'x'))).toBe(false);
+    expect(existsSync(join(root, 'backup'))).toBe(false);
+  });
+
+  it('keys reseal-webhook-secrets in production without WEBHOOK_MASTER_KEY: the one line, no log created', async () => {
+    const empty = join(root, 'empty');
+    const out = await run('services/operator/cli.ts', ['reseal-webhook-secrets'], {
+      DATA_DIR: empty,
+      NODE_ENV: 'production',
+    });
+    expect(out).toEqual({
+      code: 1,
+      stdout: '',
+      stderr:
+        'invalid configuration:\n  WEBHOOK_MASTER_KEY: required when NODE_ENV=production by the api and dispatcher roles (64 hex characters, e.g. `openssl rand -hex 32`)\n',
+    });
+    expect(existsSync(empty) ? readdirSync(empty) : []).toEqual([]);
+  });
+});

@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
@@ -165,6 +166,44 @@ describe.runIf(reachable)('what subscribers ask for: gap detection, versions, ro
     const stranger = await stack.issue();
     expect((await stack.request('POST', `/api/webhooks/${id}/rotate-secret`, stranger, {})).status).toBe(404);
     expect((await stack.request('POST', `/api/webhooks/${id}/rotate-secret`, null, {})).status).toBe(401);
+  });
+
+  it('signs with two secrets at most: a rotation during an overlap ends the secret before it at once, as the README says', async () => {
+    const readme = readFileSync(new URL('../services/webhooks/README.md', import.meta.url), 'utf8');
+    expect(readme.replace(/\s+/g, ' ')).toContain(
+      "At most two secrets sign: a `rotate-secret` during another's overlap ends the older secret at once, whatever `previous_secret_valid_until` it was given",
+    );
+    const { r, key, id, secret: original } = await setUp('ROTB');
+    const first = await stack.request('POST', `/api/webhooks/${id}/rotate-secret`, key, {});
+    expect(first.status).toBe(200);
+    // Still inside the first rotation's 60 s overlap.
+    expect(Date.parse(first.body.previous_secret_valid_until)).toBeGreaterThan(Date.now());
+    const second = await stack.request('POST', `/api/webhooks/${id}/rotate-secret`, key, {});
+    expect(second.status).toBe(200);
+    const [replaced, newest] = [first.body.secret as string, second.body.secret as string];
+
+    await appendVerdict(stack.store, { coin: 'ROTB', call: 'BUY', confidence: 63 });
+    await r.waitFor(1);
+    const got = r.received[0]!;
+    expect(got.headers['webhook-signature']!.split(' ')).toHaveLength(2);
+    for (const secret of [replaced, newest]) {
+      expect(verifyWebhook({ secret, headers: got.headers, rawBody: got.body }).ok).toBe(true);
+      expect(new Webhook(secret).verify(got.body, got.headers)).toBeTruthy();
+    }
+    // X-Service-Signature is the replaced secret's, X-Service-Signature-New the newest one's.
+    expect(
+      verifyWebhook({
+        secret: replaced,
+        headers: { ...got.headers, 'x-service-signature-new': undefined },
+        rawBody: got.body,
+      }).ok,
+    ).toBe(true);
+    // The original secret, given an overlap by the first rotation, verifies nothing any more.
+    expect(verifyWebhook({ secret: original, headers: got.headers, rawBody: got.body })).toEqual({
+      ok: false,
+      reason: 'bad_signature',
+    });
+    expect(() => new Webhook(original).verify(got.body, got.headers)).toThrow();
   });
 
   it('says which instant each created_at is: the body’s is its event’s, the delivery log’s the delivery’s own', async () => {

@@ -1,4 +1,4 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { request } from 'node:https';
 import { connect } from 'node:net';
@@ -6,21 +6,26 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
+import { serviceSignature } from '../contracts/webhook-verify.ts';
 import { requireNats } from './nats-server.ts';
 import { freePort } from './ports.ts';
 import { appendVerdict, startWebhookStack, until, type WebhookStack } from './webhooks-harness.ts';
 import { selfSignedCert } from './webhooks-receiver.ts';
 
 /**
- * The receiver of services/webhooks/README.md, run as printed (only its port changed) in a folder
- * laid out as the README says (key.pem and cert.pem beside it, contracts/ of this repository),
- * against the webhook stack: it must verify and handle a real delivery, answer a redelivery of the
- * same delivery_id without handling it again, and refuse a bad signature.
+ * The receivers of services/webhooks/README.md, run as printed (only their port changed) in a folder
+ * laid out as the README says (key.pem and cert.pem beside it; contracts/ of this repository for the
+ * TypeScript one, nothing but Python's standard library for services/webhooks/receiver-example.py,
+ * which the README names), against the webhook
+ * stack: each must verify and handle a real delivery, answer a redelivery of the same delivery_id
+ * without handling it again, and refuse a bad signature.
  */
 const reachable = await requireNats();
 const repo = fileURLToPath(new URL('..', import.meta.url));
 const readme = readFileSync(join(repo, 'services/webhooks/README.md'), 'utf8');
 const printed = /## Receiver[\s\S]*?```ts\n([\s\S]*?)```/.exec(readme)?.[1] ?? '';
+const printedPython = readFileSync(join(repo, 'services/webhooks/receiver-example.py'), 'utf8');
+const python = spawnSync('python3', ['--version']).status === 0;
 const root = mkdtempSync(join(tmpdir(), 'webhooks-receiver-example-'));
 
 const listening = (port: number) =>
@@ -32,6 +37,30 @@ const listening = (port: number) =>
     });
     socket.once('error', () => resolve(false));
   });
+
+/** POSTs a body with these headers to the receiver on 127.0.0.1:port; its status and text. */
+function post(port: number, ca: string, body: string, headers: Record<string, string>) {
+  return new Promise<{ status: number; body: string }>((resolve, reject) => {
+    const req = request(
+      {
+        host: '127.0.0.1',
+        port,
+        method: 'POST',
+        ca,
+        headers: { 'content-type': 'application/json', ...headers },
+      },
+      (res) => {
+        let text = '';
+        res.on('data', (c: Buffer) => {
+          text += c.toString();
+        });
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
+  });
+}
 
 describe.runIf(reachable)("the README's receiver example", () => {
   let stack: WebhookStack | undefined;
@@ -105,34 +134,153 @@ describe.runIf(reachable)("the README's receiver example", () => {
     expect(child.exitCode, out).toBeNull();
     expect(out.split(deliveryId).length - 1, out).toBe(1);
 
-    const refused = await new Promise<{ status: number; body: string }>((resolve, reject) => {
-      const body = JSON.stringify({ event: 'trade_call', delivery_id: 'forged', data: {} });
-      const req = request(
-        {
-          host: '127.0.0.1',
-          port,
-          method: 'POST',
-          ca: tls.cert,
-          headers: {
-            'content-type': 'application/json',
-            'x-service-event': 'trade_call',
-            'x-service-delivery': 'forged',
-            'x-service-timestamp': String(Math.floor(Date.now() / 1000)),
-            'x-service-signature': '0'.repeat(64),
-          },
-        },
-        (res) => {
-          let text = '';
-          res.on('data', (c: Buffer) => {
-            text += c.toString();
-          });
-          res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
-        },
-      );
-      req.on('error', reject);
-      req.end(body);
-    });
+    const refused = await post(
+      port,
+      tls.cert,
+      JSON.stringify({ event: 'trade_call', delivery_id: 'forged', data: {} }),
+      {
+        'x-service-event': 'trade_call',
+        'x-service-delivery': 'forged',
+        'x-service-timestamp': String(Math.floor(Date.now() / 1000)),
+        'x-service-signature': '0'.repeat(64),
+      },
+    );
     expect(refused).toEqual({ status: 400, body: 'bad_signature' });
     expect(out).not.toContain('forged');
+  });
+});
+
+describe.runIf(reachable && python)("the README's receiver example in Python", () => {
+  const dir = mkdtempSync(join(tmpdir(), 'webhooks-receiver-python-'));
+  let stack: WebhookStack | undefined;
+  let child: ChildProcess | undefined;
+  afterAll(async () => {
+    child?.kill('SIGKILL');
+    await stack?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('verifies and handles a delivery, handles a redelivery once, and refuses what verifyWebhook refuses', async () => {
+    expect(readme).toContain('`services/webhooks/receiver-example.py`');
+    expect(printedPython).toContain("('', 8443)");
+    expect(printedPython).not.toMatch(
+      /^(?:import|from) (?!hashlib|hmac|json|os|ssl|threading|time|http\.server)/m,
+    );
+    const tls = selfSignedCert();
+    writeFileSync(join(dir, 'key.pem'), tls.key);
+    writeFileSync(join(dir, 'cert.pem'), tls.cert);
+    const port = await freePort();
+    writeFileSync(join(dir, 'receiver-example.py'), printedPython.replace("('', 8443)", `('', ${port})`));
+
+    stack = await startWebhookStack({ settings: { tls: { ca: tls.cert } } });
+    const key = await stack.issue();
+    const created = await stack.request('POST', '/api/webhooks', key, {
+      url: `https://127.0.0.1:${port}/`,
+      events: ['trade_call'],
+      assets: ['RCVPYA'],
+    });
+    expect(created.status, JSON.stringify(created.body)).toBe(201);
+    const sub = created.body as { id: string; secret: string };
+
+    let out = '';
+    child = spawn('python3', ['receiver-example.py'], {
+      cwd: dir,
+      env: { ...process.env, WEBHOOK_SECRET: sub.secret },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    child.stdout!.on('data', (c: Buffer) => {
+      out += c.toString();
+    });
+    child.stderr!.on('data', (c: Buffer) => {
+      out += c.toString();
+    });
+    await until(
+      async () => child!.exitCode === null && (await listening(port)),
+      (up) => up || child!.exitCode !== null,
+    );
+    expect(child.exitCode, out).toBeNull();
+
+    // A real delivery, signed by the dispatcher, verified and handled.
+    await appendVerdict(stack.store, { coin: 'RCVPYA', call: 'BUY', confidence: 50 });
+    const log = await until(
+      () => stack!.request('GET', `/api/webhooks/${sub.id}/deliveries`, key),
+      (res) =>
+        res.body.deliveries[0]?.attempts?.at(-1)?.outcome !== undefined &&
+        res.body.deliveries[0].attempts.at(-1).outcome !== 'pending',
+    );
+    const delivery = log.body.deliveries[0];
+    expect(delivery.attempts.at(-1), out).toMatchObject({ outcome: 'succeeded', status: 200 });
+    const deliveryId: string = delivery.delivery_id;
+    await until(
+      () => out,
+      (o) => o.includes(deliveryId),
+    );
+
+    // A resend (same delivery_id, newly signed) is answered 200 and not handled again.
+    const resent = await stack.request(
+      'POST',
+      `/api/webhooks/${sub.id}/deliveries/${deliveryId}/resend`,
+      key,
+    );
+    expect(resent.body, out).toMatchObject({ delivery_id: deliveryId, delivered: true, status: 200 });
+    expect(child.exitCode, out).toBeNull();
+    expect(out.split(deliveryId).length - 1, out).toBe(1);
+
+    // What verifyWebhook refuses, the example refuses in the same words.
+    const signed = (id: string, at = Math.floor(Date.now() / 1000)) => {
+      const body = JSON.stringify({ event: 'trade_call', delivery_id: id, data: {} });
+      return {
+        body,
+        headers: {
+          'x-service-event': 'trade_call',
+          'x-service-delivery': id,
+          'x-service-timestamp': String(at),
+          'x-service-signature': serviceSignature(sub.secret, at, body),
+        },
+      };
+    };
+    const forged = signed('forged-a');
+    expect(
+      await post(port, tls.cert, forged.body, { ...forged.headers, 'x-service-signature': '0'.repeat(64) }),
+    ).toEqual({ status: 400, body: 'bad_signature' });
+    const relabelled = signed('forged-b');
+    expect(
+      await post(port, tls.cert, relabelled.body, {
+        ...relabelled.headers,
+        'x-service-delivery': 'forged-c',
+      }),
+    ).toEqual({ status: 400, body: 'header_mismatch' });
+    const stale = signed('forged-d', Math.floor(Date.now() / 1000) - 301);
+    expect(await post(port, tls.cert, stale.body, stale.headers)).toEqual({
+      status: 400,
+      body: 'outside_tolerance',
+    });
+    const bare = signed('forged-e');
+    expect(await post(port, tls.cert, bare.body, { ...bare.headers, 'x-service-timestamp': '12ab' })).toEqual(
+      { status: 400, body: 'bad_timestamp' },
+    );
+    const { 'x-service-signature': _, ...unsigned } = signed('forged-f').headers;
+    expect(await post(port, tls.cert, bare.body, unsigned)).toEqual({ status: 400, body: 'missing_header' });
+    expect(out).not.toContain('forged');
+
+    // During a rotation's overlap a receiver already on the new secret finds its signature in
+    // X-Service-Signature-New (the example is given the new one; X-Service-Signature is the old one's).
+    const overlap = signed('rotated-a');
+    expect(
+      await post(port, tls.cert, overlap.body, {
+        ...overlap.headers,
+        'x-service-signature': serviceSignature(
+          'whsec_previous',
+          Number(overlap.headers['x-service-timestamp']),
+          overlap.body,
+        ),
+        'x-service-signature-new': overlap.headers['x-service-signature'],
+      }),
+    ).toEqual({ status: 200, body: '' });
+    await until(
+      () => out,
+      (o) => o.includes('rotated-a'),
+    );
+    expect(child.exitCode, out).toBeNull();
   });
 });

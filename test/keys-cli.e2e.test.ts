@@ -103,7 +103,7 @@ describe('npm run keys (the real CLI on an LMDB store)', () => {
         (err: { code: number; stderr: string }) => err,
       );
     const mistyped = join(dir, 'no-such-data-dir');
-    for (const args of [['list'], ['revoke', 'key_x']]) {
+    for (const args of [['list'], ['revoke', 'key_x'], ['reseal-webhook-secrets']]) {
       const out = await refused(args, { DATA_DIR: mistyped });
       expect(out.code).toBe(2);
       expect(out.stderr).toContain(`DATA_DIR=${mistyped} holds no event log`);

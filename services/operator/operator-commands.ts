@@ -99,7 +99,8 @@ export function refuseBeforeOpening(
     command === 'plan' ||
     command === 'revoke' ||
     command === 'rebuild-quota' ||
-    command === 'payments'
+    command === 'payments' ||
+    command === 'reseal-webhook-secrets'
   ) {
     try {
       requireExistingStore(config);

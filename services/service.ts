@@ -115,6 +115,8 @@ export async function startService(config: Config, roles: Role[], logger: Logger
         // What the engine role schedules (in this process or another): a request on one of
         // those markets backfills the closes its chain misses before it records its own.
         schedule: { ...scheduledMarkets(config, feed), topN: config.SCHEDULE_TOP_N },
+        // The band scales the engine role saves, read back by every role's rebuilt states.
+        bandScales: adapters.projectionStore,
       });
       readiness.add('feed', async () => {
         const venues = feed.venues();

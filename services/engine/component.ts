@@ -32,6 +32,10 @@ export function engineComponent(deps: { config: Config; engine: SignalEngine; lo
     },
     async stop() {
       await scheduler.stop();
+      // The scales the last closes moved, so that the next start goes on with them.
+      await engine.saveBandScales().catch((err: unknown) => {
+        logger.warn({ err }, 'band scales not saved at stop');
+      });
     },
     startUpWork: () => scheduler.firstRound,
     checks() {

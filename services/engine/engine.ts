@@ -7,6 +7,7 @@ import {
   UnsupportedTimeframeError,
 } from '../../adapters/market/errors.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
+import type { ProjectionStore } from '../../adapters/projection-store/port.ts';
 import { OUTCOME_AFTER_CANDLES, REPLAY_LAP_INPUT } from '../../contracts/history.ts';
 import {
   type Exchange,
@@ -80,6 +81,11 @@ export interface SignalEngineOptions {
    * backfills, as the scheduler's call does, the closes its chain is missing.
    */
   schedule?: { exchanges: Exchange[]; timeframes: Timeframe[]; topN: number };
+  /**
+   * Where the market states' band scales are saved (saveBandScales) and read back when a state is
+   * rebuilt: the projection snapshots' store, so that a restart keeps the scales it served.
+   */
+  bandScales?: ProjectionStore;
 }
 
 type Trigger = 'request' | 'schedule';
@@ -132,7 +138,7 @@ export class SignalEngine implements EngineOperations {
     this.logger = options.logger;
     this.publicBaseUrl = options.publicBaseUrl;
     this.schedule = options.schedule;
-    this.states = new MarketStates(options.feed, options.logger);
+    this.states = new MarketStates(options.feed, options.logger, options.bandScales);
   }
 
   /**
@@ -348,6 +354,15 @@ export class SignalEngine implements EngineOperations {
       );
     }
     return recorded;
+  }
+
+  /**
+   * Saves the band scales of the market states that closed a candle since their last save (the
+   * engine role does after each scheduled run and at its stop), so that a state rebuilt after a
+   * restart goes on with them. Returns how many markets were saved.
+   */
+  saveBandScales(): Promise<number> {
+    return this.states.saveBandScales();
   }
 
   async close(): Promise<void> {

@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import { KeyedLock } from '../../adapters/keyed-lock.ts';
 import { MarketDataError } from '../../adapters/market/errors.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
+import type { ProjectionStore } from '../../adapters/projection-store/port.ts';
 import {
   type Candle,
   type Exchange,
@@ -9,7 +10,8 @@ import {
   TIMEFRAME_MS,
   type Timeframe,
 } from '../../contracts/market.ts';
-import { createMarketState, type MarketState } from './signals/index.ts';
+import { createMarketState, ENGINE_VERSION, type MarketState } from './signals/index.ts';
+import type { SavedBandScales } from './signals/market-state.ts';
 import { longestVarianceHalfLife } from './signals/volatility.ts';
 
 /** Closed candles enough for SMA200 and the 200-candle percentile windows. */
@@ -47,6 +49,16 @@ const FINE_WARMUP_HOURS = 500;
 
 const HOUR_MS = TIMEFRAME_MS['1h'];
 
+/** The snapshot store's name for a market's band scales (MarketStates.saveBandScales). */
+export const bandScalesName = (key: string) => `band-scales:${key}`;
+/** Bumped when what is saved changes shape; a snapshot of another version is not resumed. */
+const BAND_SCALES_VERSION = 1;
+
+/** A market's band scales as kept in the snapshot store, with the engine that served them. */
+interface KeptBandScales extends SavedBandScales {
+  engineVersion: string;
+}
+
 /**
  * Streaming indicator state per (exchange, coin, timeframe), advanced lazily: a request or a
  * scheduled tick asks the feed only for the candles closed since the state last saw one, so
@@ -64,9 +76,18 @@ export class MarketStates {
   /** A new state built without its 1h candles, and the venue's failure that left them out. */
   private readonly withoutHours = new WeakMap<MarketState, MarketDataError>();
 
+  /** The close each market's band scales were last saved at (saveBandScales). */
+  private readonly scalesSaved = new Map<string, number>();
+
+  /**
+   * `bandScales`: where each market's band scales are saved and read back (the projection
+   * snapshots' store), so that a state rebuilt after a restart goes on with the scales its
+   * predecessor served rather than starting again at 1 at its warm-up's first close.
+   */
   constructor(
     private readonly feed: MarketFeed,
     private readonly logger?: Logger,
+    private readonly bandScales?: ProjectionStore,
   ) {}
 
   get size(): number {
@@ -120,13 +141,27 @@ export class MarketStates {
             return [];
           })
         : [];
+      // A new state goes on with the band scales saved at a close of its warm-up, from that close.
+      const saved = fresh ? await this.savedBandScales(key) : null;
+      let resumed = false;
       let h = 0;
       const seen = fresh ? null : last;
       for (const candle of candles) {
         if (seen === null || candle.openTime + tfMs > seen) {
           h = state.updateHours(hours, h, candle.openTime + tfMs);
           state.update(candle);
+          if (saved !== null && candle.openTime + tfMs === saved.closeTime) {
+            resumed = state.resumeBandScales(saved);
+          }
         }
+      }
+      if (saved !== null) {
+        this.logger?.debug(
+          { market: key, savedAt: new Date(saved.closeTime).toISOString(), resumed },
+          resumed
+            ? 'market state: band scales resumed from their last save'
+            : 'market state: saved band scales not resumed (saved outside the warm-up, or for other bands)',
+        );
       }
       if (fresh && hoursMissing) this.states.delete(key);
       else this.states.set(key, state);
@@ -158,6 +193,47 @@ export class MarketStates {
       if (this.hourReads.get(key)?.read === read) this.hourReads.delete(key);
     });
     return read;
+  }
+
+  /**
+   * Saves the band scales of every state that has closed a candle since its last save, one
+   * snapshot per market; returns how many were saved. Nothing without a store.
+   */
+  async saveBandScales(): Promise<number> {
+    const store = this.bandScales;
+    if (!store) return 0;
+    let saved = 0;
+    for (const [key, state] of this.states) {
+      const scales = state.savedBandScales();
+      if (scales === null || this.scalesSaved.get(key) === scales.closeTime) continue;
+      const kept: KeptBandScales = { engineVersion: ENGINE_VERSION, ...scales };
+      await store.save(bandScalesName(key), {
+        version: BAND_SCALES_VERSION,
+        checkpoint: scales.closeTime,
+        state: kept,
+      });
+      this.scalesSaved.set(key, scales.closeTime);
+      saved++;
+    }
+    return saved;
+  }
+
+  /** The market's band scales as last saved by this engine version; null when there are none. */
+  private async savedBandScales(key: string): Promise<SavedBandScales | null> {
+    if (!this.bandScales) return null;
+    try {
+      const stored = await this.bandScales.load<KeptBandScales>(bandScalesName(key));
+      if (stored === null || stored.version !== BAND_SCALES_VERSION) return null;
+      const { engineVersion, ...saved } = stored.state;
+      return engineVersion === ENGINE_VERSION ? saved : null;
+    } catch (err) {
+      // The store out of reach: the state starts its scales afresh, as without a save.
+      this.logger?.warn(
+        { err, market: key },
+        'market state: saved band scales unreadable, starting them afresh',
+      );
+      return null;
+    }
   }
 
   /** Candles of `timeframe` closed since the state's last one (infinite before any). */

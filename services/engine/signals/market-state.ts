@@ -39,8 +39,18 @@ import {
   modelFor,
   type RiskRow,
   riskRows,
+  type SavedBandScale,
   utcHour,
 } from './volatility.ts';
+
+/**
+ * A market's band scales as saved at one close (MarketState.savedBandScales): a state rebuilt
+ * after a restart goes on from them (resumeBandScales) instead of from its warm-up's start.
+ */
+export interface SavedBandScales {
+  closeTime: number;
+  rows: SavedBandScale[];
+}
 
 export const MA_PERIODS = [10, 20, 30, 50, 100, 200] as const;
 export type MaPeriod = (typeof MA_PERIODS)[number];
@@ -466,6 +476,46 @@ export class MarketState {
     return this.#readings;
   }
 
+  /** Each risk row's band scale at the last close fed; null while the variances warm up. */
+  savedBandScales(): SavedBandScales | null {
+    const closeTime = this.lastCloseTime;
+    if (this.#bandScales === null || closeTime === null) return null;
+    return { closeTime, rows: this.#bandScales.map((scale) => scale.saved()) };
+  }
+
+  /**
+   * Goes on from band scales saved at the close just fed (a state rebuilt from its warm-up after a
+   * restart, at the close its predecessor saved them): each row's scale and its forecasts not yet
+   * resolved become the saved ones, and this close's readings serve the saved scale. False, and
+   * nothing changed, when they were saved at another close or for other rows or bands.
+   */
+  resumeBandScales(saved: SavedBandScales): boolean {
+    const scales = this.#bandScales;
+    const readings = this.#readings;
+    if (
+      scales === null ||
+      readings === null ||
+      saved.closeTime !== this.lastCloseTime ||
+      saved.rows.length !== scales.length ||
+      readings.volRisk.length !== scales.length
+    ) {
+      return false;
+    }
+    const resumed = scales.map((scale, i) => {
+      const next = new BandScale(scale.candles, 1 - this.#volatility.bandCoverage, saved.rows[i]!.band);
+      return next.resume(saved.rows[i]!) ? next : null;
+    });
+    if (resumed.some((scale, i) => scale === null || !sameBand(saved.rows[i]!, scales[i]!.saved()))) {
+      return false;
+    }
+    this.#bandScales = resumed as BandScale[];
+    this.#readings = {
+      ...readings,
+      volRisk: readings.volRisk.map((r, i) => ({ sigma: r.sigma, scale: Math.exp(saved.rows[i]!.logScale) })),
+    };
+    return true;
+  }
+
   /** Names of the readings a verdict needs that are not stable yet; empty when ready. */
   missingForVerdict(): readonly string[] {
     if (this.#ready) return NOTHING_MISSING;
@@ -503,3 +553,7 @@ export class MarketState {
 export function createMarketState(options: MarketStateOptions): MarketState {
   return new MarketState(options);
 }
+
+/** Whether two saved scales are of the same horizon and band. */
+const sameBand = (a: SavedBandScale, b: SavedBandScale) =>
+  a.candles === b.candles && a.band.low === b.band.low && a.band.high === b.band.high;

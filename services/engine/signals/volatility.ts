@@ -389,6 +389,58 @@ export class BandScale {
     this.#high[slot] = sigma === null ? Number.NaN : this.band.high * sigma * scale;
     return scale;
   }
+
+  /**
+   * What a restart needs to go on where this scale stopped: its log scale and the forecasts not yet
+   * resolved (a slot with no band holds null for its edges).
+   */
+  saved(): SavedBandScale {
+    const edge = (x: number) => (Number.isNaN(x) ? null : x);
+    return {
+      candles: this.candles,
+      band: { low: this.band.low, high: this.band.high },
+      logScale: this.#logScale,
+      at: this.#at,
+      close: Array.from(this.#close),
+      low: Array.from(this.#low, edge),
+      high: Array.from(this.#high, edge),
+    };
+  }
+
+  /**
+   * Goes on from `saved` (taken at the close this scale has just been fed, by a scale of the same
+   * horizon and band); false, leaving this scale as it was, when it is not one of those.
+   */
+  resume(saved: SavedBandScale): boolean {
+    if (
+      saved.candles !== this.candles ||
+      saved.band.low !== this.band.low ||
+      saved.band.high !== this.band.high ||
+      saved.close.length !== this.candles ||
+      saved.low.length !== this.candles ||
+      saved.high.length !== this.candles ||
+      !Number.isFinite(saved.logScale)
+    ) {
+      return false;
+    }
+    this.#logScale = saved.logScale;
+    this.#at = saved.at;
+    this.#close.set(saved.close);
+    this.#low.set(saved.low.map((x) => x ?? Number.NaN));
+    this.#high.set(saved.high.map((x) => x ?? Number.NaN));
+    return true;
+  }
+}
+
+/** A BandScale as saved (BandScale.saved): plain numbers, so that any snapshot store keeps it. */
+export interface SavedBandScale {
+  candles: number;
+  band: { low: number; high: number };
+  logScale: number;
+  at: number;
+  close: number[];
+  low: (number | null)[];
+  high: (number | null)[];
 }
 
 /** Whether a venue trades perpetuals (every venue but Binance spot): its band is bandFor(…, true). */

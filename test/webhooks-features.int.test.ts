@@ -1,3 +1,4 @@
+import { createHmac } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -166,6 +167,23 @@ describe.runIf(reachable)('what subscribers ask for: gap detection, versions, ro
     const stranger = await stack.issue();
     expect((await stack.request('POST', `/api/webhooks/${id}/rotate-secret`, stranger, {})).status).toBe(404);
     expect((await stack.request('POST', `/api/webhooks/${id}/rotate-secret`, null, {})).status).toBe(401);
+  });
+
+  it('keys webhook-signature as the README says: the base64 decoding of the secret after whsec_, not its hex', async () => {
+    const readme = readFileSync(new URL('../services/webhooks/README.md', import.meta.url), 'utf8');
+    expect(readme.replace(/\s+/g, ' ')).toContain(
+      'keyed, as Standard Webhooks keys, with the base64 decoding of the secret after `whsec_`: its characters are hex, but a verifier of your own must not hex-decode them',
+    );
+    const { r, secret } = await setUp('STDKEYA');
+    await appendVerdict(stack.store, { coin: 'STDKEYA', call: 'BUY', confidence: 64 });
+    await r.waitFor(1);
+    const got = r.received[0]!;
+    const signed = `${got.headers['webhook-id']}.${got.headers['webhook-timestamp']}.${got.body}`;
+    const sign = (key: Buffer) => `v1,${createHmac('sha256', key).update(signed).digest('base64')}`;
+    const tail = secret.slice('whsec_'.length);
+    expect(got.headers['webhook-signature']).toBe(sign(Buffer.from(tail, 'base64')));
+    expect(got.headers['webhook-signature']).not.toBe(sign(Buffer.from(tail, 'hex')));
+    expect(got.headers['webhook-signature']).not.toBe(sign(Buffer.from(secret, 'utf8')));
   });
 
   it('signs with two secrets at most: a rotation during an overlap ends the secret before it at once, as the README says', async () => {

@@ -229,7 +229,7 @@ describe.runIf(run)('POST /api/keys: free sign-in with Sign-In with Ethereum', (
       status: 400,
       body: {
         code: 'INVALID_FIELD',
-        message: 'signature: Invalid input: expected string, received undefined',
+        message: 'signature is required: it must be a string',
         field: 'signature',
       },
     });
@@ -237,7 +237,7 @@ describe.runIf(run)('POST /api/keys: free sign-in with Sign-In with Ethereum', (
       status: 400,
       body: {
         code: 'INVALID_FIELD',
-        message: 'message: Invalid input: expected string, received undefined',
+        message: 'message is required: it must be a string of 1 to 4096 characters',
         field: 'message',
       },
     });

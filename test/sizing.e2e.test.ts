@@ -161,7 +161,7 @@ describe('sizing for the caller’s risk budget', () => {
     ['negative', -5, /riskBudgetUsd: must be at least 0.01 \(USD\)/],
     ['zero', 0, /riskBudgetUsd: must be at least 0.01 \(USD\)/],
     ['below a cent', 0.001, /riskBudgetUsd: must be at least 0.01 \(USD\)/],
-    ['string', '100', /riskBudgetUsd: .*expected number/],
+    ['string', '100', /riskBudgetUsd must be a number from 0\.01 to 10000000; got "100"/],
     ['huge', 1e12, /riskBudgetUsd: must be at most 10000000 \(USD\)/],
   ])(
     'a %s budget is refused: 400 invalid_input over HTTP, -32602 over MCP',

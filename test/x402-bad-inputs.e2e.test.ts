@@ -259,7 +259,7 @@ describe('a refused payment moves no money and reserves nothing', () => {
     [
       'JSON of the wrong shape',
       toBase64Json({ x402Version: 1, scheme: 'exact', network: 'base', payload: { signature: 'x' } }),
-      'X-PAYMENT: payload.signature: hex; payload.authorization: Invalid input: expected object, received undefined',
+      'X-PAYMENT: payload.signature: hex; payload.authorization is required: it must be an object',
     ],
     ['oversized', 'A'.repeat(13_000), 'X-PAYMENT is 13000 characters; at most 12288 are accepted'],
   ])('malformed header (%s) → 402 invalid_payment_header', async (_name, value, message) => {
@@ -384,8 +384,8 @@ describe('a POST without payment is quoted whatever its body; the body is judged
   });
 
   it.each([
-    [{ coin: 5 }, 'coin: Invalid input: expected string, received number'],
-    [{ coin: 'ETH', timeframe: '7m' }, /^timeframe: /],
+    [{ coin: 5 }, 'coin must be a string of 1 to 20 characters; got 5'],
+    [{ coin: 'ETH', timeframe: '7m' }, /^timeframe must be one of 1m, .*; got "7m"$/],
     [{ coin: 'ETH', surprise: true }, '(body): unknown key "surprise"; accepted: coin, timeframe, exchange'],
     ['{"coin":', 'the body is not valid JSON'],
   ])('%j with a payment → 400 invalid_input, nothing reserved or charged', async (body, message) => {

@@ -11,6 +11,7 @@ import {
   type RpcErrorBody,
   ServiceError,
 } from '../../contracts/errors.ts';
+import { type IssueLike, issueText, isZodWording } from '../../contracts/issue-text.ts';
 import { withAnswerService } from '../metering/caller.ts';
 
 /**
@@ -20,14 +21,13 @@ import { withAnswerService } from '../metering/caller.ts';
  * Each plugin's handler then writes the result in its channel's shape.
  */
 
-type Issue = {
-  code: string;
-  path: readonly PropertyKey[];
-  message: string;
-  keys?: readonly string[];
-  expected?: string;
-  params?: { code?: string };
-};
+type Issue = IssueLike & { params?: { code?: string } };
+
+/** What the refused input was checked against and what was sent, for the words of the refusal. */
+interface Refused {
+  schema?: z.ZodType;
+  input?: unknown;
+}
 
 /**
  * A body that is not a JSON object (text sent as text/plain, a JSON array or string): what to
@@ -87,23 +87,32 @@ function codeOf(
 }
 
 /** A failed parse: the route's own code for the field when it declares one, else INVALID_FIELD naming it. */
-function fieldError(issue: Issue, where = 'body', codes: FieldCodes = {}): ServiceError {
+function fieldError(
+  issue: Issue,
+  where = 'body',
+  codes: FieldCodes = {},
+  refused: Refused = {},
+): ServiceError {
   const keys = issue.code === 'unrecognized_keys' ? (issue.keys ?? []) : [];
   const at = issue.path.length > 0 ? String(issue.path[0]) : undefined;
   const field = keys.length > 0 ? keys[0]! : issue.path.length > 0 ? issue.path.map(String).join('.') : where;
   const whole = notAnObject(issue, where);
-  const detail = whole
-    ? NOT_AN_OBJECT
-    : keys.length > 0
-      ? `unknown field "${field}"`
-      : `${field}: ${issue.message}`;
+  // What the field must be and what was sent, in words of our own (contracts/issue-text.ts).
+  const said = issueText(issue, field, refused.schema, refused.input);
+  const detail = whole ? NOT_AN_OBJECT : keys.length > 0 ? `unknown field "${field}"` : said;
   const own = codeOf(issue, at, where, codes);
   // A family with codes of its own names a body field in the code, not in a `field` member (the
   // search and chat bodies answer `{code, message}`); a query parameter is named in both.
   if (own)
     return new ServiceError(
       own,
-      { detail, issue: issue.message, name: field, ...codes.params?.[own] },
+      {
+        detail,
+        // A message the schema writes is the route's own words as they are; zod's are reworded.
+        issue: keys.length > 0 ? detail : isZodWording(issue.message) ? said : issue.message,
+        name: field,
+        ...codes.params?.[own],
+      },
       where === 'querystring' ? field : undefined,
       whole ? { message: NOT_AN_OBJECT } : {},
     );
@@ -148,8 +157,13 @@ type WithValidation = FastifyError & { retryable?: boolean };
  * Whatever a route threw, as a catalog error; null for a bug (answered INTERNAL_ERROR). `bodyLimit`
  * is the route's, named when a body over it is worded as the route's own code.
  */
-function toServiceError(error: unknown, codes: FieldCodes = {}, bodyLimit?: number): ServiceError | null {
-  const known = catalogError(error, codes);
+function toServiceError(
+  error: unknown,
+  codes: FieldCodes = {},
+  bodyLimit?: number,
+  request?: FastifyRequest,
+): ServiceError | null {
+  const known = catalogError(error, codes, request);
   // The transport's refusals in the route's own codes (search and chat, contract 7.1), with the
   // transport's status: a body over the limit, a repeated header.
   if (known?.code === 'BODY_TOO_LARGE' && codes.tooLarge) {
@@ -178,8 +192,23 @@ function toServiceError(error: unknown, codes: FieldCodes = {}, bodyLimit?: numb
  */
 const UNREADABLE = new Set<ErrorCode>(['INVALID_JSON', 'UNSUPPORTED_MEDIA_TYPE']);
 
-function catalogError(error: unknown, codes: FieldCodes): ServiceError | null {
+/** The route's schema of `where` (body, querystring, params, headers) and what the request sent there. */
+function refusedAt(request: FastifyRequest | undefined, where: string): Refused {
+  if (request === undefined) return {};
+  const schemas = request.routeOptions.schema as Record<string, unknown> | undefined;
+  const schema = schemas?.[where];
+  const sent: Record<string, unknown> = {
+    body: request.body,
+    querystring: request.query,
+    params: request.params,
+    headers: request.headers,
+  };
+  return { ...(schema instanceof z.ZodType ? { schema } : {}), input: sent[where] };
+}
+
+function catalogError(error: unknown, codes: FieldCodes, request?: FastifyRequest): ServiceError | null {
   if (error instanceof ServiceError) return error;
+  // A route's own parse: what it parsed is not known here, so the words name only what the field must be.
   if (error instanceof z.ZodError) return fieldError(error.issues[0]!, 'body', codes);
   // A route schema's refusal (zod, through the type provider's validator): the first issue.
   if (hasZodFastifySchemaValidationErrors(error)) {
@@ -187,18 +216,20 @@ function catalogError(error: unknown, codes: FieldCodes): ServiceError | null {
     const path = first.instancePath.split('/').filter((part) => part !== '');
     const keys = (first.params as { keys?: string[] }).keys;
     const where = (error as { validationContext?: string }).validationContext ?? 'body';
-    const { params, expected } = first.params as { params?: { code?: string }; expected?: string };
+    const { params } = first.params as { params?: { code?: string } };
     return fieldError(
       {
+        // The issue's own members (expected, minimum, values...), as the type provider carries them.
+        ...(first.params as Partial<Issue>),
         code: first.keyword,
         path,
         message: first.message ?? 'invalid',
         ...(keys ? { keys } : {}),
-        ...(expected ? { expected } : {}),
         ...(params ? { params } : {}),
       },
       where,
       codes,
+      refusedAt(request, where),
     );
   }
   if (error instanceof WrongExpectedRevisionError) return new ServiceError('CONFLICT');
@@ -266,7 +297,12 @@ declare module 'fastify' {
 /** The error handler of a plugin (or the app) answering in `render`'s shape. */
 export function errorHandler(render: Render) {
   return async (error: WithValidation, request: FastifyRequest, reply: FastifyReply) => {
-    const known = toServiceError(error, request.routeOptions.config?.codes, request.routeOptions.bodyLimit);
+    const known = toServiceError(
+      error,
+      request.routeOptions.config?.codes,
+      request.routeOptions.bodyLimit,
+      request,
+    );
     if (known?.statusCode === 503) {
       // No stack per request: the adapter logs the outage (a full disk, a lost server) once.
       request.log.warn(

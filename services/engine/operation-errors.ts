@@ -1,6 +1,7 @@
-import { ZodError } from 'zod';
+import { ZodError, type ZodType } from 'zod';
 import { EventStoreUnavailableError, WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
 import { MarketDataError } from '../../adapters/market/errors.ts';
+import { issueText } from '../../contracts/issue-text.ts';
 
 /**
  * How an operation failure leaves any channel: an HTTP status, a stable code and a message the
@@ -36,19 +37,33 @@ const MARKET_STATUS: Record<string, number> = {
   venue_unavailable: 503,
 };
 
+/**
+ * A refused input as its failure, every issue worded by issueText (what the field must be, what
+ * was sent): `schema` and `input` are the input's schema and the input as sent, when known.
+ */
+export function invalidInput(
+  err: ZodError,
+  schema?: ZodType,
+  input?: unknown,
+  whole = '(body)',
+): OperationFailure {
+  const issues = err.issues.map((i) => {
+    const path = i.path.map(String).join('.') || whole;
+    return { path, message: issueText(i, path, schema, input) };
+  });
+  return {
+    status: 400,
+    code: 'invalid_input',
+    message: issues.map((i) => i.message).join('; '),
+    retryable: false,
+    issues,
+  };
+}
+
 /** Maps a thrown error to its failure, or null when it is a bug (the channel answers 500). */
 export function describeFailure(err: unknown): OperationFailure | null {
   if (err instanceof OperationError) return err.failure;
-  if (err instanceof ZodError) {
-    const issues = err.issues.map((i) => ({ path: i.path.join('.') || '(body)', message: i.message }));
-    return {
-      status: 400,
-      code: 'invalid_input',
-      message: issues.map((i) => `${i.path}: ${i.message}`).join('; '),
-      retryable: false,
-      issues,
-    };
-  }
+  if (err instanceof ZodError) return invalidInput(err);
   if (err instanceof MarketDataError) {
     const status = MARKET_STATUS[err.code] ?? 422;
     return { status, code: err.code, message: err.message, retryable: status === 503 };

@@ -1,5 +1,6 @@
 import type { PaymentPayload, PaymentRequired, PaymentRequirements, SettleResponse } from '@x402/core/types';
 import { z } from 'zod';
+import { issueText } from '../../contracts/issue-text.ts';
 import { v1NetworkName } from './rails.ts';
 
 /**
@@ -76,8 +77,11 @@ function decodeBase64Json(value: string): { ok: true; json: unknown } | { ok: fa
   }
 }
 
-function issuesText(error: z.ZodError): string {
-  return error.issues.map((i) => `${i.path.join('.') || '(header)'}: ${i.message}`).join('; ');
+/** The header's refused fields, each worded by issueText: what it must be and what was sent. */
+function issuesText(error: z.ZodError, schema: z.ZodType, json: unknown): string {
+  return error.issues
+    .map((i) => issueText(i, i.path.map(String).join('.') || '(header)', schema, json))
+    .join('; ');
 }
 
 /** Reads the payment a request carries: v2 `PAYMENT-SIGNATURE` first, else v1 `X-PAYMENT`. */
@@ -105,12 +109,14 @@ export function decodePaymentHeader(headers: {
 function parsePayment(version: 1 | 2, json: unknown, name: string, reason: string): DecodeResult {
   if (version === 2) {
     const parsed = V2Header.safeParse(json);
-    if (!parsed.success) return { ok: false, reason, message: `${name}: ${issuesText(parsed.error)}` };
+    if (!parsed.success)
+      return { ok: false, reason, message: `${name}: ${issuesText(parsed.error, V2Header, json)}` };
     const payload = parsed.data as unknown as PaymentPayload;
     return { ok: true, payment: { version: 2, payload, eip3009: parsed.data.payload } };
   }
   const parsed = V1Header.safeParse(json);
-  if (!parsed.success) return { ok: false, reason, message: `${name}: ${issuesText(parsed.error)}` };
+  if (!parsed.success)
+    return { ok: false, reason, message: `${name}: ${issuesText(parsed.error, V1Header, json)}` };
   return {
     ok: true,
     payment: {

@@ -59,7 +59,7 @@ describe('decodePaymentHeader', () => {
     [
       'a v2 body in X-PAYMENT',
       b64({ x402Version: 2, accepted, payload }),
-      /^X-PAYMENT: x402Version: Invalid input: expected 1/,
+      /^X-PAYMENT: x402Version must be exactly 1; got 2; /,
     ],
     [
       'a short nonce',

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { Logger } from 'pino';
 import type { ToolName } from '../../../contracts/tools.ts';
-import { describeFailure } from '../../engine/operation-errors.ts';
+import { describeFailure, invalidInput } from '../../engine/operation-errors.ts';
 import { type Caller, type CallerRejectedError, undebitedService } from '../../metering/caller.ts';
 import { CallCancelledError, QuotaUnavailableError, serveMetered } from '../../metering/metered-call.ts';
 import type { QuotaMeter } from '../../metering/quota-meter.ts';
@@ -187,11 +187,7 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
   const parsed = known !== undefined ? { success: true as const, data: known } : tool.input.safeParse(args);
   if (parsed.success && known === undefined && text !== null) remember(tool.input, text, parsed.data);
   if (!parsed.success) {
-    const issues = parsed.error.issues.map((i) => ({
-      path: i.path.join('.') || '(arguments)',
-      message: i.message,
-    }));
-    const text = issues.map((i) => `${i.path}: ${i.message}`).join('; ');
+    const { issues, message: text } = invalidInput(parsed.error, tool.input, args, '(arguments)');
     return toolError(`${MCP_INVALID_PARAMS} invalid arguments for ${tool.name}: ${text}`, {
       code: 'invalid_arguments',
       issues,

@@ -6,7 +6,7 @@ import { codesText, documented, RESPONSE_HEADERS, refusal } from '../../api/open
 import { publicOrigin } from '../../api/public-origin.ts';
 import { REMEMBERED_INPUTS, REMEMBERED_TEXT_CHARS, recall, remember } from '../../api/remembered-input.ts';
 import { answerBytesWithService } from '../../api/served-answers.ts';
-import { describeFailure } from '../../engine/operation-errors.ts';
+import { invalidInput } from '../../engine/operation-errors.ts';
 import type { SignalOperations } from '../../engine/operations.ts';
 import {
   type CallerRejectedError,
@@ -81,7 +81,7 @@ function readBody(tool: PaidTool, raw: unknown): BodyResult {
   }
   const parsed = tool.input.safeParse(json);
   if (parsed.success) return { ok: true, input: parsed.data };
-  const failure = describeFailure(parsed.error)!;
+  const failure = invalidInput(parsed.error, tool.input, json);
   const refusal = new ServiceError('invalid_input', { detail: failure.message }, undefined, {
     body: { issues: failure.issues ?? [] },
   });

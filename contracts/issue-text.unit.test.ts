@@ -1,0 +1,53 @@
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { queryInt } from './http.ts';
+import { issueText } from './issue-text.ts';
+
+/** The words of the first issue zod raises for `input` under `schema`. */
+function said(schema: z.ZodType, input: unknown): string {
+  const parsed = schema.safeParse(input);
+  if (parsed.success) throw new Error('accepted');
+  const issue = parsed.error.issues[0]!;
+  return issueText(issue, issue.path.map(String).join('.') || '(body)', schema, input);
+}
+
+describe('issueText: what the field must be and what was sent, from the schema', () => {
+  it.each([
+    [
+      z.object({ n: z.number().int().min(0).max(100) }),
+      { n: 50.5 },
+      'n must be a whole number from 0 to 100; got 50.5',
+    ],
+    [
+      z.object({ n: queryInt(0, Number.MAX_SAFE_INTEGER) }),
+      { n: 'abc' },
+      'n must be a whole number ≥ 0; got "abc"',
+    ],
+    [z.object({ n: z.number().gt(0).lt(1) }), { n: 2 }, 'n must be a number > 0 and < 1; got 2'],
+    [z.object({ n: z.number().nullable() }), { n: 'x' }, 'n must be a number, or null; got "x"'],
+    [z.object({ e: z.enum(['a', 'b']).optional() }), { e: 'c' }, 'e must be one of a, b; got "c"'],
+    [
+      z.object({ u: z.union([z.string(), z.number()]) }),
+      { u: true },
+      'u must be a string, or a number; got true',
+    ],
+    [z.object({ s: z.string().min(2) }), { s: 'x' }, 's must be a string of at least 2 characters; got "x"'],
+    [
+      z.object({ l: z.array(z.number()).max(1) }),
+      { l: [1, 2] },
+      'l must be a list of at most 1 item, each a number; got [1,2]',
+    ],
+    [z.object({ s: z.string() }), {}, 's is required: it must be a string'],
+    [z.object({ s: z.string().regex(/^x/, 'starts with x') }), { s: 'y' }, 's: starts with x'],
+    [z.strictObject({}), { a: 1 }, 'unknown field "a"'],
+  ])('%#: %j', (schema, input, message) => {
+    const text = said(schema, input);
+    expect(text).toBe(message);
+    expect(text).not.toMatch(/NaN|received|expected|Invalid input/);
+  });
+
+  it('without the schema or the input, words the issue alone', () => {
+    const parsed = z.object({ n: z.number().int() }).safeParse({ n: 1.5 });
+    expect(issueText(parsed.error!.issues[0]!, 'n')).toBe('n must be a whole number');
+  });
+});

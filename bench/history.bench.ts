@@ -42,6 +42,7 @@ import { type EventData, newEvent } from '../contracts/events.ts';
 import { outcomeStream } from '../contracts/history.ts';
 import { latestVerdictsProjection } from '../projections/latest-verdicts.ts';
 import { verdictStream } from '../services/engine/verdict-recorder.ts';
+import { OUTCOMES_DB, VERDICTS_DB } from '../services/history/export-row-store.ts';
 import { sharedParquetEncoders } from '../services/history/parquet-encoders.ts';
 import { trackRecordProjection } from '../services/history/projections.ts';
 import { MAX_EXPORTS_PER_KEY } from '../services/history/routes.ts';
@@ -358,8 +359,7 @@ export async function run(): Promise<Record<string, number>> {
         };
         return (s.treeBranchPageCount + s.treeLeafPageCount + s.overflowPages) * s.pageSize;
       };
-      const held = server.slice.exportRows.diskBytes();
-      const rowBytes = held.verdicts + held.outcomes;
+      const rowBytes = pages(VERDICTS_DB) + pages(OUTCOMES_DB);
       console.log(
         `export-rows projection: caught up in ${((performance.now() - t) / 1000).toFixed(1)} s from the start; ${(rowBytes / 1e6).toFixed(0)} MB on disk (${Math.round(rowBytes / verdicts)} B per verdict) beside the log's ${(pages('events') / 1e6).toFixed(0)} MB`,
       );

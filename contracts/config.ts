@@ -279,14 +279,13 @@ export const ConfigSchema = z
     APPEND_STALL_MS: positiveInt.default(5_000),
     DATA_DIR: z.string().min(1).default('./data'),
     /**
-     * EVENT_STORE=lmdb: false opens the log's environment (log, snapshots) with MDB_NORDAHEAD on
-     * one map of the file, and the export rows' own environment (one map already) with it too, so
-     * a page LMDB faults in is read alone. With read-ahead (default) each fault on a page not
-     * cached reads the device's read-ahead window around it (8 MB on a device with read_ahead_kb
-     * 8192): under a memory limit those windows fill the cgroup and push out the pages the B-tree
-     * needs (deploy/README.md, Memory limits). The one map is what lmdb-js's chunked maps (the
-     * default) cannot take the advice on; it keeps every page a process reads mapped, so RSS
-     * counts up to the whole file.
+     * EVENT_STORE=lmdb: false opens the log's environment (log, snapshots, export rows) with
+     * MDB_NORDAHEAD on one map of the file, so a page LMDB faults in is read alone. With read-ahead
+     * (default) each fault on a page not cached reads the device's read-ahead window around it
+     * (8 MB on a device with read_ahead_kb 8192): under a memory limit those windows fill the
+     * cgroup and push out the pages the B-tree needs (deploy/README.md, Memory limits). The one
+     * map is what lmdb-js's chunked maps (the default) cannot take the advice on; it keeps every
+     * page a process reads mapped, so RSS counts up to the whole file.
      */
     LMDB_READ_AHEAD: bool.default(true),
     /**

@@ -23,7 +23,7 @@ export interface BackupPoint {
  * opened with remapChunks (ENOMEM); lmdb-js's plain copy (`backup(path, false)`) of such an
  * environment fails "Bad address". The compacting copy (`backup(path, true)`, mdb_env_copy2 with
  * MDB_CP_COMPACT) walks the trees page by page inside one read transaction: a consistent copy of
- * every database of the environment (events, streams, ids, snapshots) at one commit,
+ * every database of the environment (events, streams, ids, snapshots, export rows) at one commit,
  * taken while the service writes, without its free pages.
  */
 function openReadOnly(path: string) {

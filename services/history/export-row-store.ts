@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { join } from 'node:path';
-import { type Database, open, type RootDatabase, type RootDatabaseOptions, TransactionFlags } from 'lmdb';
+import { type Database, type RootDatabase, type RootDatabaseOptions, TransactionFlags } from 'lmdb';
 import type { Logger } from 'pino';
 import { putAppend } from '../../adapters/event-store/lmdb-append.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
@@ -48,41 +47,6 @@ export const OLD_DBS = [
   'history-export-outcomes-5',
 ];
 const EXPORT_ROWS_NAME = 'history-export-rows';
-/** The rows' own environment: a directory inside the log's (`<DATA_DIR>/events/export-rows`). */
-export const EXPORT_ROWS_DIR = 'export-rows';
-/**
- * Address space reserved for the rows' one map: virtual only (the file grows as rows are
- * written), and large enough that the map is never resized (1.1 KB a verdict: 900M verdicts).
- */
-const EXPORT_ROWS_MAP_BYTES = 2 ** 40;
-
-/**
- * The export rows' own LMDB environment, `export-rows` inside the log's directory, opened with
- * one map of the whole file instead of the log's `remapChunks`: an export reads the file from end
- * to end, and reading through chunks that are mapped and unmapped again cost it system time on
- * every pass. The map is reserved once at its full size, so it is never resized (lmdb-js keeps
- * each older map alive when it grows one). Rows are a projection, so the log's environment
- * (and a backup of it) no longer carries them: they are rebuilt from the log where missing.
- */
-export function openExportRowsEnvironment(
-  logPath: string,
-  options: { readAhead?: boolean } = {},
-): RootDatabase {
-  // LMDB_READ_AHEAD=false, as for the log (lmdb.ts): MDB_NORDAHEAD, which the one map takes.
-  // lmdb-js reads noReadAhead (open.js) but its types do not declare it.
-  const advice = { noReadAhead: options.readAhead === false };
-  return open({
-    path: join(logPath, EXPORT_ROWS_DIR),
-    noSubdir: false,
-    // Two databases a version; a version being replaced keeps its two until the rebuild empties them.
-    maxDbs: 8,
-    // As the log's (lmdb.ts): off, since processes sharing the directory write here too.
-    overlappingSync: false,
-    remapChunks: false,
-    mapSize: EXPORT_ROWS_MAP_BYTES,
-    ...advice,
-  });
-}
 /** Bytes per slab the records read back are copied into. */
 const SLAB_BYTES = 256 * 1024;
 let slab = Buffer.allocUnsafe(0);
@@ -156,8 +120,8 @@ const TXN_FLAGS =
 
 /**
  * The export-rows projection: each verdict's revealed NDJSON line (its head, export-rows.ts) and
- * each outcome's tail, on disk in two sub-databases of an LMDB environment of their own beside the
- * log (`openExportRowsEnvironment`), written when the verdict is recorded and when its outcome resolves. A history export reads
+ * each outcome's tail, on disk in two sub-databases of the event store's own LMDB environment,
+ * written when the verdict is recorded and when its outcome resolves. A history export reads
  * these bytes instead of decoding and serialising every event again.
  *
  * It is a projection like the slice's others (fed by the store's one log feed, checkpointed,
@@ -184,15 +148,10 @@ export class ExportRowStore extends FoldProgress implements FeedMember, StoredRo
   /** The error of the last write, while it was refused for lack of space (see `receive`). */
   private full: Error | null = null;
 
-  /**
-   * `root`: the environment the rows are kept in (`openExportRowsEnvironment`, or the log's own
-   * where the caller has only that). `logRoot`: the log's environment, where earlier versions kept
-   * the rows, emptied at each rebuild. `ownsRoot`: `close()` closes `root`.
-   */
   constructor(
     private readonly store: EventStore,
     private readonly root: RootDatabase,
-    private readonly options: { logger?: Logger; logRoot?: RootDatabase; ownsRoot?: boolean } = {},
+    private readonly options: { logger?: Logger } = {},
   ) {
     super(EXPORT_ROWS_NAME);
     // Bytes, not msgpack: a range read hands each value over as a view of a slab (slabCodec),
@@ -203,11 +162,6 @@ export class ExportRowStore extends FoldProgress implements FeedMember, StoredRo
     // the fewer pages save.
     this.verdicts = openVerdictsDb(root);
     this.outcomes = root.openDB<Buffer, string>(slabbed(OUTCOMES_DB));
-  }
-
-  /** The environment the rows are kept in. */
-  get environment(): RootDatabase {
-    return this.root;
   }
 
   /** The id of the event at `checkpoint` (null at 0): a resume cursor names both. */
@@ -228,15 +182,7 @@ export class ExportRowStore extends FoldProgress implements FeedMember, StoredRo
   async start(): Promise<void> {
     if (this.joined) return;
     const meta = this.meta();
-    if (meta && meta[0] === EXPORT_ROWS_VERSION && !(await this.ofThisLog(meta))) {
-      // The rows were folded from another log than the one in the directory now (a log restored
-      // from a backup, which no longer carries them), or from events it lost.
-      this.options.logger?.info(
-        { projection: this.name, checkpoint: meta[2] },
-        'export rows of another log: rebuilding from position 0',
-      );
-      this.reset();
-    } else if (meta && meta[0] === EXPORT_ROWS_VERSION) {
+    if (meta && meta[0] === EXPORT_ROWS_VERSION) {
       [, this.generation, this.position, this.positionId] = meta;
       this.storedTemplates.clear();
     } else {
@@ -257,23 +203,6 @@ export class ExportRowStore extends FoldProgress implements FeedMember, StoredRo
     if (!this.joined) return;
     this.joined = false;
     await feedOf(this.store).leave(this);
-  }
-
-  /** Stops the fold and closes the rows' environment when it is their own. */
-  async close(): Promise<void> {
-    await this.stop();
-    if (this.options.ownsRoot) await this.root.close();
-  }
-
-  /**
-   * Whether the log holds, at the checkpoint, the event the rows were folded up to: the rows sit
-   * in an environment of their own, so the log beside them may have been replaced since.
-   */
-  private async ofThisLog(meta: Meta): Promise<boolean> {
-    const [, , checkpoint, checkpointId] = meta;
-    if (checkpoint === 0) return true;
-    const [event] = await this.store.readAll({ after: checkpoint - 1, maxCount: 1 });
-    return event?.position === checkpoint && event.id === checkpointId;
   }
 
   /** Throws every entry away and folds the whole log again from position 0. */
@@ -301,35 +230,12 @@ export class ExportRowStore extends FoldProgress implements FeedMember, StoredRo
         'export rows of an older version: emptied, rebuilding from position 0',
       );
     }
-    this.emptyLogRoot();
     this.root.transactionSync(() => {
       // Cleared, not dropped: a dropped database's handle breaks the environment's read transactions.
       for (const db of old) db.clearSync();
       this.verdicts.clearSync();
       this.outcomes.clearSync();
       this.putMeta([EXPORT_ROWS_VERSION, this.generation, 0, null]);
-    }, TXN_FLAGS);
-  }
-
-  /**
-   * Empties the rows earlier versions kept in the log's own environment (every version's
-   * databases, this one's names included), when the rows now have an environment of their own.
-   */
-  private emptyLogRoot(): void {
-    const log = this.options.logRoot;
-    if (!log || log === this.root) return;
-    const present = new Set<unknown>(log.getKeys());
-    const old = [...OLD_DBS, VERDICTS_DB, OUTCOMES_DB]
-      .filter((name) => present.has(name))
-      .map((name) => log.openDB({ name, encoding: 'binary' }));
-    const stale = old.reduce((n, db) => n + (db.getStats() as { entryCount: number }).entryCount, 0);
-    if (stale === 0) return;
-    this.options.logger?.info(
-      { projection: this.name, entries: stale },
-      "export rows in the log's environment (before they had their own): emptied",
-    );
-    log.transactionSync(() => {
-      for (const db of old) db.clearSync();
     }, TXN_FLAGS);
   }
 
@@ -340,20 +246,6 @@ export class ExportRowStore extends FoldProgress implements FeedMember, StoredRo
 
   private putMeta(meta: Meta): void {
     this.verdicts.putSync(META, Buffer.from(JSON.stringify(meta)));
-  }
-
-  /** Bytes of the pages the rows' two databases hold (branch, leaf and overflow pages). */
-  diskBytes(): { verdicts: number; outcomes: number } {
-    const bytes = (db: Database<Buffer, number> | Database<Buffer, string>) => {
-      const s = db.getStats() as {
-        treeBranchPageCount: number;
-        treeLeafPageCount: number;
-        overflowPages: number;
-        pageSize: number;
-      };
-      return (s.treeBranchPageCount + s.treeLeafPageCount + s.overflowPages) * s.pageSize;
-    };
-    return { verdicts: bytes(this.verdicts), outcomes: bytes(this.outcomes) };
   }
 
   /** Up to `limit` verdicts after position `after` and up to `upTo`, in log order. */

@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { type LmdbEventStore, openLmdbEventStore } from '../../adapters/event-store/lmdb.ts';
 import { HistoryTrailer } from '../../contracts/history.ts';
 import { recordHistory, startHistoryServer } from '../../test/history-harness.ts';
-import { ExportRowStore, OLD_DBS, OUTCOMES_DB, openVerdictsDb, VERDICTS_DB } from './export-row-store.ts';
+import { ExportRowStore, OLD_DBS, openVerdictsDb, VERDICTS_DB } from './export-row-store.ts';
 import {
   F_ID,
   fieldOf,
@@ -295,7 +295,7 @@ describe('export rows (stored bytes of each revealed row)', () => {
     const outcomes = before.map((e) => rows.outcome(fieldOf(e.value, F_ID)) ?? null);
     const exportBefore = (await exported('')).rows;
     // A damaged entry: only a fold from position 0 puts it right again.
-    const raw = openVerdictsDb(rows.environment);
+    const raw = openVerdictsDb(store.root);
     const damaged = before[before.length - 1]!;
     // Its last text's last digit changed (a number of its inputs or row).
     const wrong = Buffer.from(damaged.value);
@@ -310,15 +310,13 @@ describe('export rows (stored bytes of each revealed row)', () => {
     expect((await exported('')).rows).toEqual(exportBefore);
   });
 
-  it("upgrades a directory of the older layout (rows of versions 1 to 6 in the log's own environment): those databases are emptied, the rows rebuilt in their own environment to the same bytes", async () => {
+  it('upgrades a directory that holds older stores (versions 1 to 5): the old databases are emptied, the rows rebuilt to the same bytes', async () => {
     const current = server.slice.exportRows!;
-    const env = current.environment;
-    expect(env).not.toBe(store.root);
     const before = current.verdictsAfter(0, Number.MAX_SAFE_INTEGER, 1e6);
     const outcomes = before.map((e) => current.outcome(fieldOf(e.value, F_ID)) ?? null);
-    // What versions 1 to 6 left in the log's environment: each its meta at key 0, a row per verdict
-    // and an outcome; and no store in the rows' own environment (its meta removed, as in a
-    // directory that never ran this version).
+    // What versions 1 to 5 left: each its meta at key 0, a row per verdict and an outcome, and no
+    // version 6 store (its meta removed, as on a directory that never ran version 6).
+    const old = OLD_DBS.map((name) => store.root.openDB({ name, encoding: 'binary' }));
     expect(OLD_DBS).toEqual([
       'history-export-verdicts',
       'history-export-outcomes',
@@ -331,34 +329,58 @@ describe('export rows (stored bytes of each revealed row)', () => {
       'history-export-verdicts-5',
       'history-export-outcomes-5',
     ]);
-    const names = [...OLD_DBS, VERDICTS_DB, OUTCOMES_DB];
-    const old = names.map((name) => store.root.openDB({ name, encoding: 'binary' }));
-    for (let v = 0; v < names.length / 2; v++) {
-      const [verdicts, outcomesDb] = [old[2 * v]!, old[2 * v + 1]!];
-      const version = names[2 * v] === VERDICTS_DB ? 6 : v + 1;
-      verdicts.putSync(0, Buffer.from(JSON.stringify([version, `v${version}-generation`, 10, null])));
-      for (const e of before) verdicts.putSync(e.key, e.value);
-      outcomesDb.putSync('some-verdict', Buffer.from('{}'));
+    const [
+      oldVerdicts,
+      oldOutcomes,
+      v2Verdicts,
+      v2Outcomes,
+      v3Verdicts,
+      v3Outcomes,
+      v4Verdicts,
+      v4Outcomes,
+      v5Verdicts,
+      v5Outcomes,
+    ] = old;
+    oldVerdicts!.putSync(0, Buffer.from(JSON.stringify([1, 'old-generation', 10, null])));
+    v2Verdicts!.putSync(0, Buffer.from(JSON.stringify([2, 'v2-generation', 10, null])));
+    v3Verdicts!.putSync(0, Buffer.from(JSON.stringify([3, 'v3-generation', 10, null])));
+    v4Verdicts!.putSync(0, Buffer.from(JSON.stringify([4, 'v4-generation', 10, null])));
+    v5Verdicts!.putSync(0, Buffer.from(JSON.stringify([5, 'v5-generation', 10, null])));
+    for (const e of before) {
+      oldVerdicts!.putSync(e.key, e.value);
+      v2Verdicts!.putSync(e.key, e.value);
+      v3Verdicts!.putSync(e.key, e.value);
+      v4Verdicts!.putSync(e.key, e.value);
+      v5Verdicts!.putSync(e.key, e.value);
     }
-    openVerdictsDb(env).removeSync(0);
+    oldOutcomes!.putSync('some-verdict', Buffer.from('{}'));
+    v2Outcomes!.putSync('some-verdict', Buffer.from('{}'));
+    v3Outcomes!.putSync('some-verdict', Buffer.from('{}'));
+    v4Outcomes!.putSync('some-verdict', Buffer.from('{}'));
+    v5Outcomes!.putSync('some-verdict', Buffer.from('{}'));
+    openVerdictsDb(store.root).removeSync(0);
     const entries = (db: { getStats(): unknown }) => (db.getStats() as { entryCount: number }).entryCount;
-    for (let v = 0; v < names.length; v += 2) expect(entries(old[v]!)).toBe(before.length + 1);
+    expect(entries(oldVerdicts!)).toBe(before.length + 1);
+    expect(entries(v2Verdicts!)).toBe(before.length + 1);
+    expect(entries(v3Verdicts!)).toBe(before.length + 1);
+    expect(entries(v4Verdicts!)).toBe(before.length + 1);
+    expect(entries(v5Verdicts!)).toBe(before.length + 1);
 
-    const upgraded = new ExportRowStore(store, env, { logRoot: store.root });
+    const upgraded = new ExportRowStore(store, store.root);
     await upgraded.start();
     await upgraded.waitFor(await store.headPosition(), 30_000);
     expect(upgraded.verdictsAfter(0, Number.MAX_SAFE_INTEGER, 1e6)).toEqual(before);
     expect(before.map((e) => upgraded.outcome(fieldOf(e.value, F_ID)) ?? null)).toEqual(outcomes);
     for (const db of old) expect(entries(db)).toBe(0);
     // The rows and the meta (the head templates are kept below key 0).
-    expect([...openVerdictsDb(env).getKeys({ start: 0 })]).toHaveLength(before.length + 1);
-    expect(entries(env.openDB({ name: VERDICTS_DB }))).toBeGreaterThan(before.length + 1);
+    expect([...openVerdictsDb(store.root).getKeys({ start: 0 })]).toHaveLength(before.length + 1);
+    expect(entries(store.root.openDB({ name: VERDICTS_DB }))).toBeGreaterThan(before.length + 1);
     await upgraded.stop();
   });
 
   it('a process whose checkpoint went stale (the store was rebuilt elsewhere) starts again from the stored one', async () => {
     const ours = server.slice.exportRows!;
-    const other = new ExportRowStore(store, ours.environment);
+    const other = new ExportRowStore(store, store.root);
     await other.start();
     await other.waitFor(await store.headPosition(), 30_000);
     // Another process rebuilds: entries cleared, a new generation, checkpoint 0.
@@ -376,7 +398,7 @@ describe('export rows (stored bytes of each revealed row)', () => {
   it('a template stored with other bytes under its id stops the fold rather than being used', async () => {
     const ours = server.slice.exportRows!;
     await ours.stop();
-    const raw = openVerdictsDb(ours.environment);
+    const raw = openVerdictsDb(store.root);
     // Templates are below key 0, the meta.
     const templates = [...raw.getRange({ start: -Number.MAX_SAFE_INTEGER, end: 0 })].map(
       ({ key, value }) => [key, Buffer.from(value)] as const,
@@ -384,7 +406,7 @@ describe('export rows (stored bytes of each revealed row)', () => {
     expect(templates.length).toBeGreaterThan(0);
     for (const [k, bytes] of templates) raw.putSync(k, Buffer.concat([bytes, Buffer.from(' ')]));
     // Another process on the directory, which has not met the templates in the store yet.
-    const other = new ExportRowStore(store, ours.environment);
+    const other = new ExportRowStore(store, store.root);
     await other.start();
     fx.feed.clock.advance(3_600_000);
     await fx.engine.getTradeCall({ exchange: 'BINANCE', coin: 'BTC', timeframe: '1h' });

@@ -20,7 +20,7 @@ import type { Check } from '../shared/readiness.ts';
 import { revealClock } from '../shared/reveal-clock.ts';
 import { type AnchorState, anchorHeadsProjection, HistoryAnchorer } from './anchor.ts';
 import { BriefCache } from './brief-cache.ts';
-import { ExportRowStore, openExportRowsEnvironment } from './export-row-store.ts';
+import { ExportRowStore } from './export-row-store.ts';
 import {
   hasRevision,
   type LabelledVerdicts,
@@ -61,18 +61,6 @@ interface HistoryAccess {
  * routes with the index of labelled verdicts their export reads (api role). Reaches the engine
  * only through the log and the SignalOperations it decorates.
  */
-/** The export-rows projection in its own environment, inside the directory of the log's. */
-function exportRowsBeside(store: LmdbEventStore, config: Config, logger: Logger): ExportRowStore {
-  // lmdb-js's root database names the directory it was opened on.
-  const logPath = (store.root as unknown as { path: string }).path;
-  const root = openExportRowsEnvironment(logPath, { readAhead: config.LMDB_READ_AHEAD });
-  return new ExportRowStore(store, root, {
-    logger,
-    logRoot: store.root,
-    ownsRoot: true,
-  });
-}
-
 export function historySlice(deps: HistorySliceDeps) {
   const { config, adapters, logger, roles } = deps;
   const log = logger.child({ slice: 'history' });
@@ -96,11 +84,11 @@ export function historySlice(deps: HistorySliceDeps) {
     runnerOptions,
   );
   const exports = roles.includes('api');
-  // Rows kept as bytes on disk beside the log, in an environment of their own inside its directory:
-  // only where the log is an LMDB environment of this host (the other stores export from the log alone).
+  // Rows kept as bytes on disk beside the log: only where the log is an LMDB environment of this
+  // host (the other stores export from the log alone).
   const exportRows =
     exports && adapters.eventStore.kind === 'lmdb'
-      ? exportRowsBeside(adapters.eventStore as LmdbEventStore, config, log)
+      ? new ExportRowStore(adapters.eventStore, (adapters.eventStore as LmdbEventStore).root, { logger: log })
       : null;
   const serves = exports || roles.includes('dispatcher');
   const resolves = roles.includes('projections');
@@ -333,7 +321,7 @@ export function historySlice(deps: HistorySliceDeps) {
       if (pending.running) await pending.stop({ drainMs: 2_000 });
       if (trackRecord.running) await trackRecord.stop({ drainMs: 2_000 });
       if (labelled.running) await labelled.stop({ drainMs: 2_000 });
-      await exportRows?.close();
+      await exportRows?.stop();
       await ownFeed?.close();
     },
 

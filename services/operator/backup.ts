@@ -9,10 +9,9 @@ import { exitFlushed } from '../shared/exit-flushed.ts';
 export const USAGE = `usage: npm run backup -- DEST
 
   A consistent, compacted copy of the embedded event log (EVENT_STORE=lmdb: DATA_DIR/events, with
-  its projection snapshots; not the export rows, which the service rebuilds from the log), taken
-  while the service runs. DEST must be a new or empty directory; the copy is DEST/events/data.mdb,
-  a DATA_DIR of its own: to restore, stop the service and put DEST/events in place of
-  DATA_DIR/events (deploy/README.md, Backups).
+  its projection snapshots and export rows), taken while the service runs. DEST must be a new or
+  empty directory; the copy is DEST/events/data.mdb, a DATA_DIR of its own: to restore, stop the
+  service and put DEST/events in place of DATA_DIR/events (deploy/README.md, Backups).
   Prints the backup point: the log's head position and the event there.
   PostgreSQL and KurrentDB are backed up with their own tools.`;
 

@@ -93,8 +93,6 @@ const MEASURE_UNIT = 0.4;
 const MEASURE_PASSAGES = 5;
 /** Leading passages whose unit naming the step after the question's words may answer a "how do I". */
 const STEP_PASSAGES = 3;
-/** Leading passages whose best unit naming a question word the answer lacks joins it. */
-const LEAD_PASSAGES = 3;
 /** A best sentence shorter than this is read with the one after it. */
 const SHORT_ANSWER = 120;
 
@@ -1621,42 +1619,8 @@ export function extractiveAnswer(
   }
   // The answer's room is used: what else the best passage says, best first. The fact asked (a
   // number, a code, a step) often stands in a sentence of that passage beside the one that names
-  // the question's words best. Its units carrying a quarter of the question come first. Then,
-  // from each of the first LEAD_PASSAGES passages retrieved, the best unit that could have
-  // answered (it carries the question and is of the kind asked: the act named for "how do I",
-  // the number or step stated, a list of the noun for "which", a cause for "why") and names a
-  // word of the question that no quote chosen so far names: the best unit may leave out what the
-  // question asks about ("the dispatcher" of "what does the dispatcher do with a delivery that
-  // times out"), and the passage the search ranks first or second often holds it. A unit that
-  // only repeats what the answer names already does not join. Then the rest of the best passage.
-  const ofKind = (c: Candidate): boolean => {
-    const text = c.quotes.join(' ');
-    return (
-      c.coverage >= MIN_COVERAGE &&
-      c.acts &&
-      (kind !== 'reason' || CAUSE.test(text)) &&
-      (kind !== 'list' || enumerates(text, listOf) || itemList(c.quotes, listOf)) &&
-      (defined === null || defines(c.quotes[0]!)) &&
-      (stated === null || stated.test(text)) &&
-      (measure === null || measure(text))
-    );
-  };
+  // the question's words best.
   const fill = candidates.filter((c) => c.passage.id === best.passage.id).sort(bestFirst);
-  for (const c of fill) if (c.coverage >= FALLBACK_UNIT && !overlaps(c)) add(c);
-  for (let rank = 0; rank < LEAD_PASSAGES; rank++) {
-    const said = termsIn(chosen.map((c) => c.quotes.join(' ')).join(' '));
-    const lead = carrying.find((c) => {
-      if (c.rank !== rank || !ofKind(c)) return false;
-      const own = termsIn(c.quotes.join(' '));
-      return asked.some(
-        ({ meets }, i) =>
-          rarity[i]! < unknownWeight &&
-          [...meets].some((t) => own.has(t)) &&
-          ![...meets].some((t) => said.has(t)),
-      );
-    });
-    if (lead !== undefined && !overlaps(lead)) add(lead);
-  }
   for (const c of fill) if (!overlaps(c)) add(c);
   // The best passage may not hold what the question's kind asks for (a number, a step, a code,
   // a form, a path; for "which", the list): then units of the two leading passages, or others

@@ -262,33 +262,6 @@ describe('extractive answers', () => {
       extractiveAnswer(question, built.retrieve(expandQuestion(question)), (t) => built.weight(t));
   }
 
-  it("quotes a leading passage's unit that names a word of the question the answer does not yet name", () => {
-    // The best unit names the delivery and its timeout, not the dispatcher the question asks
-    // about; the dispatcher's passage, retrieved beside it, carries the question and names it,
-    // and joins the answer (it did not: only units scored within 0.1 of the best joined).
-    const ask = askOf([
-      [
-        'deliveries',
-        'Webhooks › Deliveries',
-        'A webhook delivery that times out is a failed attempt, recorded in the delivery log with its status.',
-      ],
-      [
-        'dispatcher',
-        'Webhooks › Dispatcher',
-        'The dispatcher sends a failed webhook delivery again on the retry schedule: 5 s, 5 min, 30 min.',
-      ],
-      ['prices', 'Prices', 'A trade call costs 0.02 USD.'],
-      ['keys', 'Keys', 'An operator issues a key with the keys command.'],
-    ]);
-    for (const question of [
-      'What does the dispatcher do with a webhook delivery that times out?',
-      'What happens to a webhook delivery that times out at the dispatcher?',
-    ])
-      expect(ask(question).answer, question).toBe(
-        'A webhook delivery that times out is a failed attempt, recorded in the delivery log with its status. [1] The dispatcher sends a failed webhook delivery again on the retry schedule: 5 s, 5 min, 30 min. [2]',
-      );
-  });
-
   it('reads "what status comes back if …" as asking for the code of the condition', () => {
     const ask = askOf([
       [

@@ -1,9 +1,11 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type Provider from 'oidc-provider';
 import type { Logger } from 'pino';
+import type { z } from 'zod';
 import { type Cache, CacheUnavailableError } from '../../../adapters/cache/port.ts';
 import type { EventStore } from '../../../adapters/event-store/port.ts';
 import { errorMessage, ServiceError } from '../../../contracts/errors.ts';
+import { type IssueLike, issueText } from '../../../contracts/issue-text.ts';
 import {
   AuthorizationServerMetadata,
   InteractionNonce,
@@ -66,6 +68,9 @@ const PUBLIC_CORS = {
   'access-control-allow-methods': 'GET',
   'access-control-allow-headers': 'Content-Type, Mcp-Protocol-Version',
 };
+
+/** The consent forms' fields whose value a refusal never shows back. */
+const SECRET_FIELDS = new Set(['api_key', 'signature']);
 
 const html: ResponseDoc = {
   description: 'HTML page',
@@ -430,7 +435,25 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
     return reply.code(303).header('cache-control', 'no-store').redirect(to, 303);
   };
 
-  const invalidForm = (issues: { message: string }[]) => issues.map((i) => i.message).join('; ');
+  /**
+   * A refused form in the words of every other channel (issueText: what the field must be, what
+   * was sent), never zod's. A secret field's value (the API key, the signature) is never shown back
+   * on the page: for it only whether it was sent, never what.
+   */
+  const invalidForm = (schema: z.ZodType, body: unknown, issues: readonly IssueLike[]) => {
+    const sent = (body ?? {}) as Record<string, unknown>;
+    return issues
+      .map((issue) => {
+        const field = issue.path.map(String).join('.') || '(form)';
+        const top = issue.path[0];
+        if (typeof top !== 'string' || !SECRET_FIELDS.has(top)) return issueText(issue, field, schema, sent);
+        // Present: what it must be, no "got"; absent: that it is required.
+        return Object.hasOwn(sent, top) && sent[top] !== undefined
+          ? issueText(issue, field, schema)
+          : issueText(issue, field, schema, {});
+      })
+      .join('; ');
+  };
 
   return async (app) => {
     // The library's endpoints read their own bodies (form or JSON) from the raw request.
@@ -544,7 +567,7 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
           if (details === null) return reply;
           const form = KeySignInForm.safeParse(request.body ?? {});
           if (!form.success) {
-            const error = invalidForm(form.error.issues);
+            const error = invalidForm(KeySignInForm, request.body, form.error.issues);
             return page(
               reply,
               400,
@@ -600,7 +623,11 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
             return page(
               reply,
               400,
-              consentDocument(await view(request, details, { error: invalidForm(form.error.issues) })),
+              consentDocument(
+                await view(request, details, {
+                  error: invalidForm(WalletSignInForm, request.body, form.error.issues),
+                }),
+              ),
             );
           }
           const check = await checkSignIn({

@@ -109,9 +109,8 @@ export const SPENT_SETS = ['tuning15.json'] as const;
  *
  * vpsquant.json: 54 questions and 10 off-topic ones asked by a newcomer operator installing the
  * service on a small VPS and a quant buyer comparing it with a peer, written blind by a helper
- * from the indexed documentation on 2026-11-29 and committed with this line, before the picker's
- * sixteenth change and before the chat was ever asked them. Scored once before that change and
- * once after it: 39 / 54 both times, 1 / 10 off-topic grounded. Summary line only.
+ * from the indexed documentation on 2026-11-29 and committed with this line, before the chat was
+ * ever asked them. docs/knowledge.md gives its figures. Summary line only.
  */
 export const BLIND_SETS = [
   'integrator.json',

@@ -26,6 +26,8 @@ const readme = readFileSync(join(repo, 'services/webhooks/README.md'), 'utf8');
 const printed = /## Receiver[\s\S]*?```ts\n([\s\S]*?)```/.exec(readme)?.[1] ?? '';
 const printedPython = readFileSync(join(repo, 'services/webhooks/receiver-example.py'), 'utf8');
 const python = spawnSync('python3', ['--version']).status === 0;
+if (!python && process.env.CI === 'true') throw new Error('python3 is missing and CI=true: failing');
+if (!python) process.stderr.write('\n*** python3 missing: SKIPPING the Python receiver example ***\n');
 const root = mkdtempSync(join(tmpdir(), 'webhooks-receiver-example-'));
 
 const listening = (port: number) =>
@@ -62,12 +64,79 @@ function post(port: number, ca: string, body: string, headers: Record<string, st
   });
 }
 
+/** What a test started, for its afterAll to stop. */
+interface Run {
+  stack?: WebhookStack;
+  child?: ChildProcess;
+}
+
+/**
+ * Starts the webhook stack and a receiver (`command` in `cwd`, listening on `port` with the
+ * certificate `ca` signs), subscribes it to trade calls on `coin`, and checks that it verifies and
+ * handles a real delivery and answers that delivery's resend (same delivery_id, newly signed) with
+ * 200 without handling it again. Returns the subscription and a reader of what the receiver printed.
+ */
+async function deliverTo(
+  run: Run,
+  options: { port: number; ca: string; coin: string; command: string; args: string[]; cwd: string },
+) {
+  const stack = await startWebhookStack({ settings: { tls: { ca: options.ca } } });
+  run.stack = stack;
+  const key = await stack.issue();
+  const created = await stack.request('POST', '/api/webhooks', key, {
+    url: `https://127.0.0.1:${options.port}/`,
+    events: ['trade_call'],
+    assets: [options.coin],
+  });
+  expect(created.status, JSON.stringify(created.body)).toBe(201);
+  const sub = created.body as { id: string; secret: string };
+
+  let out = '';
+  const child = spawn(options.command, options.args, {
+    cwd: options.cwd,
+    env: { ...process.env, WEBHOOK_SECRET: sub.secret },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  run.child = child;
+  child.stdout!.on('data', (c: Buffer) => {
+    out += c.toString();
+  });
+  child.stderr!.on('data', (c: Buffer) => {
+    out += c.toString();
+  });
+  await until(
+    async () => child.exitCode === null && (await listening(options.port)),
+    (up) => up || child.exitCode !== null,
+  );
+  expect(child.exitCode, out).toBeNull();
+
+  await appendVerdict(stack.store, { coin: options.coin, call: 'BUY', confidence: 50 });
+  const log = await until(
+    () => stack.request('GET', `/api/webhooks/${sub.id}/deliveries`, key),
+    (res) =>
+      res.body.deliveries[0]?.attempts?.at(-1)?.outcome !== undefined &&
+      res.body.deliveries[0].attempts.at(-1).outcome !== 'pending',
+  );
+  const delivery = log.body.deliveries[0];
+  expect(delivery.attempts.at(-1), out).toMatchObject({ outcome: 'succeeded', status: 200 });
+  const deliveryId: string = delivery.delivery_id;
+  await until(
+    () => out,
+    (o) => o.includes(deliveryId),
+  );
+
+  const resent = await stack.request('POST', `/api/webhooks/${sub.id}/deliveries/${deliveryId}/resend`, key);
+  expect(resent.body, out).toMatchObject({ delivery_id: deliveryId, delivered: true, status: 200 });
+  expect(child.exitCode, out).toBeNull();
+  expect(out.split(deliveryId).length - 1, out).toBe(1);
+  return { sub, output: () => out, exitCode: () => child.exitCode };
+}
+
 describe.runIf(reachable)("the README's receiver example", () => {
-  let stack: WebhookStack | undefined;
-  let child: ChildProcess | undefined;
+  const run: Run = {};
   afterAll(async () => {
-    child?.kill('SIGKILL');
-    await stack?.close();
+    run.child?.kill('SIGKILL');
+    await run.stack?.close();
     rmSync(root, { recursive: true, force: true });
   });
 
@@ -82,57 +151,14 @@ describe.runIf(reachable)("the README's receiver example", () => {
     const port = await freePort();
     writeFileSync(join(root, 'receiver.ts'), printed.replace('.listen(8443)', `.listen(${port})`));
 
-    stack = await startWebhookStack({ settings: { tls: { ca: tls.cert } } });
-    const key = await stack.issue();
-    const created = await stack.request('POST', '/api/webhooks', key, {
-      url: `https://127.0.0.1:${port}/`,
-      events: ['trade_call'],
-      assets: ['RCVEXA'],
-    });
-    expect(created.status, JSON.stringify(created.body)).toBe(201);
-    const sub = created.body as { id: string; secret: string };
-
-    let out = '';
-    child = spawn(process.execPath, ['--import', 'tsx', 'receiver.ts'], {
+    const { output } = await deliverTo(run, {
+      port,
+      ca: tls.cert,
+      coin: 'RCVEXA',
+      command: process.execPath,
+      args: ['--import', 'tsx', 'receiver.ts'],
       cwd: root,
-      env: { ...process.env, WEBHOOK_SECRET: sub.secret },
-      stdio: ['ignore', 'pipe', 'pipe'],
     });
-    child.stdout!.on('data', (c: Buffer) => {
-      out += c.toString();
-    });
-    child.stderr!.on('data', (c: Buffer) => {
-      out += c.toString();
-    });
-    await until(
-      async () => child!.exitCode === null && (await listening(port)),
-      (up) => up || child!.exitCode !== null,
-    );
-    expect(child.exitCode, out).toBeNull();
-
-    await appendVerdict(stack.store, { coin: 'RCVEXA', call: 'BUY', confidence: 50 });
-    const log = await until(
-      () => stack!.request('GET', `/api/webhooks/${sub.id}/deliveries`, key),
-      (res) =>
-        res.body.deliveries[0]?.attempts?.at(-1)?.outcome !== undefined &&
-        res.body.deliveries[0].attempts.at(-1).outcome !== 'pending',
-    );
-    const delivery = log.body.deliveries[0];
-    expect(delivery.attempts.at(-1), out).toMatchObject({ outcome: 'succeeded', status: 200 });
-    const deliveryId: string = delivery.delivery_id;
-    await until(
-      () => out,
-      (o) => o.includes(deliveryId),
-    );
-
-    const resent = await stack.request(
-      'POST',
-      `/api/webhooks/${sub.id}/deliveries/${deliveryId}/resend`,
-      key,
-    );
-    expect(resent.body, out).toMatchObject({ delivery_id: deliveryId, delivered: true, status: 200 });
-    expect(child.exitCode, out).toBeNull();
-    expect(out.split(deliveryId).length - 1, out).toBe(1);
 
     const refused = await post(
       port,
@@ -146,17 +172,16 @@ describe.runIf(reachable)("the README's receiver example", () => {
       },
     );
     expect(refused).toEqual({ status: 400, body: 'bad_signature' });
-    expect(out).not.toContain('forged');
+    expect(output()).not.toContain('forged');
   });
 });
 
 describe.runIf(reachable && python)("the README's receiver example in Python", () => {
   const dir = mkdtempSync(join(tmpdir(), 'webhooks-receiver-python-'));
-  let stack: WebhookStack | undefined;
-  let child: ChildProcess | undefined;
+  const run: Run = {};
   afterAll(async () => {
-    child?.kill('SIGKILL');
-    await stack?.close();
+    run.child?.kill('SIGKILL');
+    await run.stack?.close();
     rmSync(dir, { recursive: true, force: true });
   });
 
@@ -172,59 +197,14 @@ describe.runIf(reachable && python)("the README's receiver example in Python", (
     const port = await freePort();
     writeFileSync(join(dir, 'receiver-example.py'), printedPython.replace("('', 8443)", `('', ${port})`));
 
-    stack = await startWebhookStack({ settings: { tls: { ca: tls.cert } } });
-    const key = await stack.issue();
-    const created = await stack.request('POST', '/api/webhooks', key, {
-      url: `https://127.0.0.1:${port}/`,
-      events: ['trade_call'],
-      assets: ['RCVPYA'],
-    });
-    expect(created.status, JSON.stringify(created.body)).toBe(201);
-    const sub = created.body as { id: string; secret: string };
-
-    let out = '';
-    child = spawn('python3', ['receiver-example.py'], {
+    const { sub, output, exitCode } = await deliverTo(run, {
+      port,
+      ca: tls.cert,
+      coin: 'RCVPYA',
+      command: 'python3',
+      args: ['receiver-example.py'],
       cwd: dir,
-      env: { ...process.env, WEBHOOK_SECRET: sub.secret },
-      stdio: ['ignore', 'pipe', 'pipe'],
     });
-    child.stdout!.on('data', (c: Buffer) => {
-      out += c.toString();
-    });
-    child.stderr!.on('data', (c: Buffer) => {
-      out += c.toString();
-    });
-    await until(
-      async () => child!.exitCode === null && (await listening(port)),
-      (up) => up || child!.exitCode !== null,
-    );
-    expect(child.exitCode, out).toBeNull();
-
-    // A real delivery, signed by the dispatcher, verified and handled.
-    await appendVerdict(stack.store, { coin: 'RCVPYA', call: 'BUY', confidence: 50 });
-    const log = await until(
-      () => stack!.request('GET', `/api/webhooks/${sub.id}/deliveries`, key),
-      (res) =>
-        res.body.deliveries[0]?.attempts?.at(-1)?.outcome !== undefined &&
-        res.body.deliveries[0].attempts.at(-1).outcome !== 'pending',
-    );
-    const delivery = log.body.deliveries[0];
-    expect(delivery.attempts.at(-1), out).toMatchObject({ outcome: 'succeeded', status: 200 });
-    const deliveryId: string = delivery.delivery_id;
-    await until(
-      () => out,
-      (o) => o.includes(deliveryId),
-    );
-
-    // A resend (same delivery_id, newly signed) is answered 200 and not handled again.
-    const resent = await stack.request(
-      'POST',
-      `/api/webhooks/${sub.id}/deliveries/${deliveryId}/resend`,
-      key,
-    );
-    expect(resent.body, out).toMatchObject({ delivery_id: deliveryId, delivered: true, status: 200 });
-    expect(child.exitCode, out).toBeNull();
-    expect(out.split(deliveryId).length - 1, out).toBe(1);
 
     // What verifyWebhook refuses, the example refuses in the same words.
     const signed = (id: string, at = Math.floor(Date.now() / 1000)) => {
@@ -261,7 +241,7 @@ describe.runIf(reachable && python)("the README's receiver example in Python", (
     );
     const { 'x-service-signature': _, ...unsigned } = signed('forged-f').headers;
     expect(await post(port, tls.cert, bare.body, unsigned)).toEqual({ status: 400, body: 'missing_header' });
-    expect(out).not.toContain('forged');
+    expect(output()).not.toContain('forged');
 
     // During a rotation's overlap a receiver already on the new secret finds its signature in
     // X-Service-Signature-New (the example is given the new one; X-Service-Signature is the old one's).
@@ -278,9 +258,9 @@ describe.runIf(reachable && python)("the README's receiver example in Python", (
       }),
     ).toEqual({ status: 200, body: '' });
     await until(
-      () => out,
+      () => output(),
       (o) => o.includes('rotated-a'),
     );
-    expect(child.exitCode, out).toBeNull();
+    expect(exitCode(), output()).toBeNull();
   });
 });

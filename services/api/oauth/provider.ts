@@ -204,9 +204,15 @@ export function createProvider(options: ProviderOptions): OAuthProvider {
     // Not a parameter of our own: a validator of the standard one, run on every authorization
     // request once its client and redirect_uri are known, so a refusal goes back to the host.
     extraParams: {
-      scope: async (_ctx, value) => {
-        const why = scopeRefusal(typeof value === 'string' ? value : undefined);
-        if (why !== null) throw new errors.InvalidScope(why, String(value ?? ''));
+      // The scope as the host sent it: the library has already dropped `offline_access` from the
+      // value it hands over (kept only with prompt=consent), so a host asking for
+      // "offline_access" alone was told it had asked for none. The value stands in when the
+      // request no longer carries it (the return from the sign-in page, /oauth/authorize/{uid}).
+      scope: async (ctx, value) => {
+        const sent = (ctx.method === 'POST' ? ctx.oidc.body : ctx.query)?.scope;
+        const asked = typeof sent === 'string' ? sent : typeof value === 'string' ? value : undefined;
+        const why = scopeRefusal(asked);
+        if (why !== null) throw new errors.InvalidScope(why, asked ?? '');
       },
     },
     claims: { openid: ['sub'] },

@@ -91,6 +91,27 @@ describe.runIf(present || process.env.CI === 'true')('OAuth scopes', () => {
     }
   });
 
+  it('names the scope the host asked for in the refusal, offline_access included (the library drops it before the check)', async () => {
+    // The SDK registers with the scope it asks for (a scope the server does not list is refused
+    // there), so the scopes beside offline_access are put on its authorization URL afterwards;
+    // the library keeps offline_access only beside prompt=consent, which the SDK adds to it.
+    const told: [string | undefined, string][] = [
+      ['offline_access', '(asked: "offline_access")'],
+      ['offline_access profile', '(asked: "offline_access profile")'],
+      ['profile', '(asked: "profile")'],
+      [undefined, '(asked: none)'],
+    ];
+    for (const [scope, words] of told) {
+      const authorization = await authorizationUrl(scope === undefined ? undefined : 'offline_access');
+      if (scope !== undefined) authorization.searchParams.set('scope', scope);
+      // The SDK adds prompt=consent beside offline_access; hosts that send no prompt are the case.
+      authorization.searchParams.delete('prompt');
+      const back = await landing(authorization);
+      expect(back.searchParams.get('error'), String(scope)).toBe('invalid_scope');
+      expect(back.searchParams.get('error_description'), String(scope)).toContain(words);
+    }
+  });
+
   it('signs in with mcp and offline_access (an unknown scope beside them ignored), the SDK way, and the token calls a tool', async () => {
     // Registration takes only listed scopes (RFC 7591): the unknown one is added to the request.
     for (const scope of ['mcp offline_access', 'mcp offline_access calendar.read']) {

@@ -287,14 +287,34 @@ export function x402Manifest(
   };
 }
 
-/** `/.well-known/mcp.json`: the MCP server card. */
-export function mcpServerCard(origin: string, tools: CatalogTool[]) {
+/**
+ * `/.well-known/mcp.json`: the MCP server card. With sign-in on, /mcp/signin is the second
+ * endpoint, with the OAuth it takes (its protected resource metadata, RFC 9728), as the other
+ * discovery documents name it; `authentication` stays that of /mcp.
+ */
+export function mcpServerCard(origin: string, tools: CatalogTool[], signin = false) {
   return {
     name: SERVICE_NAME,
     title: SERVICE_TITLE,
     version: SERVICE_VERSION,
     description: SERVICE_DESCRIPTION,
-    endpoints: [{ transport: 'streamable-http', url: `${origin}/mcp` }],
+    endpoints: [
+      { transport: 'streamable-http', url: `${origin}/mcp` },
+      ...(signin
+        ? [
+            {
+              transport: 'streamable-http',
+              url: `${origin}${SIGNIN_MCP_PATH}`,
+              authentication: {
+                optional: false,
+                schemes: ['oauth2'],
+                resource_metadata: `${origin}/.well-known/oauth-protected-resource${SIGNIN_MCP_PATH}`,
+                note: 'for hosts that sign in with OAuth (authorization code with PKCE, scope mcp); the token acts as one of your API keys',
+              },
+            },
+          ]
+        : []),
+    ],
     protocolVersions: [...PROTOCOL_VERSIONS],
     capabilities: SERVER_CAPABILITIES,
     authentication: {

@@ -122,7 +122,7 @@ export function discoveryPlugin(options: DiscoveryOptions): FastifyPluginAsync {
       );
     }
     app.get('/.well-known/mcp.json', { config: cardDoc }, async (request, reply) =>
-      reply.header('cache-control', cacheControl).send(mcpServerCard(origin(request), tools)),
+      reply.header('cache-control', cacheControl).send(mcpServerCard(origin(request), tools, signin)),
     );
     app.get('/mcp/server-card', { config: serverCardDoc }, async (request, reply) =>
       reply

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { llmsTxt, mcpCatalog, serverCard, signInServerCard } from './catalog.ts';
+import { llmsTxt, mcpCatalog, mcpServerCard, serverCard, signInServerCard } from './catalog.ts';
 
 /** With OAuth sign-in on, every discovery document names /mcp/signin beside /mcp; off, none does. */
 describe('discovery documents and the sign-in URL', () => {
@@ -13,6 +13,22 @@ describe('discovery documents and the sign-in URL', () => {
     expect(serverCard(origin).remotes.map((r) => r.url)).toEqual([`${origin}/mcp`]);
     expect(signInServerCard(origin).remotes).toEqual([
       { type: 'streamable-http', url: `${origin}/mcp/signin` },
+    ]);
+  });
+
+  it('/.well-known/mcp.json names the sign-in URL and where its OAuth starts', () => {
+    const card = mcpServerCard(origin, [], true);
+    expect(card.endpoints.map((e) => e.url)).toEqual([`${origin}/mcp`, `${origin}/mcp/signin`]);
+    expect(card.endpoints[1]).toMatchObject({
+      transport: 'streamable-http',
+      authentication: {
+        optional: false,
+        schemes: ['oauth2'],
+        resource_metadata: `${origin}/.well-known/oauth-protected-resource/mcp/signin`,
+      },
+    });
+    expect(mcpServerCard(origin, []).endpoints).toEqual([
+      { transport: 'streamable-http', url: `${origin}/mcp` },
     ]);
   });
 

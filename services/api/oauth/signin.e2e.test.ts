@@ -297,6 +297,8 @@ describe.runIf(present || process.env.CI === 'true')('OAuth sign-in with the off
     expect(refused.headers.get('www-authenticate')).toBe(
       `Bearer resource_metadata="${base}/.well-known/oauth-protected-resource/mcp/signin", scope="mcp"`,
     );
+    // Refused before the body is read (README, MCP): a JSON-RPC error whose id is null, not the request's.
+    expect(await refused.json()).toMatchObject({ jsonrpc: '2.0', error: { code: -32000 }, id: null });
     // An API key is not an access token: /mcp/signin takes OAuth tokens only.
     const withKey = await fetch(`${base}/mcp/signin`, {
       method: 'POST',
@@ -309,6 +311,8 @@ describe.runIf(present || process.env.CI === 'true')('OAuth sign-in with the off
     });
     expect(withKey.status).toBe(401);
     expect(withKey.headers.get('www-authenticate')).toContain('error="invalid_token"');
+    expect(withKey.headers.get('www-authenticate')).toContain('error_description="');
+    expect(await withKey.json()).toMatchObject({ jsonrpc: '2.0', error: { code: -32000 }, id: null });
 
     const metadata = await (await fetch(`${base}/.well-known/oauth-protected-resource/mcp/signin`)).json();
     expect(metadata).toEqual({

@@ -1,5 +1,6 @@
 import { execFile } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -94,5 +95,104 @@ describe('operator command lines on a refused setting', () => {
         'invalid configuration:\n  WEBHOOK_MASTER_KEY: required when NODE_ENV=production by the api and dispatcher roles (64 hex characters, e.g. `openssl rand -hex 32`)\n',
     });
     expect(existsSync(empty) ? readdirSync(empty) : []).toEqual([]);
+  });
+});
+
+/** A port on 127.0.0.1 nothing listens on: a server that is down. */
+async function closedPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+/** stderr without the adapters' JSON log lines (pino, one object a line). */
+const told = (stderr: string) =>
+  stderr
+    .split('\n')
+    .filter((line) => line !== '' && !line.startsWith('{"level":'))
+    .join('\n');
+
+// An expected failure once the configuration is accepted (a store down, a path this user may not
+// write, another rebuild first) is one line saying what failed and what to do, exit 1; only a bug
+// prints a stack trace.
+describe('operator command lines on an expected failure', () => {
+  let dataDir: string;
+  let aFile: string;
+  beforeAll(async () => {
+    dataDir = join(root, 'data-failures');
+    const store = await openLmdbEventStore({ path: join(dataDir, 'events') });
+    await store.append('key-test', [newEvent('ApiKeyRevoked', { keyId: 'k', reason: 'test' })]);
+    await store.close();
+    aFile = join(root, 'a-file');
+    writeFileSync(aFile, 'not a directory');
+  });
+
+  it('keys rebuild-quota with Redis down: one line naming REDIS_URL, exit 1', async () => {
+    const port = await closedPort();
+    const out = await run('services/operator/cli.ts', ['rebuild-quota'], {
+      DATA_DIR: dataDir,
+      CACHE: 'redis',
+      REDIS_URL: `redis://127.0.0.1:${port}`,
+    });
+    expect(out.code).toBe(1);
+    expect(told(out.stderr)).toBe(
+      `redis cache liveGeneration failed: redis at redis://127.0.0.1:${port} is not connected ` +
+        `(status reconnecting, last error: connect ECONNREFUSED 127.0.0.1:${port}): start Redis or correct REDIS_URL, then run the command again`,
+    );
+  });
+
+  it('keys create on a DATA_DIR it cannot make: one line naming the path and what to do, exit 1', async () => {
+    const out = await run('services/operator/cli.ts', ['create', '--plan', 'free', '--owner', 'ops'], {
+      DATA_DIR: aFile,
+    });
+    expect(out.code).toBe(1);
+    expect(told(out.stderr)).toMatch(
+      new RegExp(
+        `^cannot use ${aFile}/events: a part of the path is not a directory \\(ENOTDIR\\); use a path this user \\(.+\\) may write, or fix its permissions$`,
+      ),
+    );
+  });
+
+  it('history --store with PostgreSQL down: the one line of the store, no "Error:", exit 1', async () => {
+    const port = await closedPort();
+    const out = await run('services/history/cli.ts', ['verify', '--store'], {
+      EVENT_STORE: 'postgres',
+      POSTGRES_URL: `postgres://signal:secret@127.0.0.1:${port}/signal`,
+    });
+    expect(out.code).toBe(1);
+    expect(told(out.stderr)).toBe(
+      `PostgreSQL at postgres://signal:***@127.0.0.1:${port}/signal (POSTGRES_URL) is unreachable: connect ECONNREFUSED 127.0.0.1:${port}. ` +
+        "Start the server, or correct POSTGRES_URL's host and port; start this process again once it answers, or let its supervisor restart it (deploy/README.md, PostgreSQL as the shared log)",
+    );
+  });
+
+  it('history export to an --out it cannot make, and backup to such a DEST: one line, exit 1', async () => {
+    const exported = await run(
+      'services/history/cli.ts',
+      ['export', '--store', '--out', join(aFile, 'x.ndjson')],
+      {
+        DATA_DIR: dataDir,
+      },
+    );
+    expect(exported.code).toBe(1);
+    expect(
+      told(exported.stderr)
+        .split('\n')
+        .filter((line) => !line.startsWith('export |')),
+    ).toEqual([
+      expect.stringMatching(
+        new RegExp(`^cannot use ${aFile}: a file of that name is in the way \\(EEXIST\\); use a path`),
+      ),
+    ]);
+    const backup = await run('services/operator/backup.ts', [join(aFile, 'backup')], { DATA_DIR: dataDir });
+    expect(backup.code).toBe(1);
+    expect(told(backup.stderr)).toMatch(
+      new RegExp(
+        `^backup failed: cannot use ${aFile}/backup/events.partial: a part of the path is not a directory \\(ENOTDIR\\); use a path`,
+      ),
+    );
+    expect(backup.stderr).not.toContain('\n    at ');
   });
 });

@@ -56,7 +56,9 @@ export const USAGE = `npm run history -- <command> [options]
                                               the track record from an export file alone
   (verify and score read the format from the file's content unless --format names it)
 
---store reads the event store the service is configured with (EVENT_STORE, DATA_DIR, POSTGRES_URL, ...).`;
+--store reads the event store the service is configured with (EVENT_STORE, DATA_DIR, POSTGRES_URL, ...).
+Exit 2: a usage error, a DATA_DIR that holds no event log, or a setting the service would refuse
+(nothing was read); 1: the command failed (verify: a broken link; a store that does not answer).`;
 
 export class UsageError extends Error {}
 

@@ -1,6 +1,7 @@
 import { pino } from 'pino';
 import { type Adapters, NoEventStoreError, openAdapters, requireExistingStore } from '../adapters.ts';
 import { commandLineConfig } from '../shared/cli-config.ts';
+import { CommandFailedError, expectedFailure, failureText } from '../shared/cli-failure.ts';
 import { exitFlushed } from '../shared/exit-flushed.ts';
 import {
   ExportInterruptedError,
@@ -29,7 +30,12 @@ try {
       const config = await commandLineConfig(2);
       // Every history command only reads: a DATA_DIR without a log is refused, not created.
       requireExistingStore(config);
-      adapters = await openAdapters(config, pino({ level: 'warn' }, pino.destination(2)));
+      try {
+        adapters = await openAdapters(config, pino({ level: 'warn' }, pino.destination(2)));
+      } catch (err) {
+        // A store that cannot be opened (a server down, a log written by a newer version): one line.
+        throw new CommandFailedError(expectedFailure(err) ?? (err as Error).message, { cause: err });
+      }
       return adapters.eventStore;
     },
   });
@@ -39,14 +45,16 @@ try {
   const usage = err instanceof UsageError || err instanceof HistoryQueryError;
   const noStore = err instanceof NoEventStoreError;
   code = usage || noStore ? 2 : 1;
-  // An interrupted export says what failed and how to go on; a stack trace would bury that.
+  // An interrupted export says what failed and how to go on; a stack trace would bury that. An
+  // expected failure (a store down, an --out this user may not write) is one line too; a bug keeps
+  // its stack.
   const told = usage || noStore || err instanceof ExportInterruptedError || err instanceof ForeignCursorError;
   process.stderr.write(
     usage
       ? `${(err as Error).message}\n\n${USAGE}\n`
       : told
         ? `${(err as Error).message}\n`
-        : `${String(err)}\n`,
+        : `${failureText(err)}\n`,
   );
 } finally {
   await (adapters as Adapters | null)?.close();

@@ -4,6 +4,7 @@ import { parseArgs } from 'node:util';
 import type { Config } from '../../contracts/config.ts';
 import { NoEventStoreError, requireExistingStore } from '../adapters.ts';
 import { commandLineConfig } from '../shared/cli-config.ts';
+import { failureText } from '../shared/cli-failure.ts';
 import { exitFlushed } from '../shared/exit-flushed.ts';
 
 export const USAGE = `usage: npm run backup -- DEST
@@ -65,7 +66,12 @@ try {
   const usage = err instanceof UsageError || (err as { code?: string }).code?.startsWith('ERR_PARSE_ARGS');
   code = usage || err instanceof NoEventStoreError ? 2 : 1;
   process.stderr.write(
-    usage ? `${(err as Error).message}\n\n${USAGE}\n` : `backup failed: ${(err as Error).message ?? err}\n`,
+    usage
+      ? `${(err as Error).message}\n\n${USAGE}\n`
+      : err instanceof NoEventStoreError
+        ? `${err.message}\n`
+        : // An expected failure (a DEST this user may not write) in one line; a bug with its stack.
+          `backup failed: ${failureText(err)}\n`,
   );
 }
 // Only once the output is all written: a pipe takes 64 KiB at a time.

@@ -3,6 +3,7 @@ import { logIdentity } from '../../adapters/event-store/log-identity.ts';
 import { publicBaseUrl } from '../../contracts/config.ts';
 import { openAdapters } from '../adapters.ts';
 import { commandLineConfig, settingOrExit } from '../shared/cli-config.ts';
+import { expectedFailure, failureText } from '../shared/cli-failure.ts';
 import { exitFlushed } from '../shared/exit-flushed.ts';
 import { type SecretBox, secretBoxFromConfig } from '../webhooks/secret-box.ts';
 import {
@@ -38,8 +39,9 @@ let adapters: Awaited<ReturnType<typeof openAdapters>>;
 try {
   adapters = await openAdapters(config, logger);
 } catch (err) {
-  // A store that cannot be opened (a log written by a newer version, a server down): one line.
-  console.error((err as Error).message);
+  // A store that cannot be opened (a log written by a newer version, a server down, a DATA_DIR
+  // this user may not write): one line.
+  console.error(expectedFailure(err) ?? (err as Error).message);
   await exitFlushed(1);
   throw err; // not reached: exitFlushed exits
 }
@@ -68,7 +70,9 @@ try {
     // What it did on stdout; what it left undone (and why the exit is 1) on stderr.
     console.log(err.output);
     console.error(err.message);
-  } else console.error(err instanceof UsageError ? `${err.message}\n\n${USAGE}` : err);
+  } else if (err instanceof UsageError) console.error(`${err.message}\n\n${USAGE}`);
+  // An expected failure (the cache down, another rebuild first) in one line; a bug with its stack.
+  else console.error(failureText(err));
 } finally {
   await adapters.close();
 }

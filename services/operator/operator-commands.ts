@@ -17,6 +17,7 @@ import {
   readLedger,
 } from '../payments/ledger-report.ts';
 import type { PaymentStatus } from '../payments/payment-state.ts';
+import { CommandFailedError } from '../shared/cli-failure.ts';
 import { describeReseal, resealSecrets } from '../webhooks/reseal.ts';
 import type { SecretBox } from '../webhooks/secret-box.ts';
 
@@ -249,7 +250,7 @@ export async function runOperatorCommand(
           ...(deps.settleMs === undefined ? {} : { settleMs: deps.settleMs }),
         });
         if (!outcome.switched)
-          throw new Error(
+          throw new CommandFailedError(
             'quota: another rebuild (or a loss of the cache) came first; nothing switched, run it again',
           );
         return [

@@ -1,0 +1,50 @@
+import { CacheUnavailableError } from '../../adapters/cache/port.ts';
+import { EventStoreUnavailableError } from '../../adapters/event-store/port.ts';
+
+/**
+ * A failure an operator command expects and can name (another run came first, a store it could
+ * not open): its message says what failed and what to do, and the command line prints it as one
+ * line, with no stack trace.
+ */
+export class CommandFailedError extends Error {
+  override readonly name = 'CommandFailedError';
+}
+
+/** Node's codes for a path the process may not use: a DATA_DIR or an output it cannot write. */
+const PATH_REFUSALS: Record<string, string> = {
+  EACCES: 'permission denied',
+  EPERM: 'operation not permitted',
+  ENOTDIR: 'a part of the path is not a directory',
+  EROFS: 'read-only file system',
+  ENOSPC: 'no space left on the device',
+  EISDIR: 'it is a directory',
+  EEXIST: 'a file of that name is in the way',
+};
+
+/**
+ * The one line an operator command line prints for a failure it expects, or null for anything
+ * else: a bug, which the command line prints with its stack so that it stays visible. Expected
+ * are a CommandFailedError, a cache or event store that does not answer (Redis, PostgreSQL,
+ * KurrentDB down: run the command again once it does), and a path the process may not use
+ * (DATA_DIR, DEST, --out without permission, on a read-only or full disk).
+ */
+export function expectedFailure(err: unknown): string | null {
+  if (err instanceof CommandFailedError) return err.message;
+  if (err instanceof CacheUnavailableError)
+    return `${err.message}: start Redis or correct REDIS_URL, then run the command again`;
+  if (err instanceof EventStoreUnavailableError)
+    return `${err.message}: run the command again once the event store answers`;
+  const { code, path } = err as { code?: unknown; path?: unknown };
+  if (typeof code === 'string' && typeof path === 'string' && code in PATH_REFUSALS)
+    return `cannot use ${path}: ${PATH_REFUSALS[code]} (${code}); use a path this user (${userName()}) may write, or fix its permissions`;
+  return null;
+}
+
+function userName(): string {
+  return process.env.USER ?? process.env.LOGNAME ?? `uid ${process.getuid?.() ?? '?'}`;
+}
+
+/** What a command line prints for `err`: the expected failure's line, else the error with its stack. */
+export function failureText(err: unknown): string {
+  return expectedFailure(err) ?? (err instanceof Error ? (err.stack ?? String(err)) : String(err));
+}

@@ -1,10 +1,10 @@
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import { ConfigError, loadConfig } from '../contracts/config.ts';
 import { newEvent } from '../contracts/events.ts';
@@ -141,6 +141,31 @@ describe('operator command lines on an expected failure', () => {
       `redis cache liveGeneration failed: redis at redis://127.0.0.1:${port} is not connected ` +
         `(status reconnecting, last error: connect ECONNREFUSED 127.0.0.1:${port}): start Redis or correct REDIS_URL, then run the command again`,
     );
+  });
+
+  it('keys rebuild-quota with Redis down exits 1 when its stderr reader has gone away (`2>&1 | head -1`)', async () => {
+    // pino's buffered destination flushed at exit retried a write to the closed pipe for ever.
+    const port = await closedPort();
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', join(ROOT, 'services/operator/cli.ts'), 'rebuild-quota'],
+      {
+        cwd: ROOT,
+        env: {
+          PATH: process.env.PATH ?? '',
+          DATA_DIR: dataDir,
+          CACHE: 'redis',
+          REDIS_URL: `redis://127.0.0.1:${port}`,
+        },
+        stdio: ['ignore', 'ignore', 'pipe'],
+      },
+    );
+    // A child that hangs is not left behind when the test times out.
+    onTestFinished(() => void (child.exitCode === null && child.kill('SIGKILL')));
+    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+    await new Promise<void>((resolve) => child.stderr.once('data', () => resolve()));
+    child.stderr.destroy();
+    expect(await exited).toBe(1);
   });
 
   it('keys create on a DATA_DIR it cannot make: one line naming the path and what to do, exit 1', async () => {

@@ -31,7 +31,10 @@ try {
       // Every history command only reads: a DATA_DIR without a log is refused, not created.
       requireExistingStore(config);
       try {
-        adapters = await openAdapters(config, pino({ level: 'warn' }, pino.destination(2)));
+        adapters = await openAdapters(
+          config,
+          pino({ level: 'warn' }, pino.destination({ dest: 2, sync: true })),
+        );
       } catch (err) {
         // A store that cannot be opened (a server down, a log written by a newer version): one line.
         throw new CommandFailedError(expectedFailure(err) ?? (err as Error).message, { cause: err });

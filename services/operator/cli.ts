@@ -34,7 +34,7 @@ try {
   console.error((err as Error).message);
   await exitFlushed(2);
 }
-const logger = pino({ level: 'warn' }, pino.destination(2));
+const logger = pino({ level: 'warn' }, pino.destination({ dest: 2, sync: true }));
 let adapters: Awaited<ReturnType<typeof openAdapters>>;
 try {
   adapters = await openAdapters(config, logger);

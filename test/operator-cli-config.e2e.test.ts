@@ -208,7 +208,9 @@ describe('operator command lines on an expected failure', () => {
         .filter((line) => !line.startsWith('export |')),
     ).toEqual([
       expect.stringMatching(
-        new RegExp(`^cannot use ${aFile}: a file of that name is in the way \\(EEXIST\\); use a path`),
+        new RegExp(
+          `^cannot use ${aFile}: a file of that name is in the way \\(EEXIST\\); move that file or choose another path$`,
+        ),
       ),
     ]);
     const backup = await run('services/operator/backup.ts', [join(aFile, 'backup')], { DATA_DIR: dataDir });

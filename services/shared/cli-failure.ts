@@ -10,15 +10,19 @@ export class CommandFailedError extends Error {
   override readonly name = 'CommandFailedError';
 }
 
-/** Node's codes for a path the process may not use: a DATA_DIR or an output it cannot write. */
-const PATH_REFUSALS: Record<string, string> = {
-  EACCES: 'permission denied',
-  EPERM: 'operation not permitted',
-  ENOTDIR: 'a part of the path is not a directory',
-  EROFS: 'read-only file system',
-  ENOSPC: 'no space left on the device',
-  EISDIR: 'it is a directory',
-  EEXIST: 'a file of that name is in the way',
+/**
+ * Node's codes for a path the process may not use (a DATA_DIR or an output it cannot write): what
+ * the code means, and what the operator can do about it.
+ */
+const WRITABLE = 'use a path this user (USER) may write, or fix its permissions';
+const PATH_REFUSALS: Record<string, [meaning: string, remedy: string]> = {
+  EACCES: ['permission denied', WRITABLE],
+  EPERM: ['operation not permitted', WRITABLE],
+  ENOTDIR: ['a part of the path is not a directory', WRITABLE],
+  EROFS: ['read-only file system', 'use a path on a writable file system'],
+  ENOSPC: ['no space left on the device', 'free space on that disk or use a path on another'],
+  EISDIR: ['it is a directory', 'name a file, not a directory'],
+  EEXIST: ['a file of that name is in the way', 'move that file or choose another path'],
 };
 
 /**
@@ -35,8 +39,10 @@ export function expectedFailure(err: unknown): string | null {
   if (err instanceof EventStoreUnavailableError)
     return `${err.message}: run the command again once the event store answers`;
   const { code, path } = err as { code?: unknown; path?: unknown };
-  if (typeof code === 'string' && typeof path === 'string' && code in PATH_REFUSALS)
-    return `cannot use ${path}: ${PATH_REFUSALS[code]} (${code}); use a path this user (${userName()}) may write, or fix its permissions`;
+  if (typeof code === 'string' && typeof path === 'string' && code in PATH_REFUSALS) {
+    const [meaning, remedy] = PATH_REFUSALS[code]!;
+    return `cannot use ${path}: ${meaning} (${code}); ${remedy.replace('USER', userName())}`;
+  }
   return null;
 }
 

@@ -18,6 +18,21 @@ describe('what an operator command line prints for a failure', () => {
     expect(expectedFailure(denied)).toMatch(
       /^cannot use \/srv\/data\/events: permission denied \(EACCES\); use a path/,
     );
+    // A full disk or a read-only one is not a permission to fix: each says what would help.
+    const full = Object.assign(new Error('ENOSPC: no space left on device, write'), {
+      code: 'ENOSPC',
+      path: '/srv/data/events/data.mdb',
+    });
+    expect(expectedFailure(full)).toBe(
+      'cannot use /srv/data/events/data.mdb: no space left on the device (ENOSPC); free space on that disk or use a path on another',
+    );
+    const readOnly = Object.assign(new Error('EROFS: read-only file system'), {
+      code: 'EROFS',
+      path: '/mnt/ro',
+    });
+    expect(expectedFailure(readOnly)).toBe(
+      'cannot use /mnt/ro: read-only file system (EROFS); use a path on a writable file system',
+    );
     const bug = new TypeError("Cannot read properties of undefined (reading 'plan')");
     expect(expectedFailure(bug)).toBeNull();
     expect(failureText(bug)).toBe(bug.stack);

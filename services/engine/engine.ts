@@ -329,10 +329,14 @@ export class SignalEngine implements EngineOperations {
       limit: warmupCandles(timeframe) + take + 1 + beyond,
     });
     const state = createMarketState({ exchange, coin, timeframe });
+    // The band scales the engine saved (at its last run or stop, before the closes missed) go on
+    // here too, as in a rebuilt state: the backfilled verdicts' bands are not ones started at 1.
+    const saved = await this.states.loadBandScales(marketKey(exchange, coin, timeframe));
     let recorded = 0;
     for (const candle of candles) {
       state.update(candle);
       const closeTime = candle.openTime + tfMs;
+      if (saved !== null && closeTime === saved.closeTime) state.resumeBandScales(saved);
       if (closeTime <= last.data.candleCloseTime || closeTime >= latestClose) continue;
       if (state.missingForVerdict().length > 0) continue;
       options.signal?.throwIfAborted();

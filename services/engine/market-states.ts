@@ -142,7 +142,7 @@ export class MarketStates {
           })
         : [];
       // A new state goes on with the band scales saved at a close of its warm-up, from that close.
-      const saved = fresh ? await this.savedBandScales(key) : null;
+      const saved = fresh ? await this.loadBandScales(key) : null;
       let resumed = false;
       let h = 0;
       const seen = fresh ? null : last;
@@ -218,8 +218,11 @@ export class MarketStates {
     return saved;
   }
 
-  /** The market's band scales as last saved by this engine version; null when there are none. */
-  private async savedBandScales(key: string): Promise<SavedBandScales | null> {
+  /**
+   * The market's band scales as last saved by this engine version; null when there are none. A
+   * state built from candles (a rebuilt state, a backfill's) resumes them at their close.
+   */
+  async loadBandScales(key: string): Promise<SavedBandScales | null> {
     if (!this.bandScales) return null;
     try {
       const stored = await this.bandScales.load<KeptBandScales>(bandScalesName(key));

@@ -175,7 +175,7 @@ describe('operator command lines on an expected failure', () => {
     expect(out.code).toBe(1);
     expect(told(out.stderr)).toMatch(
       new RegExp(
-        `^cannot use ${aFile}/events: a part of the path is not a directory \\(ENOTDIR\\); use a path this user \\(.+\\) may write, or fix its permissions$`,
+        `^cannot use ${aFile}/events: a part of the path is a file, not a directory \\(ENOTDIR\\); move that file or choose another path$`,
       ),
     );
   });
@@ -217,7 +217,7 @@ describe('operator command lines on an expected failure', () => {
     expect(backup.code).toBe(1);
     expect(told(backup.stderr)).toMatch(
       new RegExp(
-        `^backup failed: cannot use ${aFile}/backup/events.partial: a part of the path is not a directory \\(ENOTDIR\\); use a path`,
+        `^backup failed: cannot use ${aFile}/backup/events.partial: a part of the path is a file, not a directory \\(ENOTDIR\\); move that file or choose another path$`,
       ),
     );
     expect(backup.stderr).not.toContain('\n    at ');

@@ -18,7 +18,7 @@ const WRITABLE = 'use a path this user (USER) may write, or fix its permissions'
 const PATH_REFUSALS: Record<string, [meaning: string, remedy: string]> = {
   EACCES: ['permission denied', WRITABLE],
   EPERM: ['operation not permitted', WRITABLE],
-  ENOTDIR: ['a part of the path is not a directory', WRITABLE],
+  ENOTDIR: ['a part of the path is a file, not a directory', 'move that file or choose another path'],
   EROFS: ['read-only file system', 'use a path on a writable file system'],
   ENOSPC: ['no space left on the device', 'free space on that disk or use a path on another'],
   EISDIR: ['it is a directory', 'name a file, not a directory'],

@@ -1,7 +1,6 @@
-import { pino } from 'pino';
 import { type Adapters, NoEventStoreError, openAdapters, requireExistingStore } from '../adapters.ts';
 import { commandLineConfig } from '../shared/cli-config.ts';
-import { CommandFailedError, expectedFailure, failureText } from '../shared/cli-failure.ts';
+import { commandLineLogger, failureText, openedOrExit } from '../shared/cli-failure.ts';
 import { exitFlushed } from '../shared/exit-flushed.ts';
 import {
   ExportInterruptedError,
@@ -30,15 +29,8 @@ try {
       const config = await commandLineConfig(2);
       // Every history command only reads: a DATA_DIR without a log is refused, not created.
       requireExistingStore(config);
-      try {
-        adapters = await openAdapters(
-          config,
-          pino({ level: 'warn' }, pino.destination({ dest: 2, sync: true })),
-        );
-      } catch (err) {
-        // A store that cannot be opened (a server down, a log written by a newer version): one line.
-        throw new CommandFailedError(expectedFailure(err) ?? (err as Error).message, { cause: err });
-      }
+      // A store that cannot be opened (a server down, a log written by a newer version): one line, exit 1.
+      adapters = await openedOrExit(() => openAdapters(config, commandLineLogger()));
       return adapters.eventStore;
     },
   });

@@ -1,9 +1,8 @@
-import { pino } from 'pino';
 import { logIdentity } from '../../adapters/event-store/log-identity.ts';
 import { publicBaseUrl } from '../../contracts/config.ts';
 import { openAdapters } from '../adapters.ts';
 import { commandLineConfig, settingOrExit } from '../shared/cli-config.ts';
-import { expectedFailure, failureText } from '../shared/cli-failure.ts';
+import { commandLineLogger, failureText, openedOrExit } from '../shared/cli-failure.ts';
 import { exitFlushed } from '../shared/exit-flushed.ts';
 import { type SecretBox, secretBoxFromConfig } from '../webhooks/secret-box.ts';
 import {
@@ -34,17 +33,9 @@ try {
   console.error((err as Error).message);
   await exitFlushed(2);
 }
-const logger = pino({ level: 'warn' }, pino.destination({ dest: 2, sync: true }));
-let adapters: Awaited<ReturnType<typeof openAdapters>>;
-try {
-  adapters = await openAdapters(config, logger);
-} catch (err) {
-  // A store that cannot be opened (a log written by a newer version, a server down, a DATA_DIR
-  // this user may not write): one line.
-  console.error(expectedFailure(err) ?? (err as Error).message);
-  await exitFlushed(1);
-  throw err; // not reached: exitFlushed exits
-}
+// A store that cannot be opened (a server down, a log written by a newer version, a DATA_DIR this
+// user may not write): one line, exit 1.
+const adapters = await openedOrExit(() => openAdapters(config, commandLineLogger()));
 let code = 0;
 try {
   // A key change returns once the running service (PUBLIC_BASE_URL, else localhost:PORT) has it.

@@ -1,5 +1,7 @@
+import { pino } from 'pino';
 import { CacheUnavailableError } from '../../adapters/cache/port.ts';
 import { EventStoreUnavailableError } from '../../adapters/event-store/port.ts';
+import { exitFlushed } from './exit-flushed.ts';
 
 /**
  * A failure an operator command expects and can name (another run came first, a store it could
@@ -53,4 +55,25 @@ function userName(): string {
 /** What a command line prints for `err`: the expected failure's line, else the error with its stack. */
 export function failureText(err: unknown): string {
   return expectedFailure(err) ?? (err instanceof Error ? (err.stack ?? String(err)) : String(err));
+}
+
+/**
+ * The logger an operator command line hands its stores: warnings and up, on stderr, written at
+ * once. A buffered destination flushes at exit and retries a write to a closed pipe forever, so
+ * a command whose stderr reader went away (`2>&1 | head -1`) would never exit.
+ */
+export const commandLineLogger = () => pino({ level: 'warn' }, pino.destination({ dest: 2, sync: true }));
+
+/**
+ * What `open` opens (a command line's stores), or the end of the process, exit 1, with one line on
+ * stderr: the expected failure's (a server down, a DATA_DIR this user may not write), else the
+ * error's message (a log written by a newer version).
+ */
+export async function openedOrExit<T>(open: () => Promise<T>): Promise<T> {
+  try {
+    return await open();
+  } catch (err) {
+    process.stderr.write(`${expectedFailure(err) ?? (err as Error).message}\n`);
+    return exitFlushed(1);
+  }
 }

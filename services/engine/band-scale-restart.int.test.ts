@@ -6,6 +6,8 @@ import { LmdbProjectionStore } from '../../adapters/event-store/lmdb-snapshots.t
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import { openReplayFeed, type ReplayFeed } from '../../adapters/market/replay.ts';
 import { SHARED_MARKET_DIR } from '../../adapters/market/shared-data.ts';
+import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
+import type { StoredProjection } from '../../adapters/projection-store/port.ts';
 import { marketKey, TIMEFRAME_MS, type Timeframe } from '../../contracts/market.ts';
 import { SignalEngine, scheduledCoins } from './engine.ts';
 import { bandScalesName, MarketStates, warmupCandles } from './market-states.ts';
@@ -172,5 +174,59 @@ describe('band scales across a restart', () => {
     } finally {
       await store.close();
     }
+  }, 120_000);
+  it('are saved one save after another, so the last save stored is the newest close', async () => {
+    // A save held up in the store (a slow commit) while the next close's save starts: run
+    // together, the older close's save would land last and a restart would resume from it.
+    const start = Date.UTC(2025, 9, 20, 12);
+    const feed = await openReplayFeed({ dir: SHARED_MARKET_DIR, start, run: false, loop: false });
+    feeds.push(feed);
+    let release = () => {};
+    const held = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const store = new (class extends MemoryProjectionStore {
+      holdNext = true;
+      override async save<S>(name: string, snapshot: StoredProjection<S>) {
+        if (this.holdNext) {
+          this.holdNext = false;
+          await held;
+        }
+        return super.save(name, snapshot);
+      }
+    })();
+    const states = new MarketStates(feed, undefined, store);
+    await states.advance('BINANCE_SPOT', 'BTC', '1h');
+    const first = states.saveBandScales();
+    feed.clock.setTime(start + H);
+    await states.advance('BINANCE_SPOT', 'BTC', '1h');
+    const second = states.saveBandScales();
+    release();
+    expect([await first, await second]).toEqual([1, 1]);
+    const kept = await store.load<SavedBandScales>(bandScalesName(marketKey('BINANCE_SPOT', 'BTC', '1h')));
+    expect(kept?.state.closeTime).toBe(start + H);
+  }, 120_000);
+
+  it("are saved for every other market when one market's save fails, and that one at the next save", async () => {
+    const at = Date.UTC(2025, 9, 20, 12);
+    const feed = await openReplayFeed({ dir: SHARED_MARKET_DIR, start: at, run: false, loop: false });
+    feeds.push(feed);
+    const failing = bandScalesName(marketKey('BINANCE_SPOT', 'BTC', '1h'));
+    const store = new (class extends MemoryProjectionStore {
+      fail = true;
+      override async save<S>(name: string, snapshot: StoredProjection<S>) {
+        if (this.fail && name === failing) throw new Error('disk error');
+        return super.save(name, snapshot);
+      }
+    })();
+    const states = new MarketStates(feed, undefined, store);
+    await states.advance('BINANCE_SPOT', 'BTC', '1h');
+    await states.advance('BINANCE_SPOT', 'ETH', '1h');
+    expect(await states.saveBandScales()).toBe(1);
+    expect(await store.load(failing)).toBeNull();
+    expect(await store.load(bandScalesName(marketKey('BINANCE_SPOT', 'ETH', '1h')))).not.toBeNull();
+    store.fail = false;
+    expect(await states.saveBandScales()).toBe(1);
+    expect((await store.load<SavedBandScales>(failing))?.state.closeTime).toBe(at);
   }, 120_000);
 });

@@ -153,11 +153,9 @@ export class VerdictScheduler {
           );
         }
       });
-      // The band scales the run's closes moved, kept for a restart (MarketStates.saveBandScales).
-      // A failed save costs the next restart those scales, not this run its verdicts.
-      await engine.saveBandScales().catch((err: unknown) => {
-        logger?.warn({ err, timeframe }, 'band scales not saved');
-      });
+      // The band scales the run's closes moved, kept for a restart (MarketStates.saveBandScales,
+      // which logs a market whose save fails and goes on with the others).
+      await engine.saveBandScales();
       this.stats.lastError = null;
       this.retryDelay = this.options.retryMs ?? 1000;
     } catch (err) {

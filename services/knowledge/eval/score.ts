@@ -111,6 +111,12 @@ export const SPENT_SETS = ['tuning15.json'] as const;
  * service on a small VPS and a quant buyer comparing it with a peer, written blind by a helper
  * from the indexed documentation on 2026-11-29 and committed with this line, before the chat was
  * ever asked them. docs/knowledge.md gives its figures. Summary line only.
+ *
+ * treasurer.json: 60 questions and 16 off-topic ones asked by a crypto fund's operations person
+ * paying per call with x402, watching key plans and quotas, keeping the fund's webhooks alive and
+ * reading the risk band, written blind by a helper from the indexed documentation on 2026-11-29
+ * and committed with this line, before the picker's sixteenth change and before the chat was ever
+ * asked them. Summary line only.
  */
 export const BLIND_SETS = [
   'integrator.json',
@@ -120,6 +126,7 @@ export const BLIND_SETS = [
   'frontline.json',
   'scout.json',
   'vpsquant.json',
+  'treasurer.json',
 ] as const;
 
 export const QUESTION_SETS = [...TUNED_SETS, ...SPENT_SETS, ...BLIND_SETS] as const;

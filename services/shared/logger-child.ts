@@ -6,8 +6,12 @@
  *   flushed    one line, then logger.flush(cb): cb says so on stderr
  *   stuck N F  the thread pool's only thread (UV_THREADPOOL_SIZE=1) blocked opening the FIFO F,
  *              then N lines (an asynchronous write of them stays queued), flushBeforeKill, SIGKILL
+ *   full N D   N lines into a stdout pipe nobody reads yet (it fills and takes part of a chunk); once
+ *              every write begun is over (UV_THREADPOOL_SIZE=1, the thread pool's next task made
+ *              the directory D), `full` on stderr, then waits for a line on stdin (the reader has
+ *              started), flushBeforeKill, SIGKILL
  */
-import { open } from 'node:fs';
+import { existsSync, mkdir, open, readSync } from 'node:fs';
 import { pino } from 'pino';
 import { createLogger } from './logger.ts';
 
@@ -25,6 +29,17 @@ if (mode === 'stuck') {
     process.kill(process.pid, 'SIGKILL');
     // Before the logger's first 200 ms flush, whose write would be the one stuck, and empty.
   }, 50);
+} else if (mode === 'full') {
+  for (let n = 0; n < Number(count); n++)
+    logger.info({ n, text: n % 7 === 0 ? 'prix: 5 € – ünïcödé ✓' : 'x' }, 'line');
+  // Queued behind any write of the lines on the pool's one thread: once it is done, that write
+  // has returned, having written what the full pipe took.
+  mkdir(fifo!, () => undefined);
+  while (!existsSync(fifo!)) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1);
+  process.stderr.write('full\n');
+  waitForLine();
+  stream.flushBeforeKill();
+  process.kill(process.pid, 'SIGKILL');
 } else if (mode === 'flushed') {
   logger.info({ n: 0 }, 'line');
   logger.flush((err) => process.stderr.write(`flushed ${err ?? 'ok'}\n`));
@@ -40,5 +55,17 @@ if (mode === 'stuck') {
   } else {
     // No flush of its own: pino's exit hook and the thread pool's last writes put it all out.
     process.exit(0);
+  }
+}
+
+/** Blocks until stdin brings a byte (stdin may be non-blocking: EAGAIN is waited out). */
+function waitForLine(): void {
+  for (;;) {
+    try {
+      if (readSync(0, Buffer.alloc(1)) > 0) return;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EAGAIN') throw err;
+    }
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1);
   }
 }

@@ -1,5 +1,6 @@
 import { execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { closeSync, constants, mkdtempSync, openSync, rmSync } from 'node:fs';
+import { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -48,9 +49,50 @@ describe('the service logger (buffered stdout)', () => {
   });
 
   it('writes what it holds before a SIGKILL when flushBeforeKill ran first (main’s way to SIGKILL)', async () => {
-    // 3,000 lines of ~90 B: a chunk's write is under way when the kill comes.
+    // 3,000 lines of ~90 B: several chunks, the last still held when the kill comes.
     const { lines } = await run(['killed', '3000']);
-    expect([...new Set(numbered(lines).map((l) => l.n))]).toEqual(Array.from({ length: 3000 }, (_, n) => n));
+    expect(numbered(lines).map((l) => l.n)).toEqual(Array.from({ length: 3000 }, (_, n) => n));
+  });
+
+  it('writes every line whole before a SIGKILL when the stdout pipe was full and took part of a chunk', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'logger-full-'));
+    try {
+      // A FIFO as stdout: a pipe of 64 KB that nobody reads until the child is on its way to the kill.
+      const fifo = join(dir, 'stdout');
+      execFileSync('mkfifo', [fifo]);
+      const readEnd = openSync(fifo, constants.O_RDONLY | constants.O_NONBLOCK);
+      const writeEnd = openSync(fifo, constants.O_WRONLY);
+      const child = spawn(
+        process.execPath,
+        ['--import', 'tsx', 'services/shared/logger-child.ts', 'full', '2000', join(dir, 'written')],
+        { stdio: ['pipe', writeEnd, 'pipe'], env: { ...process.env, UV_THREADPOOL_SIZE: '1' } },
+      );
+      closeSync(writeEnd);
+      let err = '';
+      const full = new Promise<void>((resolve, reject) => {
+        child.stderr?.on('data', (chunk: Buffer) => {
+          err += chunk.toString();
+          if (err.includes('full\n')) resolve();
+        });
+        child.once('exit', (code, signal) => reject(new Error(`exited (${code ?? signal}): ${err}`)));
+      });
+      await full;
+      // Only now is the pipe read: the kill path finds it full, with part of a chunk in it.
+      const reader = new Socket({ fd: readEnd, readable: true, writable: false });
+      reader.setEncoding('utf8');
+      let out = '';
+      reader.on('data', (chunk: string) => {
+        out += chunk;
+      });
+      const ended = new Promise((resolve) => reader.once('end', resolve));
+      child.stdin?.write('\n');
+      await ended;
+      const lines = out.split('\n').filter((l) => l !== '');
+      // Every line parses (none cut, none spliced into another), each once, in order.
+      expect(numbered(lines).map((l) => l.n)).toEqual(Array.from({ length: 2000 }, (_, n) => n));
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('writes out, before a SIGKILL, the chunk whose write the stuck thread pool never ran', async () => {
@@ -60,9 +102,7 @@ describe('the service logger (buffered stdout)', () => {
       execFileSync('mkfifo', [fifo]);
       // 2,000 lines of ~200 B: past the 64 KB that starts an asynchronous write.
       const { lines } = await run(['stuck', '2000', fifo], undefined, { UV_THREADPOOL_SIZE: '1' });
-      expect([...new Set(numbered(lines).map((l) => l.n))]).toEqual(
-        Array.from({ length: 2000 }, (_, n) => n),
-      );
+      expect(numbered(lines).map((l) => l.n)).toEqual(Array.from({ length: 2000 }, (_, n) => n));
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

@@ -3,127 +3,194 @@ import { type Logger, pino } from 'pino';
 import type { Config } from '../../contracts/config.ts';
 
 /**
- * Lines are gathered up to this many bytes before one write(2). The access log writes a line per
- * request, and each asynchronous write is a round trip through libuv's thread pool; the access
- * lines of one event-loop turn reach this stream as one string (request-log.ts, TurnLines). On
- * each write sonic-boom measures the chunk it is filling (Buffer.byteLength of it, joined into one
- * string first), so handed a turn's lines at a time a chunk cost about its size again per turn
- * while it filled: ~1.5 µs of a keyed MCP call under load. BufferedStdout therefore holds the
- * lines itself, as one string, and hands them on in pieces of this size (or at a flush), which
- * sonic-boom measures once each.
+ * Lines are gathered up to this many characters before one write(2). The access log writes a line
+ * per request; the access lines of one event-loop turn reach this stream as one string
+ * (request-log.ts, TurnLines), and one write per 64 KB keeps the write calls few: a write costs the
+ * same whether it carries one line or hundreds.
  */
 const BUFFER_BYTES = 64 * 1024;
-/** sonic-boom starts a new chunk past this many bytes (16 KB by default); one longer line goes whole. */
-const MAX_WRITE = 256 * 1024;
 /** A quiet process's lines still go out within this long. */
 const FLUSH_MS = 200;
+/** How soon a write the pipe refused (full, EAGAIN) or took only part of is tried again. */
+const RETRY_MS = 10;
+/** On the way out, how many 1 ms waits in a row with a full pipe before the rest is given up. */
+const EXIT_WAITS = 1_000;
 
 /**
- * pino's destination: sonic-boom writing strings. It wrote Buffers until 2026-11-26: each write
- * (one per turn of access lines) became a Buffer of its own, merged into another per chunk, and
- * that memory outside V8's heap made V8 run a full mark-compact of the ~370 MB heap every 2 s
- * under load (7 in 15 s of 402 quotes; none in the same 15 s with the access line off, or with
- * strings, of which sonic-boom makes one Buffer per chunk once written). Paired against Buffers,
- * the 402 quote took 22.8 against 26.0 µs of main-thread CPU per request (24.7 against 32.4 for
- * the whole process, whose helper threads did the marking) and `/healthz` 13.7 against 16.1.
- * flushSync is what main's exit path calls.
+ * pino's destination: stdout, written by this thread alone, with write(2) on a non-blocking
+ * descriptor, so that the bytes written are always known. Not through libuv's thread pool (as
+ * sonic-boom's asynchronous writes go): a SIGKILL on the way out (main's killSelf) would find a
+ * chunk the pool has perhaps written, perhaps in part (a full pipe takes what it has room for),
+ * its result not back on this thread; written again whole, the part already out is followed by
+ * the whole (a line cut and spliced into the next), and a write still under way in the pool runs
+ * beside this thread's (two writers, interleaved); left out, it is lost when the pool is stuck,
+ * the very case main kills itself for. Here the rest of a write the pipe took in part (`cut`)
+ * goes out first and the lines after it wait behind it: what is out is always a prefix of the
+ * lines. A full pipe is tried again after RETRY_MS, never waited on, except on the way out.
+ * Lines are written as strings (no Buffer of their own unless a write is cut): Buffers outside
+ * V8's heap, one per turn of access lines, made V8 run a full mark-compact every 2 s under load.
  */
 class BufferedStdout {
-  private readonly sink = pino.destination({
-    dest: 1,
-    sync: false,
-    minLength: BUFFER_BYTES,
-    maxWrite: MAX_WRITE,
-  });
+  private readonly fd = 1;
 
-  /**
-   * Lines not handed to the sink yet (see BUFFER_BYTES): every flush hands them on first, and so
-   * does the process's exit (handOnAtExit).
-   */
+  /** The unwritten end of the last write, which the pipe took in part: it goes out before `held`. */
+  private cut: Buffer | null = null;
+
+  /** Lines not written yet (see BUFFER_BYTES), after `cut`. */
   private held = '';
 
+  /** stdout refused a write for good (EPIPE: no reader): lines are dropped from then on. */
+  private closed = false;
+
+  /** The process is exiting: no timer will run again, each line is written at once. */
+  private exiting = false;
+
+  private retry: NodeJS.Timeout | null = null;
+
+  /** flush() callbacks waiting for everything to be written. */
+  private flushed: Array<(err?: Error) => void> = [];
+
   constructor() {
+    // A pipe or socket on stdout is made non-blocking when Node opens process.stdout (libuv's
+    // uv_pipe_open): a slow reader then makes a write take less instead of stalling this thread.
+    void process.stdout;
     live.add(new WeakRef(this));
   }
 
   write(line: string): boolean {
     this.held += line;
-    return this.held.length >= BUFFER_BYTES ? this.handOn() : true;
+    if (this.exiting) this.flushSync();
+    else if (this.held.length >= BUFFER_BYTES) this.pump();
+    return true;
   }
 
-  private handOn(): boolean {
-    const text = this.held;
-    if (text === '') return true;
-    this.held = '';
-    return this.sink.write(text);
-  }
-
-  /** At exit: what is held, to the sink, whose own exit hook (pino's) then writes it out. */
-  handOnAtExit(): void {
+  /** Writes what the pipe takes now; what it does not take is tried again after RETRY_MS. */
+  private pump(): void {
+    if (this.closed) {
+      this.drop();
+      return;
+    }
     try {
-      this.handOn();
+      if (this.cut !== null) {
+        this.cut = rest(this.cut, writeNow(this.fd, this.cut));
+      }
+      if (this.cut === null && this.held !== '') {
+        const text = this.held;
+        this.held = '';
+        const written = writeNow(this.fd, text);
+        if (written < Buffer.byteLength(text)) this.cut = Buffer.from(text).subarray(written);
+      }
     } catch {
-      // The sink has ended: nothing can be written any more.
+      // stdout gone (EPIPE, EBADF): nothing can be written any more.
+      this.closed = true;
+      this.drop();
+      return;
+    }
+    if (this.cut === null) {
+      const callbacks = this.flushed;
+      this.flushed = [];
+      for (const cb of callbacks) cb();
+    } else if (this.retry === null) {
+      this.retry = setTimeout(() => {
+        this.retry = null;
+        this.pump();
+      }, RETRY_MS);
+      // Not a reason to stay alive: the exit hook writes what is left.
+      this.retry.unref();
     }
   }
 
-  flush(cb?: (err?: Error) => void): void {
-    this.handOn();
-    this.sink.flush(cb);
+  private drop(): void {
+    this.cut = null;
+    this.held = '';
+    const callbacks = this.flushed;
+    this.flushed = [];
+    for (const cb of callbacks) cb(new Error('stdout is closed'));
   }
 
-  flushSync(): void {
-    this.handOn();
-    this.sink.flushSync();
+  /** Calls back once everything held is written (pino's logger.flush). */
+  flush(cb?: (err?: Error) => void): void {
+    if (cb) this.flushed.push(cb);
+    this.pump();
   }
 
   /**
-   * Writes out everything held, synchronously, on the way to SIGKILL (main's killSelf). sonic-boom's
-   * flushSync leaves the chunk whose asynchronous write is under way to that write, which never
-   * happens when the thread pool is stuck, the very case main kills itself for: with 64–256 KB
-   * chunks that lost ~800 access lines. That chunk is written here first, so a write that did
-   * complete before the kill puts it out twice, and one that wrote part of it leaves that part cut
-   * off before the whole again (one broken line); on the way out a duplicate beats a loss. A clean
-   * exit needs none of this: Node finishes the thread pool's writes before the process ends, and
-   * pino's exit hook writes the rest.
+   * Writes out everything held now, waiting out a full pipe (up to EXIT_WAITS ms in a row without
+   * progress): main's exit paths, the process's exit, and the way to SIGKILL.
+   */
+  flushSync(): void {
+    if (this.closed) {
+      this.drop();
+      return;
+    }
+    const bytes =
+      this.cut === null ? Buffer.from(this.held) : Buffer.concat([this.cut, Buffer.from(this.held)]);
+    this.cut = null;
+    this.held = '';
+    try {
+      writeAll(this.fd, bytes);
+    } catch {
+      this.closed = true;
+    }
+    const callbacks = this.flushed;
+    this.flushed = [];
+    for (const cb of callbacks) cb();
+  }
+
+  /**
+   * On the way to SIGKILL (main's killSelf): every write was made by this thread, so what is out
+   * is known to the byte and the rest follows it, each line whole and once.
    */
   flushBeforeKill(): void {
-    this.handOn();
-    const sink = this.sink as unknown as { _writing: boolean; _writingBuf: string | Buffer; fd: number };
-    const held = sink._writingBuf;
-    if (sink._writing && held.length > 0) {
-      writeAll(sink.fd, typeof held === 'string' ? Buffer.from(held) : held);
+    this.flushSync();
+  }
+
+  /** At exit: what is left, written before the process ends; lines logged later go at once. */
+  writeAtExit(): void {
+    this.exiting = true;
+    try {
+      this.flushSync();
+    } catch {
+      // stdout refused: nothing can be written any more.
     }
-    this.sink.flushSync();
+  }
+}
+
+/** What of `chunk` is left after `written` bytes of it went out; null once all did. */
+function rest(chunk: Buffer, written: number): Buffer | null {
+  return written >= chunk.length ? null : chunk.subarray(written);
+}
+
+/** One write(2): the bytes the descriptor took, 0 when it is full (EAGAIN). */
+function writeNow(fd: number, data: string | Buffer): number {
+  try {
+    return typeof data === 'string' ? writeSync(fd, data) : writeSync(fd, data);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'EAGAIN') return 0;
+    throw err;
   }
 }
 
 /**
- * Every BufferedStdout made, so that what each holds reaches its sink when the process exits.
- * The hooks are added as this module loads, before any sink exists: pino adds its own exit hook
- * to each sink it makes (a synchronous flush at exit, a flush and end at beforeExit), and hooks
- * run in the order they were added, so the held lines are in the sink by the time it is flushed.
+ * Every BufferedStdout made, so that what each holds is written when the process exits (its own
+ * timers never run again then).
  */
 const live = new Set<WeakRef<BufferedStdout>>();
-function handOnAll(): void {
-  for (const ref of live) {
-    const stdout = ref.deref();
-    if (stdout === undefined) live.delete(ref);
-    else stdout.handOnAtExit();
-  }
-}
-process.on('beforeExit', handOnAll);
-process.once('exit', handOnAll);
+process.once('exit', () => {
+  for (const ref of live) ref.deref()?.writeAtExit();
+});
 
-/** write(2) until all of `chunk` is out, waiting out a full pipe (EAGAIN) for up to a second. */
+/** write(2) until all of `chunk` is out, waiting out a full pipe for up to EXIT_WAITS ms in a row. */
 function writeAll(fd: number, chunk: Buffer): void {
   let offset = 0;
   let waits = 0;
   while (offset < chunk.length) {
-    try {
-      offset += writeSync(fd, chunk, offset);
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EAGAIN' || ++waits > 1_000) throw err;
+    const written = writeNow(fd, chunk.subarray(offset));
+    if (written > 0) {
+      offset += written;
+      waits = 0;
+    } else {
+      if (++waits > EXIT_WAITS) throw new Error('stdout stayed full');
       Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1);
     }
   }
@@ -177,12 +244,7 @@ export function createLogger(
   bindings: Record<string, unknown> = {},
 ): Logger {
   const destination = new BufferedStdout();
-  setInterval(() => {
-    // flush() throws while the stream is still opening or after it ended: the next tick retries.
-    try {
-      destination.flush();
-    } catch {}
-  }, FLUSH_MS).unref();
+  setInterval(() => destination.flush(), FLUSH_MS).unref();
   return pino(
     {
       level: config.LOG_LEVEL,

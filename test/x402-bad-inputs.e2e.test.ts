@@ -121,6 +121,13 @@ describe('a refused payment moves no money and reserves nothing', () => {
       /^payTo 0x000000000000000000000000000000000000dEaD is not the quoted recipient/,
     ],
     [
+      'quote echoed with its payTo in lower case (a client that lowercases addresses)',
+      async (a: AuthorizationFields, sig: Hex) =>
+        v2Header({ ...accepted, payTo: String(accepted.payTo).toLowerCase() }, a, sig),
+      'terms_mismatch',
+      /^the accepted payment terms differ from the quote of this request: accepted\.payTo "0x[0-9a-f]{40}" is the quote's "0x[0-9a-fA-F]{40}" in another letter case; send this request's quote back unchanged$/,
+    ],
+    [
       'amount too low',
       async (a: AuthorizationFields, _s: Hex, key: Hex) => {
         const low = { ...a, value: PRICE - 1n };

@@ -118,10 +118,47 @@ export function describeMismatch(
       message: `amount ${accepted.amount} does not match the price ${quoted.amount} of this request`,
     };
   }
+  const differs = firstDifference(quoted, accepted);
   return {
     reason: 'terms_mismatch',
-    message: 'the accepted payment terms differ from the quote of this request',
+    message: differs
+      ? `${ERRORS.terms_mismatch.message}: ${differs}; send this request's quote back unchanged`
+      : ERRORS.terms_mismatch.message,
   };
+}
+
+/** A value as the buyer sent it, cut short: the header may hold 12 KB. */
+function shown(value: unknown): string {
+  return (JSON.stringify(value) ?? 'undefined').slice(0, 100);
+}
+
+/**
+ * The first field of an echoed quote entry that the resource server's match (every field equal,
+ * `extra` holding the quote's) refuses, so a buyer is told what to fix: an address in another
+ * letter case (a client that lowercases it), a changed timeout, a dropped or renamed `extra`.
+ */
+function firstDifference(quoted: PaymentRequirements, accepted: PaymentRequirements): string | null {
+  const { extra: quotedExtra, ...quotedCore } = quoted as PaymentRequirements & Record<string, unknown>;
+  const { extra: acceptedExtra, ...acceptedCore } = accepted as PaymentRequirements & Record<string, unknown>;
+  for (const key of new Set([...Object.keys(quotedCore), ...Object.keys(acceptedCore)])) {
+    const want = quotedCore[key];
+    const got = acceptedCore[key];
+    if (JSON.stringify(want) === JSON.stringify(got)) continue;
+    const field = `accepted.${key.slice(0, 40)}`;
+    if (got === undefined) return `${field} is missing (the quote's is ${shown(want)})`;
+    if (want === undefined) return `${field} is not in the quote`;
+    if (typeof want === 'string' && typeof got === 'string' && want.toLowerCase() === got.toLowerCase())
+      return `${field} ${shown(got)} is the quote's ${shown(want)} in another letter case`;
+    return `${field} ${shown(got)} is not the quote's ${shown(want)}`;
+  }
+  const sent = (acceptedExtra ?? {}) as Record<string, unknown>;
+  for (const [key, want] of Object.entries(quotedExtra ?? {})) {
+    const got = sent[key];
+    if (JSON.stringify(want) === JSON.stringify(got)) continue;
+    if (got === undefined) return `accepted.extra.${key} is missing (the quote's is ${shown(want)})`;
+    return `accepted.extra.${key} ${shown(got)} is not the quote's ${shown(want)}`;
+  }
+  return null;
 }
 
 /**

@@ -1,9 +1,12 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import type { PaymentPayload, PaymentRequirements } from '@x402/core/types';
 import { describe, expect, it } from 'vitest';
 import { isErrorCode } from '../../contracts/errors.ts';
+import type { DecodedPayment } from './codecs.ts';
 import {
+  describeMismatch,
   FACILITATOR_REASONS,
   NONCE_ALREADY_USED,
   REFUSED_BEFORE_SENDING,
@@ -35,5 +38,56 @@ describe('the facilitators’ reasons', () => {
     expect(REFUSED_BEFORE_SENDING.has(TRANSACTION_FAILED)).toBe(false);
     expect(REFUSED_BEFORE_SENDING.has(NONCE_ALREADY_USED)).toBe(false);
     expect(REFUSED_BEFORE_SENDING.size).toBe(FACILITATOR_REASONS.length - 2 + 8);
+  });
+});
+
+describe('a v2 payment whose echoed quote matches none of this request’s', () => {
+  const quoted: PaymentRequirements = {
+    scheme: 'exact',
+    network: 'eip155:8453',
+    asset: '0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913',
+    amount: '20000',
+    payTo: '0x17AF4a00D5960049EBe9c60Eaccce1bff156a747',
+    maxTimeoutSeconds: 120,
+    extra: { name: 'USD Coin', version: '2' },
+  };
+  const echoing = (accepted: Record<string, unknown>): DecodedPayment => ({
+    version: 2,
+    payload: { x402Version: 2, accepted, payload: {} } as unknown as PaymentPayload,
+    eip3009: {} as DecodedPayment['eip3009'],
+  });
+  const { extra: _extra, ...withoutExtra } = quoted;
+
+  it.each([
+    [
+      'payTo in lower case',
+      { ...quoted, payTo: quoted.payTo.toLowerCase() },
+      `accepted.payTo "${quoted.payTo.toLowerCase()}" is the quote's "${quoted.payTo}" in another letter case`,
+    ],
+    [
+      'asset in lower case',
+      { ...quoted, asset: quoted.asset.toLowerCase() },
+      `accepted.asset "${quoted.asset.toLowerCase()}" is the quote's "${quoted.asset}" in another letter case`,
+    ],
+    [
+      'another timeout',
+      { ...quoted, maxTimeoutSeconds: 9999 },
+      "accepted.maxTimeoutSeconds 9999 is not the quote's 120",
+    ],
+    [
+      'another token name',
+      { ...quoted, extra: { name: 'USDC', version: '2' } },
+      'accepted.extra.name "USDC" is not the quote\'s "USD Coin"',
+    ],
+    [
+      'extra left out',
+      { ...withoutExtra, extra: {} },
+      'accepted.extra.name is missing (the quote\'s is "USD Coin")',
+    ],
+  ])('%s: terms_mismatch names the field', (_name, accepted, detail) => {
+    expect(describeMismatch(echoing(accepted), [quoted])).toEqual({
+      reason: 'terms_mismatch',
+      message: `the accepted payment terms differ from the quote of this request: ${detail}; send this request's quote back unchanged`,
+    });
   });
 });

@@ -269,6 +269,16 @@ describe('a refused payment moves no money and reserves nothing', () => {
       'X-PAYMENT: payload.signature: hex; payload.authorization is required: it must be an object',
     ],
     ['oversized', 'A'.repeat(13_000), 'X-PAYMENT is 13000 characters; at most 12288 are accepted'],
+    [
+      'a v2 payment in the v1 header',
+      toBase64Json({ x402Version: 2, accepted: {}, payload: {} }),
+      'X-PAYMENT carries an x402 v2 payment; send it in PAYMENT-SIGNATURE (X-PAYMENT takes v1)',
+    ],
+    [
+      'sent twice, joined by a comma as Node joins a repeated header',
+      `${toBase64Json({ x402Version: 1 })}, ${toBase64Json({ x402Version: 1 })}`,
+      'X-PAYMENT was sent more than once; send one payment in one X-PAYMENT header',
+    ],
   ])('malformed header (%s) → 402 invalid_payment_header', async (_name, value, message) => {
     const res = await post(PATH, BODY, { 'x-payment': value });
     await expect402(res, 'invalid_payment_header', message);

@@ -100,10 +100,34 @@ export function decodePaymentHeader(headers: {
       message: `${name} is ${raw.length} characters; at most ${MAX_PAYMENT_HEADER_CHARS} are accepted`,
     };
   }
+  // Base64 has no comma: one is where Node joined a header sent twice (a retry that appended it again).
+  if (raw.includes(',')) {
+    return {
+      ok: false,
+      reason: 'invalid_payment_header',
+      message: `${name} was sent more than once; send one payment in one ${name} header`,
+    };
+  }
   const decoded = decodeBase64Json(raw);
   if (!decoded.ok)
     return { ok: false, reason: 'invalid_payment_header', message: `${name}: ${decoded.message}` };
+  const other = otherVersion(version, decoded.json);
+  if (other !== null) return { ok: false, reason: 'invalid_payment_header', message: other };
   return parsePayment(version, decoded.json, name, 'invalid_payment_header');
+}
+
+const HEADER_OF_VERSION = { 1: 'X-PAYMENT', 2: 'PAYMENT-SIGNATURE' } as const;
+
+/**
+ * A payment of the other x402 version in this header: the header is what is wrong, not the
+ * payment, which the schema's field-by-field refusal ("x402Version must be exactly 1; got 2;
+ * scheme is required…") would not tell.
+ */
+function otherVersion(version: 1 | 2, json: unknown): string | null {
+  const sent = (json as { x402Version?: unknown } | null)?.x402Version;
+  const wanted = version === 1 ? 2 : 1;
+  if (typeof json !== 'object' || sent !== wanted) return null;
+  return `${HEADER_OF_VERSION[version]} carries an x402 v${wanted} payment; send it in ${HEADER_OF_VERSION[wanted]} (${HEADER_OF_VERSION[version]} takes v${version})`;
 }
 
 function parsePayment(version: 1 | 2, json: unknown, name: string, reason: string): DecodeResult {

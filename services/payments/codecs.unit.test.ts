@@ -59,7 +59,12 @@ describe('decodePaymentHeader', () => {
     [
       'a v2 body in X-PAYMENT',
       b64({ x402Version: 2, accepted, payload }),
-      /^X-PAYMENT: x402Version must be exactly 1; got 2; /,
+      'X-PAYMENT carries an x402 v2 payment; send it in PAYMENT-SIGNATURE (X-PAYMENT takes v1)',
+    ],
+    [
+      'the header sent twice (Node joins the two with a comma)',
+      `${b64({ x402Version: 1, scheme: 'exact', network: 'base', payload })}, ${b64({ x402Version: 1, scheme: 'exact', network: 'base', payload })}`,
+      'X-PAYMENT was sent more than once; send one payment in one X-PAYMENT header',
     ],
     [
       'a short nonce',
@@ -78,6 +83,21 @@ describe('decodePaymentHeader', () => {
       if (typeof message === 'string') expect(result.message).toBe(message);
       else expect(result.message).toMatch(message);
     }
+  });
+});
+
+describe('PAYMENT-SIGNATURE', () => {
+  it('refuses a v1 payment, naming the header it goes in', () => {
+    const result = decodePaymentHeader({
+      paymentSignature: b64({ x402Version: 1, scheme: 'exact', network: 'base', payload }),
+      xPayment: undefined,
+    });
+    expect(result).toEqual({
+      ok: false,
+      reason: 'invalid_payment_header',
+      message:
+        'PAYMENT-SIGNATURE carries an x402 v1 payment; send it in X-PAYMENT (PAYMENT-SIGNATURE takes v2)',
+    });
   });
 });
 

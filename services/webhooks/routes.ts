@@ -228,7 +228,24 @@ const DOCS = {
         schema: z.object({
           subscription: WebhookView,
           deliveries: z.array(DeliveryView),
-          next_after_seq: z.number().int().optional(),
+          next_after_seq: z
+            .number()
+            .int()
+            .optional()
+            .describe(
+              'With after_seq: the after_seq of the next page (the last seq listed; with none listed, the given after_seq, or last_seq when that is past the end)',
+            ),
+          has_more: z
+            .boolean()
+            .optional()
+            .describe(
+              'With after_seq: whether deliveries after next_after_seq exist now; false is the end (ask again later with next_after_seq)',
+            ),
+          last_seq: z
+            .number()
+            .int()
+            .optional()
+            .describe("With after_seq: the subscription's highest seq now (0 before its first delivery)"),
         }),
       },
       400: fail(
@@ -373,8 +390,20 @@ async function deliveriesAfter(
       findDelivery(deps.runner.state.log, id) ?? (await readDeliveryRecord(deps.store, id, event));
     if (record) deliveries.push(deliveryView({ ...record, seq: event.revision + 1 }));
   }
+  // Read after the page, so the page never runs past it.
+  const revision = await deps.store.streamRevision(sequenceStream(sub.id));
+  const lastSeq = revision === null ? 0 : revision + 1;
   const last = sequenced.at(-1);
-  return { subscription: toView(sub), deliveries, next_after_seq: last ? last.revision + 1 : afterSeq };
+  // A cursor past the end (saved before the operator restored an older backup) reads on from the
+  // end: given back as it was, it would list nothing until the numbering passed it again.
+  const next = last ? last.revision + 1 : Math.min(afterSeq, lastSeq);
+  return {
+    subscription: toView(sub),
+    deliveries,
+    next_after_seq: next,
+    has_more: lastSeq > next,
+    last_seq: lastSeq,
+  };
 }
 
 function latestDeliveries(deps: WebhookRoutesDeps, sub: SubscriptionRecord, limit: number) {

@@ -177,6 +177,17 @@ describe('a refused payment moves no money and reserves nothing', () => {
       'the authorisation is not valid yet (validAfter is in the future)',
     ],
     [
+      // The host's clock passes it; the transfer simulated on the latest block reverts (block.timestamp > validAfter).
+      "valid from the latest block's time (validAfter = now as the chain reads it)",
+      async (a: AuthorizationFields, _s: Hex, key: Hex) => {
+        const { timestamp } = await stack.chain.publicClient.getBlock({ blockTag: 'latest' });
+        const fromNow = { ...a, validAfter: timestamp };
+        return v1Header(fromNow, await signAuthorization(key, fromNow));
+      },
+      'invalid_exact_evm_payload_authorization_valid_after',
+      'the authorisation is not valid yet (validAfter is in the future)',
+    ],
+    [
       'wrong network (v2)',
       async (a: AuthorizationFields, _s: Hex, key: Hex) =>
         v2Header(

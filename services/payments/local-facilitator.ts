@@ -5,7 +5,13 @@ import {
   x402Facilitator,
 } from '@x402/core/facilitator';
 import type { FacilitatorClient } from '@x402/core/server';
-import type { Network, SupportedResponse } from '@x402/core/types';
+import type {
+  Network,
+  PaymentPayload,
+  PaymentRequirements,
+  SupportedResponse,
+  VerifyResponse,
+} from '@x402/core/types';
 import { toFacilitatorEvmSigner } from '@x402/evm';
 import { ExactEvmScheme } from '@x402/evm/exact/facilitator';
 import type { Logger } from 'pino';
@@ -40,6 +46,7 @@ import {
 import { privateKeyToAccount } from 'viem/accounts';
 import { ignoreStrayRejections } from '../../adapters/stray-rejections.ts';
 import { chainIdOf } from './rails.ts';
+import { SIMULATION_FAILED, VALID_AFTER } from './reasons.ts';
 import { SubmissionWatch } from './submissions.ts';
 
 export interface LocalFacilitatorOptions {
@@ -332,6 +339,7 @@ export function createLocalFacilitator(options: LocalFacilitatorOptions): LocalF
   const submissions = new SubmissionWatch();
   const receiptDeadlines = new Map<string, number>();
   const budgetMs = options.chainBudgetMs ?? CHAIN_BUDGET_MS;
+  const latestBlockTime = new Map<string, () => Promise<bigint>>();
   for (const { network, rpcUrl } of options.networks) {
     const id = chainIdOf(network);
     const chain = defineChain({
@@ -346,6 +354,7 @@ export function createLocalFacilitator(options: LocalFacilitatorOptions): LocalF
       transport: noticingLostSends(http(rpcUrl, { timeout: Math.min(RPC_TIMEOUT_MS, budgetMs) })),
       pollingInterval: RECEIPT_POLL_MS,
     }).extend(publicActions);
+    latestBlockTime.set(network, async () => (await client.getBlock({ blockTag: 'latest' })).timestamp);
     const codes = new CodeCache(options.payerCodeTtlMs ?? 30_000);
     const signer = toFacilitatorEvmSigner(
       {
@@ -440,6 +449,40 @@ export function createLocalFacilitator(options: LocalFacilitatorOptions): LocalF
     );
     facilitator.register(network, new ExactEvmScheme(signer, { pendingSettlementStore }));
   }
+
+  /**
+   * @x402/evm checks validAfter against this host's clock, then simulates the transfer on the
+   * latest block, whose time trails the clock by up to a block: an authorisation valid from
+   * this second (a client signing validAfter = now, or a clock a little ahead) passes the first
+   * and reverts in the second, which it reports as `transaction_simulation_failed` ("would fail
+   * on chain"), telling the payer nothing. A simulation that failed while validAfter is not
+   * before the latest block's time failed for that (the token requires block.timestamp >
+   * validAfter): it is the not-yet-valid refusal, which says to sign it earlier.
+   */
+  const notYetValidOnChain = async (
+    verified: VerifyResponse,
+    payload: PaymentPayload,
+    requirements: PaymentRequirements,
+  ): Promise<VerifyResponse> => {
+    if (verified.isValid || verified.invalidReason !== SIMULATION_FAILED) return verified;
+    const validAfter = (payload.payload as { authorization?: { validAfter?: string } }).authorization
+      ?.validAfter;
+    const blockTime = latestBlockTime.get(requirements.network);
+    if (validAfter === undefined || !/^\d+$/.test(validAfter) || !blockTime) return verified;
+    let latest: bigint;
+    try {
+      latest = await blockTime();
+    } catch {
+      return verified;
+    }
+    if (BigInt(validAfter) < latest) return verified;
+    return {
+      ...verified,
+      invalidReason: VALID_AFTER,
+      invalidMessage: `validAfter ${validAfter} is not before the latest block's time ${latest}`,
+    };
+  };
+
   return {
     kind: 'local',
     facilitator,
@@ -457,7 +500,7 @@ export function createLocalFacilitator(options: LocalFacilitatorOptions): LocalF
               cause: unreachable,
             });
           }
-          return verified;
+          return notYetValidOnChain(verified, payload, requirements);
         }),
         budgetMs,
         'the chain did not answer the verification',

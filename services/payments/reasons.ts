@@ -16,18 +16,24 @@ export const TRANSACTION_FAILED = 'invalid_exact_evm_transaction_failed' satisfi
  */
 export const NONCE_ALREADY_USED = 'invalid_exact_evm_nonce_already_used' satisfies ErrorCode;
 
+/** The authorisation is not valid yet: validAfter is not behind the clock, or the chain's time. */
+export const VALID_AFTER = 'invalid_exact_evm_payload_authorization_valid_after' satisfies ErrorCode;
+
+/** The simulated transfer reverted for a reason @x402/evm's diagnosis did not find. */
+export const SIMULATION_FAILED = 'invalid_exact_evm_transaction_simulation_failed' satisfies ErrorCode;
+
 /** The facilitators' reason codes that the catalog words for a caller (the rest are spelt out). */
 export const FACILITATOR_REASONS = [
   'invalid_exact_evm_signature',
   'invalid_exact_evm_recipient_mismatch',
   'invalid_exact_evm_payload_authorization_valid_before',
-  'invalid_exact_evm_payload_authorization_valid_after',
+  VALID_AFTER,
   'invalid_exact_evm_payload_authorization_value_mismatch',
   'invalid_exact_evm_authorization_value',
   'invalid_exact_evm_network_mismatch',
   NONCE_ALREADY_USED,
   'invalid_exact_evm_insufficient_balance',
-  'invalid_exact_evm_transaction_simulation_failed',
+  SIMULATION_FAILED,
   TRANSACTION_FAILED,
   'asset_not_deployed_contract',
 ] as const satisfies readonly ErrorCode[];

@@ -1,6 +1,6 @@
 import { execFile, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
+import { connect, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -107,6 +107,22 @@ async function closedPort(): Promise<number> {
   return port;
 }
 
+/** A port in 19000–19999 on which nothing listens (a connection to it is refused). */
+async function closed19xxxPort(): Promise<number> {
+  for (let port = 19_400; port < 19_500; port++) {
+    const refused = await new Promise<boolean>((resolve) => {
+      const socket = connect(port, '127.0.0.1');
+      socket.once('connect', () => {
+        socket.destroy();
+        resolve(false);
+      });
+      socket.once('error', (err: NodeJS.ErrnoException) => resolve(err.code === 'ECONNREFUSED'));
+    });
+    if (refused) return port;
+  }
+  throw new Error('no closed port in 19400–19499');
+}
+
 /** stderr without the adapters' JSON log lines (pino, one object a line). */
 const told = (stderr: string) =>
   stderr
@@ -129,18 +145,29 @@ describe('operator command lines on an expected failure', () => {
     writeFileSync(aFile, 'not a directory');
   });
 
-  it('keys rebuild-quota with Redis down: one line naming REDIS_URL, exit 1', async () => {
-    const port = await closedPort();
+  it('keys rebuild-quota with Redis down: one line naming REDIS_URL and nothing else, exit 1', async () => {
+    const port = await closed19xxxPort();
     const out = await run('services/operator/cli.ts', ['rebuild-quota'], {
       DATA_DIR: dataDir,
       CACHE: 'redis',
       REDIS_URL: `redis://127.0.0.1:${port}`,
     });
     expect(out.code).toBe(1);
-    expect(told(out.stderr)).toBe(
+    // The whole of stderr: none of the Redis client's JSON lines before it.
+    expect(out.stderr).toBe(
       `redis cache liveGeneration failed: redis at redis://127.0.0.1:${port} is not connected ` +
-        `(status reconnecting, last error: connect ECONNREFUSED 127.0.0.1:${port}): start Redis or correct REDIS_URL, then run the command again`,
+        `(status reconnecting, last error: connect ECONNREFUSED 127.0.0.1:${port}): start Redis or correct REDIS_URL, then run the command again\n`,
     );
+  });
+
+  it('keys list with Redis down: a command that does not need the cache says nothing of it, exit 0', async () => {
+    const port = await closed19xxxPort();
+    const out = await run('services/operator/cli.ts', ['list'], {
+      DATA_DIR: dataDir,
+      CACHE: 'redis',
+      REDIS_URL: `redis://127.0.0.1:${port}`,
+    });
+    expect(out).toMatchObject({ code: 0, stderr: '' });
   });
 
   it('keys rebuild-quota with Redis down exits 1 when its stderr reader has gone away (`2>&1 | head -1`)', async () => {

@@ -115,6 +115,9 @@ export interface DebitResult {
   refusedBy: number | null;
 }
 
+/** The `component` of a cache adapter's log lines (its connection's state). */
+export const CACHE_LOG_COMPONENT = 'cache';
+
 /**
  * The cache could not be reached or did not answer in time. Callers treat it as retryable: the
  * operation may or may not have been applied when the connection broke mid-command.

@@ -3,6 +3,7 @@ import { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { maskUrlCredentials } from '../../contracts/mask-url.ts';
 import {
+  CACHE_LOG_COMPONENT,
   type Cache,
   CacheUnavailableError,
   type CounterGeneration,
@@ -239,7 +240,7 @@ export class RedisCache implements Cache {
     if (options.prefix.length === 0) throw new RangeError('redis cache prefix must not be empty');
     this.prefix = options.prefix;
     this.healthTimeoutMs = options.healthTimeoutMs ?? 1_000;
-    this.logger = options.logger?.child({ component: 'cache', redis: this.where });
+    this.logger = options.logger?.child({ component: CACHE_LOG_COMPONENT, redis: this.where });
     this.client = new Redis(options.url, {
       lazyConnect: true,
       enableOfflineQueue: false,

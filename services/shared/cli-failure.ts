@@ -1,5 +1,5 @@
 import { pino } from 'pino';
-import { CacheUnavailableError } from '../../adapters/cache/port.ts';
+import { CACHE_LOG_COMPONENT, CacheUnavailableError } from '../../adapters/cache/port.ts';
 import { EventStoreUnavailableError } from '../../adapters/event-store/port.ts';
 import { exitFlushed } from './exit-flushed.ts';
 
@@ -61,8 +61,22 @@ export function failureText(err: unknown): string {
  * The logger an operator command line hands its stores: warnings and up, on stderr, written at
  * once. A buffered destination flushes at exit and retries a write to a closed pipe forever, so
  * a command whose stderr reader went away (`2>&1 | head -1`) would never exit.
+ *
+ * The cache's lines are left out: they follow its connection (Redis down, retried in the
+ * background), which matters to a service that keeps running. A command that needs the cache is
+ * refused with a CacheUnavailableError naming the same cause, told in one line (expectedFailure),
+ * as a store that cannot be opened is; one that does not need it has nothing to say about it.
  */
-export const commandLineLogger = () => pino({ level: 'warn' }, pino.destination({ dest: 2, sync: true }));
+export const commandLineLogger = () =>
+  pino(
+    {
+      level: 'warn',
+      onChild: (child) => {
+        if (child.bindings().component === CACHE_LOG_COMPONENT) child.level = 'silent';
+      },
+    },
+    pino.destination({ dest: 2, sync: true }),
+  );
 
 /**
  * What `open` opens (a command line's stores), or the end of the process, exit 1, with one line on

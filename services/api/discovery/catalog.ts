@@ -2,6 +2,7 @@ import { declareDiscoveryExtension } from '@x402/extensions/bazaar';
 import { declarePaymentIdentifierExtension, PAYMENT_IDENTIFIER } from '@x402/extensions/payment-identifier';
 import { jsonSchema } from '../../../contracts/json-schema.ts';
 import { SIGNIN_MCP_PATH } from '../../../contracts/oauth.ts';
+import { SERVICE_VERSION } from '../../../contracts/service-version.ts';
 import type { ToolAnnotations } from '../../../contracts/tools.ts';
 import { SERVER_CAPABILITIES } from '../mcp/server.ts';
 import { annotationsOf, answerSchemaOf, outputSchemaOf, type ToolDefinition } from '../mcp/tool-registry.ts';
@@ -40,7 +41,7 @@ export interface QuotedRail {
 
 export const SERVICE_NAME = 'signal-service';
 export const SERVICE_TITLE = 'Crypto signal service';
-export const SERVICE_VERSION = '1.0.0';
+export { SERVICE_VERSION };
 export const SERVICE_DESCRIPTION =
   'Composite BUY/SELL/HOLD crypto verdicts, market regimes, ranked scans and funding-arbitrage scans, ' +
   'over MCP and keyless x402 pay-per-call HTTP.';

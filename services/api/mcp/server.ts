@@ -7,6 +7,7 @@ import {
   ReadResourceRequestSchema,
 } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
+import { SERVICE_VERSION } from '../../../contracts/service-version.ts';
 import type { Caller, CallerRejectedError } from '../../metering/caller.ts';
 import { MCP_INVALID_PARAMS } from './error-codes.ts';
 import { isPlainObject, kindOf } from './json-shape.ts';
@@ -26,7 +27,8 @@ const ListResourceTemplatesRequest = ListResourceTemplatesRequestSchema.extend({
   params: z.unknown().optional(),
 });
 
-export const SERVER_INFO = { name: 'signal-service', version: '1.0.0' };
+/** What initialize names: the package's version (service-version.ts), as every other document does. */
+export const SERVER_INFO = { name: 'signal-service', version: SERVICE_VERSION };
 
 /** What every generation of the server offers: the sold and free tools, and the track record as resources. */
 export const SERVER_CAPABILITIES = { tools: { listChanged: false }, resources: { listChanged: false } };

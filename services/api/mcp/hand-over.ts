@@ -22,19 +22,46 @@ export async function handOver(
   }
   const raw = request.raw as typeof request.raw & { auth?: AuthInfo };
   raw.auth = authInfo(request, caller);
+  jsonWithCharset(reply.raw);
   if (Array.isArray(request.body)) answerAsArray(reply.raw);
   try {
     await transport.handleRequest(raw, reply.raw, request.body);
   } catch (err) {
     request.log.error({ err }, failure);
     if (!reply.raw.headersSent) {
-      reply.raw.writeHead(500, { 'content-type': 'application/json' });
+      reply.raw.writeHead(500, { 'content-type': MCP_JSON });
       reply.raw.end(
         JSON.stringify({ jsonrpc: '2.0', error: { code: -32603, message: 'Internal error' }, id: null }),
       );
     }
   }
   return reply;
+}
+
+/**
+ * The media type of every JSON answer at /mcp, whoever writes it: the route's own refusals and
+ * tool answers (Fastify adds the charset to a JSON body), the 2.x SDK's handler, and the 1.x SDK
+ * transports, which say `application/json` bare: a client sees one spelling on every answer of a
+ * session, its tools/call, tools/list, ping and batches alike.
+ */
+export const MCP_JSON = 'application/json; charset=utf-8';
+
+/** The 1.x transport's `application/json` (its JSON answers and refusals) spelled as MCP_JSON. */
+function jsonWithCharset(res: ServerResponse): void {
+  const writeHead = res.writeHead;
+  res.writeHead = function (this: ServerResponse, ...args: unknown[]) {
+    const at = typeof args[1] === 'string' ? 2 : 1;
+    const headers = args[at];
+    if (headers !== null && typeof headers === 'object' && !Array.isArray(headers)) {
+      for (const [name, value] of Object.entries(headers)) {
+        if (value === 'application/json' && name.toLowerCase() === 'content-type') {
+          args[at] = { ...headers, [name]: MCP_JSON };
+          break;
+        }
+      }
+    }
+    return (writeHead as (...a: unknown[]) => ServerResponse).apply(this, args);
+  } as typeof writeHead;
 }
 
 /**

@@ -1,5 +1,6 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { escapeJson, joinBytes } from './answer-json.ts';
+import { MCP_JSON } from './hand-over.ts';
 import { isPlainObject } from './json-shape.ts';
 import { metaIssue } from './params-check.ts';
 import { SERVER_INFO } from './server.ts';
@@ -263,19 +264,12 @@ export async function answerToolCall(
     );
   }
   reply.code(200);
-  // Sent as bytes, each with the media type the SDK's transport answers with (Fastify adds a
-  // charset only to a string body). Resolves to nothing, not the reply: see answeredBy.
-  if (channel.kind === 'modern') reply.header('content-type', JSON_UTF8).send(body);
-  else if (channel.kind === 'session') {
-    reply.header('content-type', JSON_UTF8).header('mcp-session-id', channel.sessionId).send(body);
-  } else reply.header('content-type', 'application/json').send(body);
+  // Sent as bytes, with the one media type of every JSON answer at /mcp (Fastify adds a charset
+  // only to a string body). Resolves to nothing, not the reply: see answeredBy.
+  reply.header('content-type', MCP_JSON);
+  if (channel.kind === 'session') reply.header('mcp-session-id', channel.sessionId);
+  reply.send(body);
 }
-
-/**
- * What the 2.x SDK's handler answers JSON with, and what a session's answer carried when it went
- * out as a string (Fastify adding the charset); a one-shot answer has always gone out as bytes.
- */
-const JSON_UTF8 = 'application/json; charset=utf-8';
 const SERVER_INFO_META = 'io.modelcontextprotocol/serverInfo';
 const SERVER_INFO_JSON = JSON.stringify(SERVER_INFO);
 /** What the 2026-07-28 revision adds to a result, after the result's own fields. */

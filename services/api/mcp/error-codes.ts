@@ -1,4 +1,4 @@
-/** JSON-RPC codes of the tool channel (contract §7.3). */
+/** JSON-RPC codes of the tool channel (contract §7.3); -32602 also refuses initialize's params. */
 export const MCP_INVALID_PARAMS = -32602;
 /** A well-formed key that was never issued or was revoked; retrying will not help. */
 export const MCP_UNKNOWN_KEY = -32003;

@@ -7,8 +7,9 @@ import { startKeyedServer } from '../../../test/keyed-harness.ts';
  * a tools/call whose params are not an object, whose name is not a string or whose arguments are
  * not an object is the -32602 tool error of contract 7.3 (HTTP 200, result.isError, the code in
  * the text), as an unknown tool or bad arguments are; for any other method, params that are not
- * an object are -32600 Invalid Request (HTTP 400), and so is initialize missing members, naming
- * them: 7.3 gives -32602 only the isError delivery. Never zod's issue list.
+ * an object are -32600 Invalid Request (HTTP 400); initialize missing members is -32602 Invalid
+ * params (HTTP 400, a JSON-RPC error: the handshake is not a tool), naming them. Never zod's issue
+ * list.
  */
 const HEADERS = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
 const ENVELOPE = {
@@ -183,24 +184,42 @@ describe('malformed MCP params', () => {
   }
 
   for (const path of ['session', 'one-shot'] as const) {
-    it(`${path}: initialize with params missing members is -32600 naming them`, async () => {
+    it(`${path}: initialize with params missing members is -32602 naming them`, async () => {
       for (const params of [{}, undefined]) {
         const { status, body } = await post(path, call(params, 'initialize'));
         expect(status).toBe(400);
         expect(body.id).toBe('m-1');
-        expect(body.error?.code).toBe(-32600);
+        expect(body.error?.code).toBe(-32602);
         expect(body.error?.message).toBe(
-          'Invalid Request: initialize needs params.protocolVersion (a string), params.capabilities (an object), params.clientInfo (an object with name and version)',
+          'Invalid params: initialize needs params.protocolVersion (a string), params.capabilities (an object), params.clientInfo (an object with name and version)',
         );
       }
+      // protocolVersion alone missing: named, and no session is opened on a revision guessed for it.
+      const unversioned = await fetch(`${server.url}/mcp`, {
+        method: 'POST',
+        headers: { ...HEADERS, authorization: `Bearer ${key}` },
+        body: JSON.stringify(
+          call({ capabilities: {}, clientInfo: { name: 't', version: '0' } }, 'initialize'),
+        ),
+      });
+      expect(unversioned.status).toBe(400);
+      expect(unversioned.headers.get('mcp-session-id')).toBeNull();
+      expect(await unversioned.json()).toEqual({
+        jsonrpc: '2.0',
+        error: {
+          code: -32602,
+          message: 'Invalid params: initialize needs params.protocolVersion (a string)',
+        },
+        id: 'm-1',
+      });
       const partial = await post(
         path,
         call({ protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't' } }, 'initialize'),
       );
       expect(partial.status).toBe(400);
       expect(partial.body.error).toEqual({
-        code: -32600,
-        message: 'Invalid Request: initialize needs params.clientInfo.version (a string)',
+        code: -32602,
+        message: 'Invalid params: initialize needs params.clientInfo.version (a string)',
       });
     });
   }

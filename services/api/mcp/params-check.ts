@@ -2,8 +2,8 @@
  * Refusals of a JSON-RPC request's `params` that the SDKs answered badly: a session's transport
  * called `"params":"x"` a parse error (-32700) although the JSON is valid, the session-less path
  * an invalid request (-32600); `initialize` with params missing members answered -32603 with
- * zod's issue list as the message. Contract 7.3 gives -32602 one delivery, a tool result with
- * isError (HTTP 200), so a JSON-RPC error here is never -32602:
+ * zod's issue list as the message. Contract 7.3 gives a tool's -32602 one delivery, a tool result
+ * with isError (HTTP 200); the handshake is not a tool and has no result to carry isError:
  * - `tools/call` (with an id) is not refused here: every params shape, an array or a string
  *   included, is the -32602 tool error callTool answers on the session, one-shot and 2026-07-28
  *   paths (session-call.ts);
@@ -11,15 +11,16 @@
  *   an array): -32600 Invalid Request, HTTP 400 (JSON-RPC 2.0 allows an array, but MCP names its
  *   params);
  * - `initialize` without a string protocolVersion, an object capabilities, or clientInfo with a
- *   string name and version: -32600 Invalid Request, HTTP 400, naming the members (the handshake
- *   has no result to carry isError, and the contract's table is about tools);
+ *   string name and version: -32602 Invalid params (JSON-RPC 2.0 §5.1; MCP's lifecycle answers an
+ *   initialize it cannot serve with -32602 too) as a JSON-RPC error, HTTP 400, naming the members;
+ *   never a session opened on a guessed revision;
  * - any other method (a notification too) whose `params._meta` is not what MCP defines (an
  *   object; its progressToken a string or an integer; its related task an object with a string
  *   taskId): -32600 Invalid Request, HTTP 400, with the request's id. The SDK transports called
  *   it a parse error (-32700, id null) on a session. A tools/call's is its -32602 tool error.
  */
 
-import { MCP_INVALID_REQUEST } from './error-codes.ts';
+import { MCP_INVALID_PARAMS, MCP_INVALID_REQUEST } from './error-codes.ts';
 import { isPlainObject, kindOf } from './json-shape.ts';
 
 export interface ParamsRefusal {
@@ -105,8 +106,8 @@ export function paramsRefusal(body: unknown): ParamsRefusal | null {
     if (bad.length > 0) {
       return {
         status: 400,
-        code: MCP_INVALID_REQUEST,
-        message: `Invalid Request: initialize needs params.${bad.join(', params.')}`,
+        code: MCP_INVALID_PARAMS,
+        message: `Invalid params: initialize needs params.${bad.join(', params.')}`,
         id,
       };
     }

@@ -75,13 +75,17 @@ export const OAuthErrorBody = z.object({
  * server add members.
  */
 
-/** RFC 8414 authorization server metadata (also served as /.well-known/openid-configuration). */
+/**
+ * RFC 8414 authorization server metadata (also served as /.well-known/openid-configuration): an
+ * OAuth server's, with no OpenID Connect Discovery member (no ID tokens are issued).
+ */
 export const AuthorizationServerMetadata = z.looseObject({
   issuer: z.url(),
   authorization_endpoint: z.url(),
   token_endpoint: z.url(),
   registration_endpoint: z.url(),
   revocation_endpoint: z.url(),
+  revocation_endpoint_auth_methods_supported: z.array(z.string()),
   jwks_uri: z.url(),
   response_types_supported: z.array(z.string()),
   grant_types_supported: z.array(z.string()),

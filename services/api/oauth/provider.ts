@@ -143,6 +143,53 @@ export function clientMetadataRefusal(metadata: Record<string, unknown>): string
   return null;
 }
 
+/**
+ * Members the library's discovery document carries that OpenID Connect Discovery defines: this
+ * server issues no ID tokens, has no userinfo and takes no request objects (openid is refused),
+ * so RFC 8414 metadata says nothing of them.
+ */
+const OPENID_ONLY_METADATA = [
+  'claims_parameter_supported',
+  'claims_supported',
+  'claim_types_supported',
+  'subject_types_supported',
+  'id_token_signing_alg_values_supported',
+  'request_uri_parameter_supported',
+  'acr_values_supported',
+] as const;
+
+/**
+ * The library's discovery document as RFC 8414 metadata of this server: the OpenID-only members
+ * dropped, the scopes those granted (the library always lists `openid`, its claims name it), and
+ * the revocation endpoint's client authentication named (RFC 8414 §2: left out, it would read as
+ * client_secret_basic alone, while hosts are public clients revoking with `none`). The library
+ * authenticates a client at its revocation endpoint as at its token endpoint.
+ */
+export function authorizationServerMetadata(document: Record<string, unknown>): Record<string, unknown> {
+  const metadata: Record<string, unknown> = { ...document, scopes_supported: [...GRANTED_SCOPES] };
+  for (const member of OPENID_ONLY_METADATA) delete metadata[member];
+  if (metadata.revocation_endpoint !== undefined) {
+    metadata.revocation_endpoint_auth_methods_supported = metadata.token_endpoint_auth_methods_supported;
+    metadata.revocation_endpoint_auth_signing_alg_values_supported =
+      metadata.token_endpoint_auth_signing_alg_values_supported;
+  }
+  return metadata;
+}
+
+/** Client metadata of OpenID Connect registration the library fills in by default: about ID tokens, which are never issued. */
+const OPENID_ONLY_CLIENT_METADATA = [
+  'id_token_signed_response_alg',
+  'require_auth_time',
+  'subject_type',
+] as const;
+
+/** A registered client as RFC 7591/7592 answers it: its metadata without the OpenID-only defaults. */
+export function registeredClient(client: Record<string, unknown>): Record<string, unknown> {
+  const answer = { ...client };
+  for (const member of OPENID_ONLY_CLIENT_METADATA) delete answer[member];
+  return answer;
+}
+
 /** The authorization server's routes, under /oauth (the well-known documents are at the root). */
 export const OAUTH_ROUTES = {
   authorization: OAUTH_AUTHORIZE_PATH,
@@ -212,7 +259,12 @@ export function createProvider(options: ProviderOptions): OAuthProvider {
         const sent = (ctx.method === 'POST' ? ctx.oidc.body : ctx.query)?.scope;
         const asked = typeof sent === 'string' ? sent : typeof value === 'string' ? value : undefined;
         const why = scopeRefusal(asked);
-        if (why !== null) throw new errors.InvalidScope(why, asked ?? '');
+        // The scope sent goes back beside the error; none sent (or an empty one): no scope
+        // parameter at all, never `scope=` (the library leaves out what is undefined).
+        if (why === null) return;
+        const refusal = new errors.InvalidScope(why, asked ?? '');
+        if (!asked?.trim()) delete (refusal as { scope?: string }).scope;
+        throw refusal;
       },
     },
     claims: { openid: ['sub'] },
@@ -260,6 +312,11 @@ export function createProvider(options: ProviderOptions): OAuthProvider {
         allowedPolicy: (_ctx, client, token) => token.clientId === client.clientId,
       },
       userinfo: { enabled: false },
+      // Tokens are Bearer tokens: /mcp/signin takes `Authorization: Bearer` and checks no DPoP
+      // proof, so a DPoP-bound token (token_type DPoP) would be refused there, or, sent as a
+      // Bearer, served without the proof its binding promises. Off: not advertised, the header
+      // ignored, every token Bearer.
+      dPoP: { enabled: false },
       pushedAuthorizationRequests: { enabled: false },
       rpInitiatedLogout: { enabled: false },
       resourceIndicators: {
@@ -314,11 +371,13 @@ export function createProvider(options: ProviderOptions): OAuthProvider {
   };
   try {
     const provider = new Provider(options.issuer, configuration);
-    // The library always lists `openid` (its claims name it); the metadata lists what is granted.
     provider.use(async (ctx, next) => {
       await next();
-      if (ctx.oidc?.route === 'discovery' && ctx.body && typeof ctx.body === 'object') {
-        (ctx.body as { scopes_supported?: string[] }).scopes_supported = [...GRANTED_SCOPES];
+      const route = ctx.oidc?.route;
+      if (!ctx.body || typeof ctx.body !== 'object') return;
+      if (route === 'discovery') ctx.body = authorizationServerMetadata(ctx.body as Record<string, unknown>);
+      else if (route === 'registration' || route === 'client') {
+        ctx.body = registeredClient(ctx.body as Record<string, unknown>);
       }
     });
     return { provider, close: outboundFetch.close };

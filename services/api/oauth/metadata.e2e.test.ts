@@ -1,0 +1,119 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestService, type TestService } from '../../../test/service-harness.ts';
+
+/**
+ * What the authorization server says of itself and of a client, as a plain OAuth server (no
+ * OpenID Connect: openid is refused, no ID token is issued): its RFC 8414 metadata, at both
+ * well-known paths, carries no member OpenID Connect Discovery defines and none about DPoP (its
+ * tokens are Bearer tokens, /mcp/signin checks no proof), and names how a client authenticates at
+ * the revocation endpoint (left out, RFC 8414 reads it as client_secret_basic alone); a
+ * registered client (RFC 7591/7592) is answered without OpenID registration defaults; an
+ * invalid_scope sent back to the host carries the scope asked for, and no empty `scope=`.
+ */
+const OPENID_DISCOVERY_MEMBERS = [
+  'claims_parameter_supported',
+  'claims_supported',
+  'claim_types_supported',
+  'subject_types_supported',
+  'id_token_signing_alg_values_supported',
+  'request_uri_parameter_supported',
+  'userinfo_endpoint',
+  'end_session_endpoint',
+];
+const OPENID_CLIENT_MEMBERS = ['id_token_signed_response_alg', 'require_auth_time', 'subject_type'];
+const REDIRECT = 'http://127.0.0.1:9/callback';
+
+let running: TestService;
+let url: string;
+let client: Record<string, unknown>;
+
+beforeAll(async () => {
+  running = await startTestService(['api']);
+  url = running.service.url;
+  const registered = await fetch(`${url}/oauth/register`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      client_name: 'metadata host',
+      redirect_uris: [REDIRECT],
+      grant_types: ['authorization_code', 'refresh_token'],
+      response_types: ['code'],
+      token_endpoint_auth_method: 'none',
+    }),
+  });
+  expect(registered.status).toBe(201);
+  client = (await registered.json()) as Record<string, unknown>;
+});
+afterAll(async () => {
+  await running?.stop();
+});
+
+describe('OAuth metadata of a server that is not an OpenID provider', () => {
+  it('RFC 8414 metadata: no OpenID Discovery or DPoP members, revocation authentication named', async () => {
+    for (const path of ['/.well-known/oauth-authorization-server', '/.well-known/openid-configuration']) {
+      const metadata = (await (await fetch(`${url}${path}`)).json()) as Record<string, unknown>;
+      expect(metadata.issuer, path).toBe(url);
+      expect(metadata.response_types_supported, path).toEqual(['code']);
+      expect(metadata.code_challenge_methods_supported, path).toEqual(['S256']);
+      expect(metadata.scopes_supported, path).not.toContain('openid');
+      for (const member of [...OPENID_DISCOVERY_MEMBERS, 'dpop_signing_alg_values_supported']) {
+        expect(metadata, `${path} ${member}`).not.toHaveProperty(member);
+      }
+      expect(metadata.revocation_endpoint, path).toBe(`${url}/oauth/revoke`);
+      expect(metadata.revocation_endpoint_auth_methods_supported, path).toContain('none');
+      expect(metadata.revocation_endpoint_auth_methods_supported, path).toEqual(
+        metadata.token_endpoint_auth_methods_supported,
+      );
+      expect(metadata.revocation_endpoint_auth_signing_alg_values_supported, path).toEqual(
+        metadata.token_endpoint_auth_signing_alg_values_supported,
+      );
+    }
+  });
+
+  it('a registered client is answered without OpenID registration defaults or DPoP binding, read back too', async () => {
+    const read = await fetch(String(client.registration_client_uri), {
+      headers: { authorization: `Bearer ${String(client.registration_access_token)}` },
+    });
+    expect(read.status).toBe(200);
+    const readBack = (await read.json()) as Record<string, unknown>;
+    for (const [what, answer] of [
+      ['registration', client],
+      ['read back', readBack],
+    ] as const) {
+      expect(answer.client_id, what).toBe(client.client_id);
+      expect(answer.token_endpoint_auth_method, what).toBe('none');
+      for (const member of [...OPENID_CLIENT_MEMBERS, 'dpop_bound_access_tokens']) {
+        expect(answer, `${what} ${member}`).not.toHaveProperty(member);
+      }
+    }
+  });
+
+  it('invalid_scope goes back with the scope asked for, and without a scope parameter when none was', async () => {
+    const challenge = createHash('sha256').update(randomBytes(32).toString('base64url')).digest('base64url');
+    const refusal = async (scope: string | undefined) => {
+      const to = new URL(`${url}/oauth/authorize`);
+      to.searchParams.set('response_type', 'code');
+      to.searchParams.set('client_id', String(client.client_id));
+      to.searchParams.set('redirect_uri', REDIRECT);
+      to.searchParams.set('code_challenge', challenge);
+      to.searchParams.set('code_challenge_method', 'S256');
+      to.searchParams.set('state', 'st-1');
+      if (scope !== undefined) to.searchParams.set('scope', scope);
+      const res = await fetch(to, { redirect: 'manual' });
+      expect(res.status, String(scope)).toBe(303);
+      const back = new URL(res.headers.get('location')!);
+      expect(`${back.origin}${back.pathname}`, String(scope)).toBe(REDIRECT);
+      expect(back.searchParams.get('error'), String(scope)).toBe('invalid_scope');
+      expect(back.searchParams.get('state'), String(scope)).toBe('st-1');
+      return back;
+    };
+    for (const scope of [undefined, '', ' ']) {
+      const back = await refusal(scope);
+      expect(back.searchParams.has('scope'), JSON.stringify(scope)).toBe(false);
+      for (const [name, value] of back.searchParams) expect(value, `${name} is empty`).not.toBe('');
+    }
+    expect((await refusal('offline_access')).searchParams.get('scope')).toBe('offline_access');
+    expect((await refusal('mcp openid')).searchParams.get('scope')).toBe('mcp openid');
+  });
+});

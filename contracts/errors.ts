@@ -265,7 +265,8 @@ export const ERRORS = {
   invalid_exact_evm_payload_authorization_valid_after: {
     status: 402,
     retryable: false,
-    message: 'the authorisation is not valid yet (validAfter is in the future)',
+    message:
+      "the authorisation is not valid yet (validAfter must be before the chain's latest block); sign it with validAfter in the past",
   },
   invalid_exact_evm_payload_authorization_value_mismatch: {
     status: 402,

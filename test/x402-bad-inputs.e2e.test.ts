@@ -174,7 +174,7 @@ describe('a refused payment moves no money and reserves nothing', () => {
         return v2Header(accepted, early, await signAuthorization(key, early));
       },
       'invalid_exact_evm_payload_authorization_valid_after',
-      'the authorisation is not valid yet (validAfter is in the future)',
+      "the authorisation is not valid yet (validAfter must be before the chain's latest block); sign it with validAfter in the past",
     ],
     [
       // The host's clock passes it; the transfer simulated on the latest block reverts (block.timestamp > validAfter).
@@ -185,7 +185,7 @@ describe('a refused payment moves no money and reserves nothing', () => {
         return v1Header(fromNow, await signAuthorization(key, fromNow));
       },
       'invalid_exact_evm_payload_authorization_valid_after',
-      'the authorisation is not valid yet (validAfter is in the future)',
+      "the authorisation is not valid yet (validAfter must be before the chain's latest block); sign it with validAfter in the past",
     ],
     [
       'wrong network (v2)',

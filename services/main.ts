@@ -109,10 +109,9 @@ function failedToStart(logger: Logger, err: unknown): never {
 }
 
 /**
- * pino writes stdout asynchronously: a line logged just before SIGKILL would be lost with the
- * process, so the last lines are written out synchronously first (the access lines of the turn in
- * progress, then what the stream holds with the chunk a stuck thread pool holds, see
- * BufferedStdout.flushBeforeKill).
+ * The logger holds lines before it writes them: a line logged just before SIGKILL would be lost
+ * with the process, so the last lines are written out synchronously first (the access lines of the
+ * turn in progress, then what the stream holds, see BufferedStdout.flushBeforeKill).
  */
 function flushLogs(logger: Logger): void {
   try {

@@ -5,7 +5,7 @@
  *   killed N   N numbered lines, flushBeforeKill (main's path to SIGKILL), then SIGKILL to itself
  *   flushed    one line, then logger.flush(cb): cb says so on stderr
  *   stuck N F  the thread pool's only thread (UV_THREADPOOL_SIZE=1) blocked opening the FIFO F,
- *              then N lines (an asynchronous write of them stays queued), flushBeforeKill, SIGKILL
+ *              then N lines (no write of them may wait on the pool), flushBeforeKill, SIGKILL
  *   full N D   N lines into a stdout pipe nobody reads yet (it fills and takes part of a chunk); once
  *              every write begun is over (UV_THREADPOOL_SIZE=1, the thread pool's next task made
  *              the directory D), `full` on stderr, then waits for a line on stdin (the reader has

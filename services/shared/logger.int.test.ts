@@ -95,7 +95,7 @@ describe('the service logger (buffered stdout)', () => {
     }
   });
 
-  it('writes out, before a SIGKILL, the chunk whose write the stuck thread pool never ran', async () => {
+  it('writes out every line before a SIGKILL with the thread pool stuck', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'logger-fifo-'));
     try {
       const fifo = join(dir, 'never-written');

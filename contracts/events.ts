@@ -418,6 +418,16 @@ export const SubscriptionSecretResealed = z.object({
   secret: EncryptedSecret,
   previousSecret: EncryptedSecret.optional(),
 });
+/**
+ * The subscriber changed what a subscription takes or where it sends (PATCH /api/webhooks/:id):
+ * the whole set as it now stands, every field the create carries but the secret and the payload
+ * version; a filter absent here is removed. The id, secret, `seq` numbering and deliveries stay.
+ */
+export const SubscriptionUpdated = SubscriptionCreated.omit({
+  secret: true,
+  keyId: true,
+  eventVersion: true,
+});
 export const SubscriptionReEnabled = z.object({
   subscriptionId: z.string(),
   /** "Recover everything failed since T": failed deliveries after this time are re-sent. */
@@ -561,6 +571,7 @@ export const EVENT_CATALOG = {
   SubscriptionReEnabled,
   SubscriptionSecretRotated,
   SubscriptionSecretResealed,
+  SubscriptionUpdated,
   DeliveryAttempted,
   DeliveryQueued,
   DeliverySequenced,

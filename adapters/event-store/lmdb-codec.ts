@@ -92,6 +92,7 @@ export const TYPE_NAMES = [
   'PaymentAnswerServed',
   'PaymentIdentifierClaimed',
   'SubscriptionSecretResealed',
+  'SubscriptionUpdated',
 ] as const;
 const TYPE_CODES = new Map<string, TypeCode>(
   TYPE_NAMES.map((name, i) => [name, new TypeCode(Buffer.from([i + 1]))]),

@@ -40,6 +40,7 @@ const RELEASED = [
   'PaymentAnswerServed',
   'PaymentIdentifierClaimed',
   'SubscriptionSecretResealed',
+  'SubscriptionUpdated',
 ];
 
 const stored = (type: string) =>

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { handleCommand } from '../../adapters/event-store/command.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
+import type { EventData } from '../../contracts/events.ts';
 import { CURRENT_EVENT_VERSION } from '../../contracts/webhook-schemas.ts';
 import type { CreateWebhookRequest } from '../../contracts/webhooks.ts';
 import { generateWebhookSecret, type SecretBox } from './secret-box.ts';
@@ -10,7 +11,7 @@ import {
   SubscriptionNotFoundError,
   subscriptionDecider,
 } from './subscription-decider.ts';
-import { subscriptionStream } from './subscription-fold.ts';
+import { DISABLED_BY_SUBSCRIBER, subscriptionStream } from './subscription-fold.ts';
 
 export { SubscriptionLimitError, SubscriptionNotFoundError };
 
@@ -103,6 +104,26 @@ export async function rotateSecret(
 }
 
 /**
+ * Replaces what the subscription takes and where it sends (the whole set, `settings`); its id,
+ * secret, numbering and deliveries stay. The log position of the change, or null when it changes
+ * nothing (nothing is written).
+ */
+export async function updateSubscription(
+  store: EventStore,
+  keyId: string,
+  settings: EventData<'SubscriptionUpdated'>,
+): Promise<number | null> {
+  const { position } = await handleCommand(
+    store,
+    subscriptionStream(keyId),
+    subscriptionDecider,
+    { kind: 'update', data: settings },
+    { retry: COMMAND_RETRIES },
+  );
+  return position;
+}
+
+/**
  * Disables an active subscription (nothing when it is gone or already disabled). Several workers
  * may decide it at once: a conflict is decided again on the newer stream.
  */
@@ -123,4 +144,29 @@ export async function disableSubscription(
     { retry: COMMAND_RETRIES },
   );
   return events.length > 0;
+}
+
+/**
+ * The subscriber pauses its subscription: the same disable the dispatcher records for a failing
+ * endpoint, with the reason `disabled_by_subscriber`, and resumed by the same re-enable. The log
+ * position of the disable, or null when it was not active (already disabled, by either): nothing
+ * is written then.
+ */
+export async function pauseSubscription(
+  store: EventStore,
+  input: { keyId: string; subscriptionId: string; consecutiveFailures: number },
+): Promise<number | null> {
+  const { position } = await handleCommand(
+    store,
+    subscriptionStream(input.keyId),
+    subscriptionDecider,
+    {
+      kind: 'disable',
+      subscriptionId: input.subscriptionId,
+      reason: DISABLED_BY_SUBSCRIBER,
+      consecutiveFailures: input.consecutiveFailures,
+    },
+    { retry: COMMAND_RETRIES },
+  );
+  return position;
 }

@@ -42,7 +42,8 @@ export type SubscriptionCommand =
         previousSecret: SubscriptionRecord['previousSecret'];
       };
     }
-  | { kind: 'disable'; subscriptionId: string; reason: string; consecutiveFailures: number };
+  | { kind: 'disable'; subscriptionId: string; reason: string; consecutiveFailures: number }
+  | { kind: 'update'; data: EventData<'SubscriptionUpdated'> };
 
 export type SubscriptionEvent = DecidedEvent<
   | 'SubscriptionCreated'
@@ -51,10 +52,34 @@ export type SubscriptionEvent = DecidedEvent<
   | 'SubscriptionSecretRotated'
   | 'SubscriptionSecretResealed'
   | 'SubscriptionDisabled'
+  | 'SubscriptionUpdated'
 >;
 
 function sameSealed(a: SubscriptionRecord['secret'] | null, b: SubscriptionRecord['secret'] | null): boolean {
   return a === b || (a !== null && b !== null && a.iv === b.iv && a.ciphertext === b.ciphertext);
+}
+
+/** The settings a SubscriptionUpdated carries, as the subscription has them now. */
+function settingsOf(sub: SubscriptionRecord): EventData<'SubscriptionUpdated'> {
+  return {
+    subscriptionId: sub.id,
+    url: sub.url,
+    events: sub.events,
+    ...(sub.timeframes ? { timeframes: sub.timeframes } : {}),
+    ...(sub.assets ? { assets: sub.assets } : {}),
+    ...(sub.minConfidence !== undefined ? { minConfidence: sub.minConfidence } : {}),
+    ...(sub.timeframe ? { timeframe: sub.timeframe } : {}),
+    ...(sub.exchange ? { exchange: sub.exchange } : {}),
+    ...(sub.topN !== undefined ? { topN: sub.topN } : {}),
+    ...(sub.cadence ? { cadence: sub.cadence } : {}),
+  };
+}
+
+/** Same settings, field by field (arrays in order: an order changed is a change the list shows). */
+function sameSettings(a: EventData<'SubscriptionUpdated'>, b: EventData<'SubscriptionUpdated'>): boolean {
+  const keys = new Set([...Object.keys(a), ...Object.keys(b)]) as Set<keyof typeof a>;
+  for (const key of keys) if (JSON.stringify(a[key]) !== JSON.stringify(b[key])) return false;
+  return true;
 }
 
 function existing(state: SubscriptionState, subscriptionId: string): SubscriptionRecord {
@@ -72,6 +97,7 @@ export const subscriptionDecider: Decider<SubscriptionState, SubscriptionCommand
     'SubscriptionSecretRotated',
     'SubscriptionSecretResealed',
     'SubscriptionDisabled',
+    'SubscriptionUpdated',
   ],
   initialState: initialSubscriptions,
   evolve(state: SubscriptionState, event: SubscriptionEvent, meta?: EventMeta): SubscriptionState {
@@ -111,6 +137,12 @@ export const subscriptionDecider: Decider<SubscriptionState, SubscriptionCommand
             },
           },
         ];
+      case 'update': {
+        const sub = existing(state, command.data.subscriptionId);
+        // A PATCH that changes nothing records nothing: the answer is the subscription as it is.
+        if (sameSettings(settingsOf(sub), command.data)) return [];
+        return [{ type: 'SubscriptionUpdated', data: command.data }];
+      }
       case 'rotate':
         existing(state, command.data.subscriptionId);
         return [{ type: 'SubscriptionSecretRotated', data: command.data }];

@@ -138,6 +138,72 @@ describe('subscription decider', () => {
     spec.given([]).when(command).thenNothing();
   });
 
+  it('changes the settings of a subscription of this key, and records nothing for no change', () => {
+    const updated = {
+      type: 'SubscriptionUpdated',
+      data: {
+        subscriptionId: 'wh_1',
+        url: 'https://hooks.example.com/b',
+        events: ['trade_call'],
+        assets: ['ETH'],
+      },
+    } as const satisfies SubscriptionEvent;
+    spec
+      .given([created('wh_1')])
+      .when({ kind: 'update', data: updated.data })
+      .thenEmits([updated]);
+    spec.given([]).when({ kind: 'update', data: updated.data }).thenThrows(notFound);
+    spec
+      .given([created('wh_1'), updated])
+      .when({ kind: 'update', data: updated.data })
+      .thenNothing();
+    // The same settings as created: nothing to record either.
+    const same = {
+      subscriptionId: 'wh_1',
+      url: 'https://hooks.example.com/a',
+      events: ['trade_call'] as const,
+    };
+    spec
+      .given([created('wh_1')])
+      .when({ kind: 'update', data: { ...same, events: [...same.events] } })
+      .thenNothing();
+  });
+
+  it('an update replaces the settings whole (a filter it does not carry is removed) and keeps the rest', () => {
+    const state = [
+      created('wh_1'),
+      {
+        type: 'SubscriptionUpdated',
+        data: {
+          subscriptionId: 'wh_1',
+          url: 'https://hooks.example.com/b',
+          events: ['regime_shift'],
+          assets: ['ETH'],
+        },
+      },
+      {
+        type: 'SubscriptionUpdated',
+        data: {
+          subscriptionId: 'wh_1',
+          url: 'https://hooks.example.com/c',
+          events: ['trade_call'],
+          minConfidence: 70,
+        },
+      },
+    ].reduce(
+      (s, e) => subscriptionDecider.evolve(s, e as SubscriptionEvent),
+      subscriptionDecider.initialState(),
+    );
+    const sub = state.subs.wh_1!;
+    expect(sub).toMatchObject({
+      url: 'https://hooks.example.com/c',
+      events: ['trade_call'],
+      minConfidence: 70,
+    });
+    expect(sub.assets).toBeUndefined();
+    expect(sub).toMatchObject({ keyId: 'key_a', secret, eventVersion: 1, status: 'active' });
+  });
+
   it('folds the shared subscription fold, so the cap counts disabled subscriptions too', () => {
     const state = [created('wh_1'), disabled('wh_1')].reduce(
       (s, e) => subscriptionDecider.evolve(s, e),

@@ -46,6 +46,20 @@ export const SUBSCRIPTION_DISABLED = 'subscription disabled';
 /** The `disabled_reason` of a subscription whose key was revoked. */
 export const KEY_REVOKED = 'key_revoked';
 
+/** The `disabled_reason` of a subscription its subscriber paused (POST /api/webhooks/:id/disable). */
+export const DISABLED_BY_SUBSCRIBER = 'disabled_by_subscriber';
+
+/** The settings a SubscriptionUpdated replaces whole; an optional one it does not carry is removed. */
+const UPDATED_OPTIONAL = [
+  'timeframes',
+  'assets',
+  'minConfidence',
+  'timeframe',
+  'exchange',
+  'topN',
+  'cadence',
+] as const;
+
 export function subscriptionStream(keyId: string): string {
   return `webhooks-${keyId}`;
 }
@@ -60,6 +74,7 @@ export const SUBSCRIPTION_EVENT_TYPES = [
   'SubscriptionReEnabled',
   'SubscriptionSecretRotated',
   'SubscriptionSecretResealed',
+  'SubscriptionUpdated',
   'ApiKeyRevoked',
 ] as const;
 
@@ -141,6 +156,17 @@ export function applySubscriptionEvent(state: SubscriptionState, event: DomainEv
       if (sub) {
         sub.secret = event.data.secret;
         if (event.data.previousSecret) sub.previousSecret = event.data.previousSecret;
+      }
+      break;
+    }
+    case 'SubscriptionUpdated': {
+      const sub = findSubscription(state, event.data.subscriptionId);
+      if (sub) {
+        // Id, key, secret, status, creation position (what it takes from) and the delivery
+        // counters stay: only what it takes and where it sends change.
+        const { subscriptionId: _id, ...settings } = event.data;
+        for (const field of UPDATED_OPTIONAL) delete sub[field];
+        Object.assign(sub, settings);
       }
       break;
     }

@@ -56,51 +56,96 @@ const FILTERS_APPLY = 'applies only to trade_call, regime_shift and risk_shift';
 /** The events `min_confidence` filters: the verdict events, and a digest's rows. */
 const CONFIDENCE_EVENTS: readonly WebhookEventType[] = ['trade_call', 'regime_shift', 'scan_digest'];
 
+/** What a subscription takes and where it sends: the create's fields, which PATCH changes too. */
+const SUBSCRIPTION_FIELDS = {
+  url: z.string().max(2048),
+  events: z.array(WebhookEventType).min(1).refine(unique, 'events must not repeat'),
+  timeframes: z.array(Timeframe).min(1).refine(unique, 'timeframes must not repeat').optional(),
+  // Compared as parsed: symbols upper-cased, `top:N` lower-cased, so `btc` repeats `BTC`.
+  assets: z.array(AssetFilter).min(1).max(100).refine(unique, 'assets must not repeat').optional(),
+  min_confidence: z.number().int().min(0).max(100).optional(),
+  timeframe: Timeframe.optional(),
+  exchange: Exchange.optional(),
+  top_n: z.number().int().min(1).max(100).optional(),
+  cadence: Cadence.optional(),
+};
+
+/** A subscription's settings as a whole, as created or as a PATCH leaves them. */
+const SettingsObject = z.object(SUBSCRIPTION_FIELDS);
+type SubscriptionSettings = z.output<typeof SettingsObject>;
+
+/** The rules between fields, the same for a create and for what a PATCH leaves. */
+function settingsRules(body: SubscriptionSettings, ctx: z.RefinementCtx): void {
+  // `timeframes` and `assets` filter the market events; a subscription with none of them (a
+  // digest, whose market set is its exchange, timeframe and top_n; a disabled notice) would
+  // ignore them.
+  if (!body.events.some((event) => FILTERED_EVENTS.includes(event))) {
+    for (const field of ['timeframes', 'assets'] as const) {
+      if (body[field] !== undefined) {
+        ctx.addIssue({ code: 'custom', path: [field], message: `${field} ${FILTERS_APPLY}` });
+      }
+    }
+  }
+  // A risk_shift's news is the forecast, not a verdict's confidence: alone it would ignore it.
+  if (body.min_confidence !== undefined && !body.events.some((e) => CONFIDENCE_EVENTS.includes(e))) {
+    ctx.addIssue({
+      code: 'custom',
+      path: ['min_confidence'],
+      message: 'min_confidence applies only to trade_call, regime_shift and scan_digest',
+    });
+  }
+  const digest = body.events.includes('scan_digest');
+  for (const field of ['timeframe', 'exchange', 'top_n', 'cadence'] as const) {
+    if (digest && body[field] === undefined) {
+      ctx.addIssue({ code: 'custom', path: [field], message: `${field} is required for scan_digest` });
+    }
+    if (!digest && body[field] !== undefined) {
+      ctx.addIssue({ code: 'custom', path: [field], message: `${field} applies only to scan_digest` });
+    }
+  }
+}
+
 export const CreateWebhookRequest = z
   .strictObject({
-    url: z.string().max(2048),
-    events: z.array(WebhookEventType).min(1).refine(unique, 'events must not repeat'),
-    timeframes: z.array(Timeframe).min(1).refine(unique, 'timeframes must not repeat').optional(),
-    // Compared as parsed: symbols upper-cased, `top:N` lower-cased, so `btc` repeats `BTC`.
-    assets: z.array(AssetFilter).min(1).max(100).refine(unique, 'assets must not repeat').optional(),
-    min_confidence: z.number().int().min(0).max(100).optional(),
-    timeframe: Timeframe.optional(),
-    exchange: Exchange.optional(),
-    top_n: z.number().int().min(1).max(100).optional(),
-    cadence: Cadence.optional(),
+    ...SUBSCRIPTION_FIELDS,
     /** The payload version to receive, pinned for the subscription's life; the current one by default. */
     event_version: z.number().int().positive().optional(),
   })
-  .superRefine((body, ctx) => {
-    // `timeframes` and `assets` filter the market events; a subscription with none of them (a
-    // digest, whose market set is its exchange, timeframe and top_n; a disabled notice) would
-    // ignore them.
-    if (!body.events.some((event) => FILTERED_EVENTS.includes(event))) {
-      for (const field of ['timeframes', 'assets'] as const) {
-        if (body[field] !== undefined) {
-          ctx.addIssue({ code: 'custom', path: [field], message: `${field} ${FILTERS_APPLY}` });
-        }
-      }
-    }
-    // A risk_shift's news is the forecast, not a verdict's confidence: alone it would ignore it.
-    if (body.min_confidence !== undefined && !body.events.some((e) => CONFIDENCE_EVENTS.includes(e))) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['min_confidence'],
-        message: 'min_confidence applies only to trade_call, regime_shift and scan_digest',
-      });
-    }
-    const digest = body.events.includes('scan_digest');
-    for (const field of ['timeframe', 'exchange', 'top_n', 'cadence'] as const) {
-      if (digest && body[field] === undefined) {
-        ctx.addIssue({ code: 'custom', path: [field], message: `${field} is required for scan_digest` });
-      }
-      if (!digest && body[field] !== undefined) {
-        ctx.addIssue({ code: 'custom', path: [field], message: `${field} applies only to scan_digest` });
-      }
-    }
-  });
+  .superRefine(settingsRules);
 export type CreateWebhookRequest = z.infer<typeof CreateWebhookRequest>;
+
+/** The settings a PATCH leaves, checked by the create's rules (the whole, not the patch). */
+export const WebhookSettingsCheck = z.strictObject(SUBSCRIPTION_FIELDS).superRefine(settingsRules);
+
+const removable = <T extends z.ZodType>(field: z.ZodOptional<T>) =>
+  field.unwrap().nullable().optional().describe('null removes the filter');
+
+/**
+ * `PATCH /api/webhooks/:id`: the fields to change, each as the create takes it; a filter given
+ * `null` is removed. The rest stays. The secret has its own route (rotate-secret) and
+ * `event_version` stays as created: a retry of a delivery sends the bytes of its first attempt,
+ * made for the version pinned then.
+ */
+export const UpdateWebhookRequest = z
+  .strictObject({
+    url: SUBSCRIPTION_FIELDS.url.optional(),
+    events: SUBSCRIPTION_FIELDS.events.optional(),
+    timeframes: removable(SUBSCRIPTION_FIELDS.timeframes),
+    assets: removable(SUBSCRIPTION_FIELDS.assets),
+    min_confidence: removable(SUBSCRIPTION_FIELDS.min_confidence),
+    timeframe: removable(SUBSCRIPTION_FIELDS.timeframe),
+    exchange: removable(SUBSCRIPTION_FIELDS.exchange),
+    top_n: removable(SUBSCRIPTION_FIELDS.top_n),
+    cadence: removable(SUBSCRIPTION_FIELDS.cadence),
+  })
+  .refine((body) => Object.keys(body).length > 0, {
+    message:
+      'give at least one field to change: url, events, timeframes, assets, min_confidence, timeframe, exchange, top_n or cadence',
+  });
+export type UpdateWebhookRequest = z.infer<typeof UpdateWebhookRequest>;
+
+/** `POST /api/webhooks/:id/disable` takes no field: one given is refused (INVALID_FIELD), never ignored. */
+export const DisableWebhookRequest = z.strictObject({});
 
 /**
  * A payload's `candle_close_time`: Unix seconds (the tools' `timestamp` unit), where the history

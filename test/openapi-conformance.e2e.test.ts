@@ -633,6 +633,10 @@ describe('the OpenAPI document describes every real answer', () => {
       ['GET', '/api/webhooks/{id}/deliveries', '/deliveries?limit=0', 400],
       ['POST', '/api/webhooks/{id}/rotate-secret', '/rotate-secret', 200, { overlap_seconds: 60 }],
       ['POST', '/api/webhooks/{id}/rotate-secret', '/rotate-secret', 400, { overlap_seconds: -1 }],
+      ['PATCH', '/api/webhooks/{id}', '', 200, { assets: ['ETH'] }],
+      ['PATCH', '/api/webhooks/{id}', '', 400, {}],
+      ['POST', '/api/webhooks/{id}/disable', '/disable', 200],
+      ['POST', '/api/webhooks/{id}/disable', '/disable', 400, { reason: 'x' }],
       ['POST', '/api/webhooks/{id}/enable', '/enable', 200],
       ['POST', '/api/webhooks/{id}/deliveries/{deliveryId}/resend', '/deliveries/nope/resend', 404],
       // Nothing listens on the subscribed port: the attempt is reported, not refused.
@@ -640,6 +644,8 @@ describe('the OpenAPI document describes every real answer', () => {
       ['DELETE', '/api/webhooks/{id}', '', 200],
       ['DELETE', '/api/webhooks/{id}', '', 404],
       ['POST', '/api/webhooks/{id}/test', '/test', 404],
+      ['PATCH', '/api/webhooks/{id}', '', 404, { min_confidence: 60 }],
+      ['POST', '/api/webhooks/{id}/disable', '/disable', 404],
     ];
     for (const [method, template, suffix, status, body] of table) {
       await conform({

@@ -119,6 +119,7 @@ describe('OpenAPI document', () => {
     expect(optional).toEqual(
       [
         'POST /api/webhooks/{id}/deliveries/{deliveryId}/resend',
+        'POST /api/webhooks/{id}/disable',
         'POST /api/webhooks/{id}/enable',
         'POST /api/webhooks/{id}/rotate-secret',
         'POST /api/webhooks/{id}/test',

@@ -12,6 +12,7 @@ import {
   CreatedWebhook,
   CreateWebhookRequest,
   DeliveryView,
+  DisableWebhookRequest,
   ReEnableWebhookRequest,
   ResendDeliveryRequest,
   RotatedSecret,
@@ -19,6 +20,8 @@ import {
   SendResultView,
   TestWebhookRequest,
   topN,
+  UpdateWebhookRequest,
+  WebhookSettingsCheck,
   WebhookView,
 } from '../../contracts/webhooks.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
@@ -41,8 +44,10 @@ import type { WebhookSettings } from './settings.ts';
 import {
   createSubscription,
   deleteSubscription,
+  pauseSubscription,
   reEnableSubscription,
   rotateSecret,
+  updateSubscription,
 } from './subscription-commands.ts';
 import {
   findSubscription,
@@ -274,6 +279,40 @@ const DOCS = {
       404: fail('NOT_FOUND'),
     },
   }),
+  update: keyed({
+    summary:
+      'Change what a subscription takes or where it sends; its id, secret, seq numbering and deliveries stay',
+    description:
+      "Any create field but event_version (pinned at creation; the secret has rotate-secret): a field given replaces the one held, a filter given null is removed, the rest stays. What the subscription then holds passes the create's checks whole (a url HTTPS and public, a scan_digest's timeframe, exchange, top_n and cadence, filters only for the events they filter). The dispatcher matches the events it meets after the change with the new filters; deliveries not yet sent, retries and resends go to the new url. A change to nothing records nothing and answers the subscription.",
+    params: Id,
+    body: optionalBody(UpdateWebhookRequest),
+    responses: {
+      200: { description: 'The subscription as changed', schema: WebhookView },
+      400: fail(
+        'INVALID_FIELD (names the field; an empty body or one naming no field names `body`; an unknown field, event_version included, names it), INVALID_URL (refused by the SSRF guard)',
+      ),
+      404: fail(
+        'NOT_FOUND: no such subscription for this key; unknown_coin: a coin in `assets` that no venue lists',
+      ),
+      422: fail(
+        'unsupported_exchange, unsupported_timeframe: a scan_digest venue or timeframe scan_trade_calls refuses (same words)',
+      ),
+      409: fail('CONFLICT: another change to the key’s subscriptions won the race (retryable)'),
+    },
+  }),
+  disable: keyed({
+    summary: 'Pause a subscription (receiver maintenance); POST /api/webhooks/{id}/enable resumes it',
+    description:
+      'Records the disable the dispatcher records for a failing endpoint, with disabled_reason disabled_by_subscriber: nothing is matched for the subscription while it is paused, and an attempt whose turn comes during the pause is held, not sent (error "subscription disabled"); a retry due then stops and counts as failed. The key\'s other subscriptions that take subscription_disabled are told. Events recorded during the pause are not delivered unless the enable asks for them: POST /enable with {"recover_since": disabled_at} sends them (and the held ones); a plain enable sends only what was held. A subscription already disabled (by its subscriber or by the dispatcher) is answered as it is, and nothing is recorded.',
+    params: Id,
+    body: optionalBody(DisableWebhookRequest),
+    responses: {
+      200: { description: 'The subscription, disabled', schema: WebhookView },
+      400: fail('INVALID_FIELD: the route takes no body field'),
+      404: fail('NOT_FOUND'),
+      409: fail('CONFLICT: another change to the key’s subscriptions won the race (retryable)'),
+    },
+  }),
   resend: keyed({
     summary: 'Send one delivery again now',
     params: z.object({ id: z.string(), deliveryId: z.string() }),
@@ -293,6 +332,8 @@ function webhookActions(deps: WebhookRoutesDeps) {
     owned: (keyId: string, id: string) => owned(deps, keyId, id),
     settled: (position: number) => settled(deps, position),
     create: (keyId: string, request: CreateWebhookRequest) => create(deps, keyId, request),
+    update: (keyId: string, id: string, patch: UpdateWebhookRequest) => update(deps, keyId, id, patch),
+    pause: (keyId: string, id: string) => pause(deps, keyId, id),
     sendSample: (sub: SubscriptionRecord) => sendSample(deps, sub),
     deliveriesAfter: (sub: SubscriptionRecord, afterSeq: number, limit: number) =>
       deliveriesAfter(deps, sub, afterSeq, limit),
@@ -351,6 +392,74 @@ async function create(deps: WebhookRoutesDeps, keyId: string, request: CreateWeb
   });
   await settled(deps, created.position);
   return { ...toView(owned(deps, keyId, created.subscriptionId)), secret: created.secret };
+}
+
+/** The settings a subscription holds, in the create's words (the fields a PATCH replaces). */
+const SETTINGS = [
+  'url',
+  'events',
+  'timeframes',
+  'assets',
+  'min_confidence',
+  'timeframe',
+  'exchange',
+  'top_n',
+  'cadence',
+] as const satisfies readonly (keyof UpdateWebhookRequest & keyof WebhookView)[];
+
+async function update(deps: WebhookRoutesDeps, keyId: string, id: string, patch: UpdateWebhookRequest) {
+  const sub = owned(deps, keyId, id);
+  const view = toView(sub);
+  const merged: Record<string, unknown> = {};
+  for (const field of SETTINGS) {
+    const value = Object.hasOwn(patch, field) ? patch[field] : view[field];
+    if (value !== undefined && value !== null) merged[field] = value;
+  }
+  // The create's rules over what the subscription would hold (a ZodError names the field: 400).
+  const next = WebhookSettingsCheck.parse(merged);
+  // What the patch brings is checked as a create checks it; what it keeps was checked then.
+  let url = sub.url;
+  if (patch.url !== undefined) {
+    const check = await checkWebhookUrl(patch.url, deps.settings.urlPolicy);
+    if (!check.ok) throw new ServiceError('INVALID_URL', { detail: check.reason }, 'url');
+    url = check.url.toString();
+  }
+  for (const asset of new Set(patch.assets ?? [])) {
+    if (topN(asset) === null) await deps.coins?.check(asset, undefined, 'assets');
+  }
+  const digestTouched = ['events', 'exchange', 'timeframe'].some((f) => Object.hasOwn(patch, f));
+  if (digestTouched && next.events.includes('scan_digest')) {
+    await deps.digests?.check(next.exchange!, next.timeframe!);
+  }
+  const position = await updateSubscription(deps.store, keyId, {
+    subscriptionId: id,
+    url,
+    events: next.events,
+    ...(next.timeframes ? { timeframes: next.timeframes } : {}),
+    ...(next.assets ? { assets: next.assets } : {}),
+    ...(next.min_confidence !== undefined ? { minConfidence: next.min_confidence } : {}),
+    ...(next.timeframe ? { timeframe: next.timeframe } : {}),
+    ...(next.exchange ? { exchange: next.exchange } : {}),
+    ...(next.top_n !== undefined ? { topN: next.top_n } : {}),
+    ...(next.cadence ? { cadence: next.cadence } : {}),
+  });
+  // Nothing written: the answer is the subscription as the log has it, whoever wrote last.
+  await settled(deps, position ?? (await deps.store.headPosition()));
+  return toView(owned(deps, keyId, id));
+}
+
+async function pause(deps: WebhookRoutesDeps, keyId: string, id: string) {
+  const sub = owned(deps, keyId, id);
+  const position = await pauseSubscription(deps.store, {
+    keyId,
+    subscriptionId: id,
+    // What a disable records beside its reason (the notice's consecutive_failures), as a disable
+    // for a 410 Gone records it: the failed deliveries in a row so far.
+    consecutiveFailures: sub.failedDeliveries,
+  });
+  // Already disabled (by either): nothing written, the subscription answered as the log has it.
+  await settled(deps, position ?? (await deps.store.headPosition()));
+  return toView(owned(deps, keyId, id));
 }
 
 async function sendSample(deps: WebhookRoutesDeps, sub: SubscriptionRecord) {
@@ -442,7 +551,8 @@ function keyOf(request: FastifyRequest): string {
 }
 
 /**
- * /api/webhooks: create, list, delete, test, delivery log, re-enable (with recovery) and resend.
+ * /api/webhooks: create, list, change (PATCH), delete, test, delivery log, pause (disable),
+ * re-enable (with recovery) and resend.
  * Every route needs a live key (the caller hook, before the body is validated); another key's subscription answers
  * 404 exactly like a missing one. Refusals are thrown as catalog errors and answered by the app's
  * error handler; a command that loses a race past its retries answers 409 CONFLICT. Every answer of the
@@ -450,7 +560,7 @@ function keyOf(request: FastifyRequest): string {
  */
 export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
   const { store, runner, settings } = deps;
-  const { owned, settled, create, sendSample, deliveriesAfter, latestDeliveries, resend } =
+  const { owned, settled, create, update, pause, sendSample, deliveriesAfter, latestDeliveries, resend } =
     webhookActions(deps);
   const testSends = new TestSendBudget();
   const testsInFlight = new TestSendsInFlight();
@@ -487,6 +597,16 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
       await settled(await deleteSubscription(store, apiKeyId, params.id));
       return served(request, { id: params.id, deleted: true as const });
     });
+    app.patch(
+      '/api/webhooks/:id',
+      { ...DOCS.update, preValidation: [authenticated, noBodyOrObject] },
+      async (request) => served(request, update(keyOf(request), request.params.id, request.body)),
+    );
+    app.post(
+      '/api/webhooks/:id/disable',
+      { ...DOCS.disable, preValidation: [authenticated, noBodyOrObject] },
+      async (request) => served(request, pause(keyOf(request), request.params.id)),
+    );
     app.post(
       '/api/webhooks/:id/test',
       { ...DOCS.test, preValidation: [authenticated, noBodyOrObject] },

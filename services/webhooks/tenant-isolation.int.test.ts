@@ -108,3 +108,49 @@ describe('another key on the same origin', () => {
     });
   });
 });
+
+describe("another key's subscription id", () => {
+  let stack: WebhookStack;
+  let receiver: Receiver;
+
+  beforeAll(async () => {
+    ({ stack, receiver } = await stackBesideReceiver({ env: {} }));
+  });
+  afterAll(() => closeBoth(stack, receiver));
+
+  it('is answered as an unknown id by PATCH and disable, and nothing of it changes', async () => {
+    const owner = await stack.issue('tenant-owner');
+    const stranger = await stack.issue('tenant-stranger');
+    const created = await stack.request('POST', '/api/webhooks', owner, {
+      url: `${new URL(receiver.url).origin}/owner/hook`,
+      events: ['trade_call'],
+      assets: ['OWNA'],
+    });
+    expect(created.status).toBe(201);
+    const id: string = created.body.id;
+    const unknown = 'wh_AAAAAAAAAAAAAAAA';
+    const asked: [string, string, unknown][] = [
+      ['PATCH', '', { min_confidence: 90 }],
+      ['PATCH', '', { url: `${new URL(receiver.url).origin}/stranger/hook` }],
+      ['POST', '/disable', undefined],
+      ['POST', '/disable', {}],
+    ];
+    for (const [method, tail, body] of asked) {
+      const theirs = await stack.request(method, `/api/webhooks/${id}${tail}`, stranger, body);
+      const none = await stack.request(method, `/api/webhooks/${unknown}${tail}`, stranger, body);
+      expect(none.status).toBe(404);
+      // The same answer, the id it names aside: another key's subscription is not said to exist.
+      const { _service: _a, ...theirsBody } = theirs.body;
+      const { _service: _b, ...noneBody } = none.body;
+      expect([theirs.status, JSON.stringify(theirsBody).replaceAll(id, '<id>')]).toEqual([
+        none.status,
+        JSON.stringify(noneBody).replaceAll(unknown, '<id>'),
+      ]);
+    }
+    const [mine] = (await stack.request('GET', '/api/webhooks', owner)).body.webhooks;
+    expect(mine).toMatchObject({ id, status: 'active', url: created.body.url, assets: ['OWNA'] });
+    expect(mine.min_confidence).toBeUndefined();
+    const written = (await stack.store.readAll({ after: 0, maxCount: 10_000 })).map((e) => e.type);
+    expect(written.filter((t) => t === 'SubscriptionUpdated' || t === 'SubscriptionDisabled')).toEqual([]);
+  });
+});

@@ -19,6 +19,7 @@ import { nanos } from '@nats-io/nats-core';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { type Logger, pino } from 'pino';
 import { maskUrlCredentials } from '../../contracts/mask-url.ts';
+import { DependencyRefusedError } from '../dependency-refused.ts';
 import { ConsumeLoop } from './consume-loop.ts';
 import {
   type Bus,
@@ -109,7 +110,9 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<NatsBus> 
       : hasName(err, 'AuthorizationError')
         ? ': the server refused the login; put its user and password in NATS_URL (nats://user:password@host:4222)'
         : '';
-    throw new Error(`${where} (NATS_URL) cannot be used: ${describe(err)}${hint}`, { cause: err });
+    throw new DependencyRefusedError(`${where} (NATS_URL) cannot be used: ${describe(err)}${hint}`, {
+      cause: err,
+    });
   }
 }
 

@@ -5,6 +5,7 @@ import type { AppendResult, NewEvent, RecordedEvent } from '../../contracts/enve
 import { newEventId } from '../../contracts/event-id.ts';
 import { EVENT_TYPES, isEventType } from '../../contracts/events.ts';
 import { maskUrlCredentials } from '../../contracts/mask-url.ts';
+import { DependencyRefusedError } from '../dependency-refused.ts';
 import { AppendSignal, catchUpSubscription } from './catch-up.ts';
 import { GroupWriter, type PendingAppend } from './group-writer.ts';
 import {
@@ -152,9 +153,11 @@ async function firstConnection(pool: pg.Pool, url: string): Promise<void> {
     const where = `PostgreSQL at ${maskUrlCredentials(url)} (POSTGRES_URL)`;
     const fix = code === undefined ? undefined : LOGIN_REFUSALS[code];
     if (fix !== undefined)
-      throw new Error(`${where} refused the login: ${message}. To fix it, ${fix}`, { cause: err });
+      throw new DependencyRefusedError(`${where} refused the login: ${message}. To fix it, ${fix}`, {
+        cause: err,
+      });
     if (isConnectionError(err))
-      throw new Error(
+      throw new DependencyRefusedError(
         `${where} is unreachable: ${message}. Start the server, or correct POSTGRES_URL's host and port; ` +
           'start this process again once it answers, or let its supervisor restart it (deploy/README.md, PostgreSQL as the shared log)',
         { cause: err },

@@ -1,6 +1,7 @@
 import { pino } from 'pino';
 import { CACHE_LOG_COMPONENT, CacheUnavailableError } from '../../adapters/cache/port.ts';
-import { EventStoreUnavailableError } from '../../adapters/event-store/port.ts';
+import { DependencyRefusedError } from '../../adapters/dependency-refused.ts';
+import { EventStoreUnavailableError, NewerLogError } from '../../adapters/event-store/port.ts';
 import { exitFlushed } from './exit-flushed.ts';
 
 /**
@@ -31,7 +32,8 @@ const PATH_REFUSALS: Record<string, [meaning: string, remedy: string]> = {
  * The one line an operator command line prints for a failure it expects, or null for anything
  * else: a bug, which the command line prints with its stack so that it stays visible. Expected
  * are a CommandFailedError, a cache or event store that does not answer (Redis, PostgreSQL,
- * KurrentDB down: run the command again once it does), and a path the process may not use
+ * KurrentDB down: run the command again once it does), a server refused at first contact, a log
+ * written by a newer version, and a path the process may not use
  * (DATA_DIR, DEST, --out without permission, on a read-only or full disk).
  */
 export function expectedFailure(err: unknown): string | null {
@@ -40,6 +42,9 @@ export function expectedFailure(err: unknown): string | null {
     return `${err.message}: start Redis or correct REDIS_URL, then run the command again`;
   if (err instanceof EventStoreUnavailableError)
     return `${err.message}: run the command again once the event store answers`;
+  // Their messages already say what to do (correct a setting, start the server; run the newer
+  // version, or restore a backup).
+  if (err instanceof DependencyRefusedError || err instanceof NewerLogError) return err.message;
   const { code, path } = err as { code?: unknown; path?: unknown };
   if (typeof code === 'string' && typeof path === 'string' && code in PATH_REFUSALS) {
     const [meaning, remedy] = PATH_REFUSALS[code]!;
@@ -79,15 +84,15 @@ export const commandLineLogger = () =>
   );
 
 /**
- * What `open` opens (a command line's stores), or the end of the process, exit 1, with one line on
- * stderr: the expected failure's (a server down, a DATA_DIR this user may not write), else the
- * error's message (a log written by a newer version).
+ * What `open` opens (a command line's stores), or the end of the process, exit 1, with what
+ * failureText prints on stderr: the expected failure's one line (a server down, a DATA_DIR this
+ * user may not write, a log written by a newer version), else the error with its stack (a bug).
  */
 export async function openedOrExit<T>(open: () => Promise<T>): Promise<T> {
   try {
     return await open();
   } catch (err) {
-    process.stderr.write(`${expectedFailure(err) ?? (err as Error).message}\n`);
+    process.stderr.write(`${failureText(err)}\n`);
     return exitFlushed(1);
   }
 }

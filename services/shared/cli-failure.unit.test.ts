@@ -1,5 +1,9 @@
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { CacheUnavailableError } from '../../adapters/cache/port.ts';
+import { NewerLogError } from '../../adapters/event-store/port.ts';
 import { USAGE } from '../history/cli-commands.ts';
 import { CommandFailedError, expectedFailure, failureText } from './cli-failure.ts';
 
@@ -38,6 +42,33 @@ describe('what an operator command line prints for a failure', () => {
     expect(failureText(bug)).toBe(bug.stack);
     expect(failureText(bug)).toContain('\n    at ');
   });
+
+  it('a log written by a newer version is its one line', () => {
+    const newer = new NewerLogError('type code 99', 'codes 1–60');
+    expect(expectedFailure(newer)).toBe(newer.message);
+    expect(failureText(newer)).not.toContain('\n    at ');
+  });
+
+  it('a store that fails to open: a bug is printed with its stack, exit 1', async () => {
+    // A command line's process: openedOrExit ends it, so it runs as a child of its own.
+    const script = `import { openedOrExit } from ${JSON.stringify(fileURLToPath(new URL('./cli-failure.ts', import.meta.url)))};
+await openedOrExit(async () => { throw new TypeError("Cannot read properties of undefined (reading 'plan')"); });`;
+    const run = promisify(execFile)(process.execPath, [
+      '--import',
+      'tsx',
+      '--input-type=module',
+      '-e',
+      script,
+    ]);
+    const failed = await run.then(
+      () => null,
+      (err: { code: number; stderr: string }) => err,
+    );
+    expect(failed?.code).toBe(1);
+    expect(failed?.stderr).toMatch(
+      /^TypeError: Cannot read properties of undefined \(reading 'plan'\)\n {4}at /,
+    );
+  }, 60_000);
 
   it("history's usage text names its exit codes", () => {
     expect(USAGE).toContain(

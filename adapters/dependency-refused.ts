@@ -1,0 +1,9 @@
+/**
+ * A server the process depends on (PostgreSQL, NATS) could not be used when it was first reached:
+ * out of reach, a login it refused, a host name that does not resolve. The message names the
+ * server, its address (credentials masked) and the setting to correct; a service's start and an
+ * operator command line print it as it is, with no stack, since nothing in the code is at fault.
+ */
+export class DependencyRefusedError extends Error {
+  override readonly name = 'DependencyRefusedError';
+}

@@ -402,7 +402,8 @@ export const RpcErrorBody = z.object({
   error: z.object({
     code: z.number().int(),
     message: z.string(),
-    data: z.object({ code: z.string() }).optional(),
+    /** `code`: the catalog's; `_service`: the caller's auth and quota, where the caller was resolved. */
+    data: z.looseObject({ code: z.string().optional(), _service: z.unknown().optional() }).optional(),
   }),
   id: z.union([z.string(), z.number(), z.null()]),
 });

@@ -303,7 +303,12 @@ describe.runIf(run)(
           { 'mcp-session-id': randomUUID() },
         );
         expect(unknown.status).toBe(404);
-        expect((await json(unknown)).error).toEqual({ code: -32001, message: 'Session not found' });
+        // Anonymous: its _service says so, with the free figures (every refusal after the caller is known).
+        expect((await json(unknown)).error).toEqual({
+          code: -32001,
+          message: 'Session not found',
+          data: { _service: expect.objectContaining({ auth: expect.objectContaining({ tier: 'free' }) }) },
+        });
         // A POST without a session is answered statelessly (test/mcp-generations.e2e.test.ts); a GET is not.
         const missing = await fetch(`${server.url}/mcp`, { headers: { accept: 'text/event-stream' } });
         expect(missing.status).toBe(400);
@@ -328,7 +333,7 @@ describe.runIf(run)(
         for (const key of [other.key, `sk_live_${'Z'.repeat(43)}`, null]) {
           const res = await post(list, { ...session, ...as(key) });
           expect(res.status).toBe(404);
-          expect((await json(res)).error).toEqual({ code: -32001, message: 'Session not found' });
+          expect((await json(res)).error).toMatchObject({ code: -32001, message: 'Session not found' });
           const closing = await fetch(`${server.url}/mcp`, {
             method: 'DELETE',
             headers: { ...session, ...as(key) },

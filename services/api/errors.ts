@@ -12,7 +12,7 @@ import {
   ServiceError,
 } from '../../contracts/errors.ts';
 import { type IssueLike, issueText, isZodWording } from '../../contracts/issue-text.ts';
-import { withAnswerService } from '../metering/caller.ts';
+import { answerService, withAnswerService } from '../metering/caller.ts';
 
 /**
  * One mapping from whatever a route threw to a catalog error: catalog errors as they are, zod
@@ -269,6 +269,21 @@ export function rpcErrorBody(error: ServiceError): RpcErrorBody {
     error: { code: spec.rpc ?? -32600, message: error.message, data: { code: error.code } },
     id: null,
   };
+}
+
+/**
+ * A catalog error in the JSON-RPC shape of /mcp with the caller's `_service` in `error.data`, as
+ * /api's errors carry it beside theirs, where the caller hook ran (answerService); as it is for a
+ * request refused before (no caller: nothing to report).
+ */
+export async function rpcErrorBodyWithService(
+  error: ServiceError,
+  request: FastifyRequest,
+): Promise<RpcErrorBody> {
+  const body = rpcErrorBody(error);
+  const service = answerService(request);
+  if (service !== null) body.error.data = { ...body.error.data, _service: await service };
+  return body;
 }
 
 /** Writes a catalog error in a channel's shape; it may read the request (the caller's `_service`). */

@@ -15,6 +15,11 @@ import { PROTOCOL_VERSIONS } from './versions.ts';
  * the documented shape.
  */
 const HEADERS = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
+/** A refusal's error.data once the caller is known: the caller's `_service` (this suite's pro key) beside `data`. */
+const withService = (data: Record<string, unknown> = {}) => ({
+  ...data,
+  _service: { auth: expect.objectContaining({ outcome: 'OK', tier: 'pro' }), quota: expect.any(Object) },
+});
 type Server = Awaited<ReturnType<typeof startKeyedServer>>;
 
 interface Answer {
@@ -146,7 +151,7 @@ describe('MCP conformance of POST /mcp', () => {
             expect(answer.status, answer.text).toBe(400);
             expect(answer.body).toEqual({
               jsonrpc: '2.0',
-              error: { code: -32600, message: expect.stringContaining(words) },
+              error: { code: -32600, message: expect.stringContaining(words), data: withService() },
               id: 'r',
             });
           }
@@ -191,7 +196,11 @@ describe('MCP conformance of POST /mcp', () => {
         expect(answer.status).toBe(400);
         expect(answer.body).toEqual({
           jsonrpc: '2.0',
-          error: { code: -32700, message: 'Parse error: the body is empty; send a JSON-RPC message' },
+          error: {
+            code: -32700,
+            message: 'Parse error: the body is empty; send a JSON-RPC message',
+            data: withService(),
+          },
           id: null,
         });
       }
@@ -289,6 +298,7 @@ describe('MCP conformance of POST /mcp', () => {
         error: {
           code: -32000,
           message: `Bad Request: Unsupported protocol version: 1999-01-01 (supported versions: ${PROTOCOL_VERSIONS.join(', ')})`,
+          data: withService(),
         },
         id: 'u',
       });
@@ -351,7 +361,7 @@ describe('MCP conformance of POST /mcp', () => {
     expect(lost.status).toBe(404);
     expect(lost.body).toEqual({
       jsonrpc: '2.0',
-      error: { code: -32001, message: 'Session not found' },
+      error: { code: -32001, message: 'Session not found', data: withService() },
       id: 's',
     });
     const batch = await post([
@@ -377,7 +387,7 @@ describe('MCP conformance of POST /mcp', () => {
         error: {
           code: -32600,
           message: expect.stringContaining(words),
-          data: { code: 'UNSUPPORTED_MEDIA_TYPE' },
+          data: withService({ code: 'UNSUPPORTED_MEDIA_TYPE' }),
         },
         id: null,
       });

@@ -209,6 +209,7 @@ describe('malformed MCP params', () => {
         error: {
           code: -32602,
           message: 'Invalid params: initialize needs params.protocolVersion (a string)',
+          data: { _service: expect.objectContaining({ auth: expect.objectContaining({ outcome: 'OK' }) }) },
         },
         id: 'm-1',
       });
@@ -220,6 +221,7 @@ describe('malformed MCP params', () => {
       expect(partial.body.error).toEqual({
         code: -32602,
         message: 'Invalid params: initialize needs params.clientInfo.version (a string)',
+        data: { _service: expect.objectContaining({ quota: expect.any(Object) }) },
       });
     });
   }

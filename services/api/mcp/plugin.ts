@@ -4,10 +4,10 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import { isInitializeRequest, LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { ERRORS, type ErrorCode, errorMessage, ServiceError } from '../../../contracts/errors.ts';
-import { type Caller, decorateCaller } from '../../metering/caller.ts';
+import { answerService, type Caller, decorateCaller } from '../../metering/caller.ts';
 import { onResponseClosed } from '../../shared/response-closed.ts';
 import { answeredBy } from '../answer-at-turn-end.ts';
-import { errorHandler, rpcErrorBody } from '../errors.ts';
+import { errorHandler, rpcErrorBodyWithService } from '../errors.ts';
 import { codesText, documented, RESPONSE_HEADERS, type ResponseDoc, undocumented } from '../openapi.ts';
 import { envelopeRefusal } from './envelope.ts';
 import { handOver } from './hand-over.ts';
@@ -74,7 +74,14 @@ const rpcError = (description: string): ResponseDoc => ({
           message: { type: 'string' },
           data: {
             type: 'object',
-            properties: { code: { type: 'string', description: 'The code of the error catalog' } },
+            properties: {
+              code: { type: 'string', description: 'The code of the error catalog' },
+              _service: {
+                type: 'object',
+                description:
+                  "The caller's auth and live quota, as on every answer, once the caller is known (not on a refused Host or Origin, nor on the sign-in path's 401)",
+              },
+            },
           },
         },
       },
@@ -262,6 +269,25 @@ function jsonRpcError(
 }
 
 /**
+ * A refusal of the route once its caller is known: as jsonRpcError, with the caller's `_service`
+ * (auth and live quota) in `error.data` beside `extra`, as every /api refusal, the rate limit's
+ * and the tool channel's JSON-RPC errors carry it (contract 2.2, 8: the live count in any answer).
+ */
+async function callerRpcError(
+  reply: FastifyReply,
+  status: number,
+  code: number,
+  message: string,
+  id: string | number | null = bodyId(reply.request.body),
+  extra: Record<string, unknown> = {},
+): Promise<FastifyReply> {
+  const service = answerService(reply.request);
+  const data = service === null ? extra : { ...extra, _service: await service };
+  const error = Object.keys(data).length === 0 ? { code, message } : { code, message, data };
+  return reply.code(status).type('application/json').send({ jsonrpc: '2.0', error, id });
+}
+
+/**
  * What is wrong with the request's MCP-Protocol-Version header, in words; null when it is absent
  * or names a revision served here that agrees with the one its session negotiated (the header
  * cannot speak another revision than the session's: batches, say, are allowed by that one).
@@ -326,7 +352,7 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
     // The sign-in gate names the caller its token acts as (with the rate limit off too).
     decorateCaller(app);
     // Refusals before the transport sees the request (a body that is not JSON, or too deep) in JSON-RPC's shape.
-    app.setErrorHandler(errorHandler(rpcErrorBody));
+    app.setErrorHandler(errorHandler(rpcErrorBodyWithService));
     // Only JSON is read here: without Fastify's other built-in parser a text/plain body is the
     // catalog's UNSUPPORTED_MEDIA_TYPE (415, -32600), as every other media type is, never handed
     // to the SDK transport (whose own 415 says -32000).
@@ -422,7 +448,7 @@ function mcpHandler(deps: HandlerDeps): Handler {
     const method = request.method;
     if (method !== 'GET' && method !== 'POST' && method !== 'DELETE') {
       reply.header('allow', MCP_METHODS);
-      return jsonRpcError(reply, 405, -32000, 'Method not allowed.');
+      return callerRpcError(reply, 405, -32000, 'Method not allowed.');
     }
     const header = request.headers['mcp-session-id'];
     const sessionId = Array.isArray(header) ? header[0] : header;
@@ -432,15 +458,15 @@ function mcpHandler(deps: HandlerDeps): Handler {
         owner: sessionOwner(request),
         credential: () => credentialOf(request),
       });
-      if (transport === undefined) return jsonRpcError(reply, 404, -32001, 'Session not found');
+      if (transport === undefined) return callerRpcError(reply, 404, -32001, 'Session not found');
     }
     // The revision the request speaks and the answers it takes, read as HTTP defines them, before
     // any transport (whose checks compared substrings and trusted the header over the session).
     const versionFault = protocolVersionFault(request, sessionId);
-    if (versionFault !== null) return jsonRpcError(reply, 400, -32000, versionFault);
+    if (versionFault !== null) return callerRpcError(reply, 400, -32000, versionFault);
     const accept = request.headers.accept;
     if (!acceptsAnswer(accept, method)) {
-      return jsonRpcError(
+      return callerRpcError(
         reply,
         406,
         -32000,
@@ -462,15 +488,8 @@ function mcpHandler(deps: HandlerDeps): Handler {
           paramsRefusal(request.body))
         : null;
     if (refusal !== null) {
-      const data = 'data' in refusal ? { data: refusal.data } : {};
-      return reply
-        .code(refusal.status)
-        .type('application/json')
-        .send({
-          jsonrpc: '2.0',
-          error: { code: refusal.code, message: refusal.message, ...data },
-          id: refusal.id,
-        });
+      const data = 'data' in refusal ? (refusal.data as Record<string, unknown>) : {};
+      return callerRpcError(reply, refusal.status, refusal.code, refusal.message, refusal.id, data);
     }
     if (sessionId === undefined && method === 'POST' && isInitialize(request.body)) {
       const owner = sessionOwner(request);
@@ -495,7 +514,7 @@ function mcpHandler(deps: HandlerDeps): Handler {
       }
       return stateless.serve(request, reply, signedIn.get(request));
     } else if (transport === undefined) {
-      return jsonRpcError(reply, 400, -32000, 'Bad Request: Mcp-Session-Id header is required');
+      return callerRpcError(reply, 400, -32000, 'Bad Request: Mcp-Session-Id header is required');
     }
     if (sessionId !== undefined && method === 'POST') {
       // A client cancelling a call in flight here: the call is not counted if it has not been
@@ -589,18 +608,14 @@ function negotiatedVersion(body: unknown): string {
 }
 
 /** 409 for a request whose id (or one of whose ids) is already in flight on its session. */
-function inFlightConflict(reply: FastifyReply, id: string | number): FastifyReply {
-  return reply
-    .code(409)
-    .type('application/json')
-    .send({
-      jsonrpc: '2.0',
-      error: {
-        code: -32600,
-        message: `Invalid Request: a request with id ${JSON.stringify(id)} is already in flight on this session`,
-      },
-      id,
-    });
+function inFlightConflict(reply: FastifyReply, id: string | number): Promise<FastifyReply> {
+  return callerRpcError(
+    reply,
+    409,
+    -32600,
+    `Invalid Request: a request with id ${JSON.stringify(id)} is already in flight on this session`,
+    id,
+  );
 }
 
 /** The caller a new session counts against: its key when one applies, else its address. */

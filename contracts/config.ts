@@ -872,7 +872,17 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   const cleaned = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ''));
   const result = ConfigSchema.safeParse(cleaned);
   if (result.success) return withPortDefaults(result.data, cleaned);
-  const lines = result.error.issues.map((issue) => {
+  // One line per variable: a value that fails several checks (TRUST_PROXY's pattern and its
+  // address parse) is told by the first, so an operator reads one reason per setting.
+  const seen = new Set<string>();
+  const issues = result.error.issues.filter((issue) => {
+    const name = issue.path.join('.');
+    if (name === '') return true;
+    if (seen.has(name)) return false;
+    seen.add(name);
+    return true;
+  });
+  const lines = issues.map((issue) => {
     const name = issue.path.join('.') || '(config)';
     const value =
       typeof issue.path[0] === 'string' ? shown(issue.path[0], cleaned[issue.path[0]]) : undefined;

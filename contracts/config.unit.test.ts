@@ -92,6 +92,21 @@ describe('loadConfig', () => {
     expect(() => loadConfig(env)).toThrow(new RegExp(`^invalid configuration:\\n  ${variable}:`, 'm'));
   });
 
+  it('refuses a value that fails several checks of its variable in one line', () => {
+    // TRUST_PROXY=foo fails both its pattern and its address parse; the operator reads one reason.
+    let message = '';
+    try {
+      loadConfig({ TRUST_PROXY: 'foo', PORT: 'eighty' });
+    } catch (err) {
+      message = (err as Error).message;
+    }
+    expect(message.split('\n')).toEqual([
+      'invalid configuration:',
+      '  PORT: a whole number in decimal digits (got "eighty")',
+      '  TRUST_PROXY: empty, a hop count, or comma-separated proxy addresses/CIDRs (got "foo")',
+    ]);
+  });
+
   it('refuses an OAUTH_JWKS or OAUTH_COOKIE_KEYS the sign-in cannot use, in one line naming it, never echoing it', () => {
     const rsa = generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey.export({ format: 'jwk' });
     const ec = generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey.export({ format: 'jwk' });

@@ -128,6 +128,10 @@ const TRADING_AT_LARGE = new Set(
   ),
 );
 
+/** Conjunctions that open a condition, as terms: they shape a question, naming no topic. */
+const CONJUNCTIONS = new Set(contentTerms('before after until since while once'));
+const HOLD = termOf('hold')!;
+
 /** Sentences of a passage, as they appear in its text (so a quote is always a substring). */
 export function sentences(text: string): string[] {
   return text
@@ -1155,13 +1159,19 @@ function derived(a: AskedTerm, weight: (term: string) => number, unknown: number
 }
 
 /**
- * A question asking for a judgement or a forecast: what is best, worth it, or will go up. Not
- * "the best way to verify a signature" nor "best practice": those ask how, as "how do I" does.
+ * A question asking for a judgement: what is best, better or worth it. Not "the best way to verify
+ * a signature" nor "best practice": those ask how, as "how do I" does.
  */
-const JUDGEMENT =
-  /\b(?:better|worth|recommend(?:ed)?)\b|\bbest\b(?!\s+(?:ways?|practices?)\b)|\bwill\b[^?]*\bgo (?:up|down)\b/i;
+const JUDGEMENT = /\b(?:better|worth|recommend(?:ed)?)\b|\bbest\b(?!\s+(?:ways?|practices?)\b)/i;
 /** A sentence that makes a judgement. */
 const JUDGED = /\b(?:best|better|worse|worst|recommend\w*|prefer\w*)\b/i;
+/** A question asking for a forecast: what will go up or down. */
+const FORECAST = /\bwill\b[^?]*\bgo (?:up|down)\b/i;
+/**
+ * A sentence that says what goes up or down: a judgement ("the better of the two") is no
+ * forecast, so a forecast asked is answered only by one that speaks of a rise or a fall.
+ */
+const FORECAST_MADE = /\b(?:go(?:es)? (?:up|down)|rises?|rising|falls?|falling)\b/i;
 
 /** A capitalised word inside a sentence with a lower-case letter in it: a proper name ("Stripe", "CoinGecko"). */
 const PROPER_NAME = /(?<![.?!:;]\s*|["'(]|^\s*)\b[A-Z][\p{L}\p{N}]*\p{Ll}[\p{L}\p{N}]*/gu;
@@ -1198,6 +1208,31 @@ function namesUnknown(
   return named;
 }
 
+/** What a name owns when it stands before it: "the Binance API", "my Coinbase account". */
+const OWNED =
+  /^\s+(?:api|apis|account|accounts|app|website|site|exchange|wallet|card|fees?|support|platform)\b/i;
+
+/**
+ * The proper names of a question that say where its act is done ("a stop loss on Bybit", "install
+ * PostgreSQL on Windows"), what a "how do I" acts on ("how do I install Redis …") or whose product
+ * it asks about ("the Binance API"), as terms.
+ */
+function placedNames(question: string): string[] {
+  const out: string[] = [];
+  for (const m of question.matchAll(PROPER_NAME)) {
+    const before = question.slice(0, m.index);
+    const t = termOf(m[0]);
+    if (
+      t !== null &&
+      (/\bon\s+(?:the\s+)?$/i.test(before) ||
+        OWNED.test(question.slice(m.index + m[0].length)) ||
+        /\bhow (?:do|can|should|would) (?:i|we|you) \p{L}+\s+(?:(?:the|a|an|my|our)\s+)?$/iu.test(before))
+    )
+      out.push(t);
+  }
+  return out;
+}
+
 /**
  * Answers from the retrieved passages. `weight` gives a term's weight (its rarity in the
  * corpus); without it every term weighs the same.
@@ -1227,8 +1262,11 @@ export function extractiveAnswer(
   // question is about trading, not about this service.
   const unused = (i: number) =>
     weight !== undefined && [...terms[i]!.meets].every((t) => weight(t) >= unknownWeight);
-  if (asked.length >= 2 && asked.every(({ term }, i) => unused(i) || TRADING_AT_LARGE.has(term)))
-    return dontKnow;
+  // "Hold" written in lower case is the trader's verb ("hold a position"), not the verdict HOLD;
+  // a conjunction that opens a condition ("before taking profit") names nothing.
+  const ofTrading = (term: string) =>
+    TRADING_AT_LARGE.has(term) || CONJUNCTIONS.has(term) || (term === HOLD && /\bhold(?:ing)?\b/.test(raw));
+  if (asked.length >= 2 && asked.every(({ term }, i) => unused(i) || ofTrading(term))) return dontKnow;
   // A proper name the documentation never uses (capitalised inside the sentence, in part lower
   // case: "Stripe", "CoinGecko", "Heroku"; not an acronym such as "SRE") is what the question is
   // about: "what retry schedule does Stripe use" asks about Stripe's webhooks, not these, though
@@ -1527,6 +1565,17 @@ export function extractiveAnswer(
   // "Which timeframe is best for day trading", "which coins will go up": a judgement or a
   // forecast is asked, and only a unit that makes one ("the best long/short pair") answers it.
   if (JUDGEMENT.test(raw) && !JUDGED.test(best.quotes.join(' '))) return dontKnow;
+  if (FORECAST.test(raw) && !FORECAST_MADE.test(best.quotes.join(' '))) return dontKnow;
+  // "How do I set a stop loss on Bybit", "install Redis on macOS", "the Binance API's rate limit":
+  // a name the documentation uses for where the act is done, what it acts on or whose product is
+  // asked about is what the question is about; a passage that never names it speaks of this
+  // service's stops, installs or limits, not of that place's or product's.
+  const where = new Set([...termsIn(best.passage.text), ...termsIn(best.passage.title)]);
+  for (const name of placedNames(raw)) {
+    const at = asked.findIndex(({ term }) => term === name);
+    if (at >= 0 && rarity[at]! < unknownWeight && ![...asked[at]!.meets].some((t) => where.has(t)))
+      return dontKnow;
+  }
   // "… the webhook signature in Python?": the question, but for the tool named, is this service's
   // when the chosen unit carries TOOL_REST of what the documentation's words weigh in it.
   if (unknownName === 'tool' && best.coverage * known < TOOL_REST * (all - unknown)) return dontKnow;

@@ -843,6 +843,55 @@ describe('extractive answers', () => {
       expect(ask(question), question).toEqual({ answer: DONT_KNOW, citations: [], grounded: false });
   });
 
+  it('refuses a name the documentation uses where the act is done, what it acts on or whose product is asked, when the passage never names it; a forecast no quote makes; holding a position', () => {
+    const ask = askOf([
+      [
+        'stops',
+        'Methodology › Sizing',
+        'A sized trade call sets the stop loss of a long at band_low and the stop loss of a short at band_high.',
+      ],
+      ['venues', 'Service › Venues', 'Funding rates are read from Binance, Bybit and Hyperliquid.'],
+      [
+        'install',
+        'Service › Running',
+        'Install the service with npm run setup; on Windows, setup uses the system Node when it is 24.',
+      ],
+      ['cache', 'Service › Cache', 'The quota counters live in Redis when CACHE=redis is set.'],
+      [
+        'limits',
+        'Service › Rate limits',
+        'The HTTP API holds each pro key to a request rate limit of 6,000 a minute.',
+      ],
+      [
+        'coins',
+        'Evaluation › Months',
+        'The better of the two forecasts for each coin is scored again next month, on the months after training.',
+      ],
+      [
+        'hold',
+        'Methodology › Verdicts',
+        'A HOLD takes no position, and a position is never held past the six candles its outcome is scored on before profit is counted.',
+      ],
+    ]);
+    expect(ask('Where does a sized trade call set the stop loss of a long?').answer).toContain('band_low');
+    expect(ask('What does setup use on Windows?').answer).toContain('system Node');
+    expect(ask('What is the rate limit of a pro key?').answer).toContain('6,000');
+    expect(ask('Which venues are funding rates read from?').answer).toContain('Bybit');
+    for (const question of [
+      // Where the act is done, named after "on": this service's stops are not Bybit's.
+      'How do I set a stop loss on Bybit?',
+      // What a "how do I" acts on: the passage on installing never names Redis.
+      'How do I install Redis on Windows?',
+      // Whose product: the rate limit quoted is this service's, not the Binance API's.
+      'What rate limit does the Binance API have?',
+      // A forecast, answered by a unit that judges ("the better of the two") but forecasts nothing.
+      'Which coins will go up the most next month?',
+      // "Hold" in lower case is the trader's verb; "before" opens a condition.
+      'How long should I hold a position before taking profit?',
+    ])
+      expect(ask(question), question).toEqual({ answer: DONT_KNOW, citations: [], grounded: false });
+  });
+
   it('takes a setting named after the time asked for ("WEBHOOK_TIMEOUT_MS") for its value, not a farther sentence stating some other duration', () => {
     const ask = askOf([
       [

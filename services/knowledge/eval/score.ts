@@ -64,9 +64,16 @@ export const TUNED_SETS = [
  * by it: 12 questions of the kinds that change aimed at (a kind of quantity, a step named after
  * what the question names) and 30 near-topic off-topic probes (another exchange's, payment
  * provider's or host's API, webhooks and deployment; trading advice and forecasts), 13 of them
- * answered grounded before that change and 6 after it, so it has no floor yet.
+ * answered grounded before that change and 6 after it; 1 after the sixteenth (funding rates going
+ * negative in a bear market), so it has no floor yet.
+ *
+ * tuning16.json: in sample from the start, written for the picker's sixteenth change and tuned on
+ * by it: 12 on-topic guards worded as that change's refusals might catch them (a venue, chain or
+ * platform after "on", "should I", HOLD) and 40 off-topic probes (another exchange's, wallet's or
+ * platform's product, a chain's gas, trading advice and forecasts, tax, a few far ones), 6 of them
+ * answered grounded before that change and 3 after it, so it has no floor yet.
  */
-export const SPENT_SETS = ['tuning15.json'] as const;
+export const SPENT_SETS = ['tuning15.json', 'tuning16.json'] as const;
 
 /**
  * Sets never tuned on, scored by the CLI only when named (main.ts), never by a test a picker

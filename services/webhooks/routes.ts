@@ -47,8 +47,10 @@ import {
   pauseSubscription,
   reEnableSubscription,
   rotateSecret,
+  SubscriptionChangedError,
   updateSubscription,
 } from './subscription-commands.ts';
+import { settingsOf } from './subscription-decider.ts';
 import {
   findSubscription,
   type SubscriptionRecord,
@@ -408,6 +410,18 @@ const SETTINGS = [
 ] as const satisfies readonly (keyof UpdateWebhookRequest & keyof WebhookView)[];
 
 async function update(deps: WebhookRoutesDeps, keyId: string, id: string, patch: UpdateWebhookRequest) {
+  try {
+    return await updateOnce(deps, keyId, id, patch);
+  } catch (err) {
+    if (!(err instanceof SubscriptionChangedError)) throw err;
+    // Read from a projection behind the log (another replica's change, a change racing this one):
+    // merged again on the subscription as the log has it now; a second loss answers 409 CONFLICT.
+    await settled(deps, await deps.store.headPosition());
+    return updateOnce(deps, keyId, id, patch);
+  }
+}
+
+async function updateOnce(deps: WebhookRoutesDeps, keyId: string, id: string, patch: UpdateWebhookRequest) {
   const sub = owned(deps, keyId, id);
   const view = toView(sub);
   const merged: Record<string, unknown> = {};
@@ -431,18 +445,23 @@ async function update(deps: WebhookRoutesDeps, keyId: string, id: string, patch:
   if (digestTouched && next.events.includes('scan_digest')) {
     await deps.digests?.check(next.exchange!, next.timeframe!);
   }
-  const position = await updateSubscription(deps.store, keyId, {
-    subscriptionId: id,
-    url,
-    events: next.events,
-    ...(next.timeframes ? { timeframes: next.timeframes } : {}),
-    ...(next.assets ? { assets: next.assets } : {}),
-    ...(next.min_confidence !== undefined ? { minConfidence: next.min_confidence } : {}),
-    ...(next.timeframe ? { timeframe: next.timeframe } : {}),
-    ...(next.exchange ? { exchange: next.exchange } : {}),
-    ...(next.top_n !== undefined ? { topN: next.top_n } : {}),
-    ...(next.cadence ? { cadence: next.cadence } : {}),
-  });
+  const position = await updateSubscription(
+    deps.store,
+    keyId,
+    {
+      subscriptionId: id,
+      url,
+      events: next.events,
+      ...(next.timeframes ? { timeframes: next.timeframes } : {}),
+      ...(next.assets ? { assets: next.assets } : {}),
+      ...(next.min_confidence !== undefined ? { minConfidence: next.min_confidence } : {}),
+      ...(next.timeframe ? { timeframe: next.timeframe } : {}),
+      ...(next.exchange ? { exchange: next.exchange } : {}),
+      ...(next.top_n !== undefined ? { topN: next.top_n } : {}),
+      ...(next.cadence ? { cadence: next.cadence } : {}),
+    },
+    settingsOf(sub),
+  );
   // Nothing written: the answer is the subscription as the log has it, whoever wrote last.
   await settled(deps, position ?? (await deps.store.headPosition()));
   return toView(owned(deps, keyId, id));

@@ -6,6 +6,7 @@ import { CURRENT_EVENT_VERSION } from '../../contracts/webhook-schemas.ts';
 import type { CreateWebhookRequest } from '../../contracts/webhooks.ts';
 import { generateWebhookSecret, type SecretBox } from './secret-box.ts';
 import {
+  SubscriptionChangedError,
   type SubscriptionCommand,
   SubscriptionLimitError,
   SubscriptionNotFoundError,
@@ -13,7 +14,7 @@ import {
 } from './subscription-decider.ts';
 import { DISABLED_BY_SUBSCRIBER, subscriptionStream } from './subscription-fold.ts';
 
-export { SubscriptionLimitError, SubscriptionNotFoundError };
+export { SubscriptionChangedError, SubscriptionLimitError, SubscriptionNotFoundError };
 
 /**
  * Subscription commands. A key's subscriptions share one stream, `webhooks-<keyId>`, and every
@@ -112,12 +113,14 @@ export async function updateSubscription(
   store: EventStore,
   keyId: string,
   settings: EventData<'SubscriptionUpdated'>,
+  /** The settings read before `settings` were made from them (SubscriptionChangedError otherwise). */
+  expected: EventData<'SubscriptionUpdated'>,
 ): Promise<number | null> {
   const { position } = await handleCommand(
     store,
     subscriptionStream(keyId),
     subscriptionDecider,
-    { kind: 'update', data: settings },
+    { kind: 'update', data: settings, expected },
     { retry: COMMAND_RETRIES },
   );
   return position;

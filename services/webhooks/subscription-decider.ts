@@ -23,6 +23,14 @@ export class SubscriptionNotFoundError extends ServiceError {
   }
 }
 
+/** The subscription changed since the caller read it (a PATCH made from an older read). */
+export class SubscriptionChangedError extends ServiceError {
+  override readonly name = 'SubscriptionChangedError';
+  constructor() {
+    super('CONFLICT');
+  }
+}
+
 /**
  * What may happen to a key's subscriptions, decided on the key's stream `webhooks-<keyId>`.
  * Secrets arrive sealed and ids and times arrive chosen: deciding stays free of randomness and
@@ -43,7 +51,15 @@ export type SubscriptionCommand =
       };
     }
   | { kind: 'disable'; subscriptionId: string; reason: string; consecutiveFailures: number }
-  | { kind: 'update'; data: EventData<'SubscriptionUpdated'> };
+  | {
+      kind: 'update';
+      data: EventData<'SubscriptionUpdated'>;
+      /**
+       * The settings `data` was made from (the caller's read, merged with its patch): another change
+       * recorded since then is not overwritten (CONFLICT, retryable).
+       */
+      expected: EventData<'SubscriptionUpdated'>;
+    };
 
 export type SubscriptionEvent = DecidedEvent<
   | 'SubscriptionCreated'
@@ -60,7 +76,7 @@ function sameSealed(a: SubscriptionRecord['secret'] | null, b: SubscriptionRecor
 }
 
 /** The settings a SubscriptionUpdated carries, as the subscription has them now. */
-function settingsOf(sub: SubscriptionRecord): EventData<'SubscriptionUpdated'> {
+export function settingsOf(sub: SubscriptionRecord): EventData<'SubscriptionUpdated'> {
   return {
     subscriptionId: sub.id,
     url: sub.url,
@@ -139,6 +155,9 @@ export const subscriptionDecider: Decider<SubscriptionState, SubscriptionCommand
         ];
       case 'update': {
         const sub = existing(state, command.data.subscriptionId);
+        // A PATCH carries some fields and keeps the others as its caller read them: another
+        // change recorded since would be undone by it, field by field.
+        if (!sameSettings(settingsOf(sub), command.expected)) throw new SubscriptionChangedError();
         // A PATCH that changes nothing records nothing: the answer is the subscription as it is.
         if (sameSettings(settingsOf(sub), command.data)) return [];
         return [{ type: 'SubscriptionUpdated', data: command.data }];

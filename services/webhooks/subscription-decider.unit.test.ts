@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { deterministicId } from '../../contracts/deterministic-id.ts';
 import { deciderSpec } from '../../test/decider-spec.ts';
 import {
+  SubscriptionChangedError,
   type SubscriptionEvent,
   SubscriptionLimitError,
   SubscriptionNotFoundError,
@@ -148,24 +149,30 @@ describe('subscription decider', () => {
         assets: ['ETH'],
       },
     } as const satisfies SubscriptionEvent;
-    spec
-      .given([created('wh_1')])
-      .when({ kind: 'update', data: updated.data })
-      .thenEmits([updated]);
-    spec.given([]).when({ kind: 'update', data: updated.data }).thenThrows(notFound);
-    spec
-      .given([created('wh_1'), updated])
-      .when({ kind: 'update', data: updated.data })
-      .thenNothing();
-    // The same settings as created: nothing to record either.
-    const same = {
+    const asCreated = {
       subscriptionId: 'wh_1',
       url: 'https://hooks.example.com/a',
-      events: ['trade_call'] as const,
+      events: ['trade_call' as const],
     };
+    const update = { kind: 'update', data: updated.data, expected: asCreated } as const;
     spec
       .given([created('wh_1')])
-      .when({ kind: 'update', data: { ...same, events: [...same.events] } })
+      .when(update)
+      .thenEmits([updated]);
+    spec.given([]).when(update).thenThrows(notFound);
+    // Made from a read older than the change recorded since: not overwritten (409, retryable).
+    spec
+      .given([created('wh_1'), updated])
+      .when({ ...update, data: { ...updated.data, url: 'https://hooks.example.com/c' } })
+      .thenThrows((err) => err instanceof SubscriptionChangedError && err.code === 'CONFLICT');
+    // The settings it holds already: nothing to record.
+    spec
+      .given([created('wh_1'), updated])
+      .when({ ...update, expected: updated.data })
+      .thenNothing();
+    spec
+      .given([created('wh_1')])
+      .when({ ...update, data: { ...asCreated, events: ['trade_call'] } })
       .thenNothing();
   });
 

@@ -93,6 +93,24 @@ describe('npm run keys (the real CLI on an LMDB store)', () => {
     expect((failed as { stderr: string }).stderr).toContain('a key id is required');
   });
 
+  it('refuses an id that names no key, and a change the key refuses, in one line without the usage (exit 1)', async () => {
+    const refused = (...args: string[]) =>
+      cli(...args).then(
+        () => ({ code: 0, stderr: '' }),
+        (err: { code: number; stderr: string }) => err,
+      );
+    const unknown = await refused('plan', 'key_nope', 'starter');
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toBe(
+      'no key key_nope on this event log: `npm run keys -- list --all` lists the key ids\n',
+    );
+    const created = await cli('create', '--plan', 'free', '--owner', 'ops');
+    const keyId = /id: +(\S+)/.exec(created.stdout)![1]!;
+    const same = await refused('plan', keyId, 'free');
+    expect(same.code).toBe(1);
+    expect(same.stderr.trimEnd().split('\n')).toEqual([expect.stringContaining('already on free')]);
+  });
+
   it('refuses a read on a DATA_DIR holding no log, and rebuild-quota on the in-process cache (exit 2)', async () => {
     const refused = (args: string[], env: Record<string, string>) =>
       exec(process.execPath, [...CLI, ...args], {

@@ -161,7 +161,12 @@ function plan(value: string | boolean | undefined): Plan {
 async function existing(store: EventStore, keyId: string | undefined): Promise<KeyRecord> {
   if (!keyId) throw new UsageError('a key id is required (see `list`)');
   const record = findById(await foldKeyRegistry(store), keyId);
-  if (!record) throw new UsageError(`no key ${keyId}`);
+  // The command was typed right; the id names no key on this log: one line saying where the ids
+  // are, not the usage text (exit 1, as for any refused state).
+  if (!record)
+    throw new CommandFailedError(
+      `no key ${keyId} on this event log: \`npm run keys -- list --all\` lists the key ids`,
+    );
   return record;
 }
 
@@ -282,7 +287,8 @@ export async function runOperatorCommand(
         throw new UsageError(command ? `unknown command ${command}` : 'a command is required');
     }
   } catch (err) {
-    if (err instanceof KeyRuleError) throw new UsageError(err.message);
+    // A key's state refuses the change (already on that plan, revoked): one line, not the usage text.
+    if (err instanceof KeyRuleError) throw new CommandFailedError(err.message);
     throw err;
   }
 }

@@ -126,7 +126,8 @@ describe('npm run backup', () => {
     // A non-empty destination is refused, and left as it was.
     const again = await backup(dataDir, dest);
     expect(again.code).toBe(2);
-    expect(again.stderr).toContain(`${dest} is not empty: a backup goes to a new or empty directory`);
+    // One line, not the usage text after it: the command was typed right.
+    expect(again.stderr).toBe(`${dest} is not empty: a backup goes to a new or empty directory\n`);
     const file = join(root, 'backups', 'file');
     writeFileSync(file, 'x');
     expect((await backup(dataDir, file)).stderr).toContain('exists and is not a directory');

@@ -17,30 +17,35 @@ export const USAGE = `usage: npm run backup -- DEST
   PostgreSQL and KurrentDB are backed up with their own tools.`;
 
 class UsageError extends Error {}
+/**
+ * A DEST or store the command refuses though it was typed right (a store it does not copy, a DEST
+ * in use): exit 2 as for usage, told in its one line without the usage text after it.
+ */
+class RefusedError extends Error {}
 
-/** What the command refuses before it copies anything (a UsageError, exit 2). */
+/** What the command refuses before it copies anything (a UsageError or RefusedError, exit 2). */
 function refuse(config: Pick<Config, 'EVENT_STORE' | 'DATA_DIR'>, dest: string | undefined): string {
   if (!dest) throw new UsageError('backup needs DEST, a new or empty directory');
   if (config.EVENT_STORE === 'postgres')
-    throw new UsageError(
+    throw new RefusedError(
       'EVENT_STORE=postgres: the log is in PostgreSQL; back it up with its tools (continuous WAL ' +
         'archiving and base backups for point-in-time recovery, or pg_dump), see deploy/README.md, Backups',
     );
   if (config.EVENT_STORE === 'kurrentdb')
-    throw new UsageError(
+    throw new RefusedError(
       'EVENT_STORE=kurrentdb: the log is in KurrentDB; back it up with its tools. DATA_DIR/projections ' +
         'holds only snapshots, rebuilt from the log when missing',
     );
-  if (config.EVENT_STORE === 'memory') throw new UsageError('EVENT_STORE=memory keeps nothing to back up');
+  if (config.EVENT_STORE === 'memory') throw new RefusedError('EVENT_STORE=memory keeps nothing to back up');
   requireExistingStore(config);
   const target = resolve(dest);
   if (existsSync(target)) {
-    if (!statSync(target).isDirectory()) throw new UsageError(`${dest} exists and is not a directory`);
+    if (!statSync(target).isDirectory()) throw new RefusedError(`${dest} exists and is not a directory`);
     if (readdirSync(target).length > 0)
-      throw new UsageError(`${dest} is not empty: a backup goes to a new or empty directory`);
+      throw new RefusedError(`${dest} is not empty: a backup goes to a new or empty directory`);
   }
   if (target === resolve(config.DATA_DIR) || target.startsWith(`${resolve(config.DATA_DIR, 'events')}/`))
-    throw new UsageError(`${dest} is the service's own DATA_DIR: back up elsewhere`);
+    throw new RefusedError(`${dest} is the service's own DATA_DIR: back up elsewhere`);
   return target;
 }
 
@@ -64,11 +69,11 @@ try {
   );
 } catch (err) {
   const usage = err instanceof UsageError || (err as { code?: string }).code?.startsWith('ERR_PARSE_ARGS');
-  code = usage || err instanceof NoEventStoreError ? 2 : 1;
+  code = usage || err instanceof NoEventStoreError || err instanceof RefusedError ? 2 : 1;
   process.stderr.write(
     usage
       ? `${(err as Error).message}\n\n${USAGE}\n`
-      : err instanceof NoEventStoreError
+      : err instanceof NoEventStoreError || err instanceof RefusedError
         ? `${err.message}\n`
         : // An expected failure (a DEST this user may not write) in one line; a bug with its stack.
           `backup failed: ${failureText(err)}\n`,

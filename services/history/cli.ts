@@ -10,6 +10,7 @@ import {
   UsageError,
   verifyExitCode,
 } from './cli-commands.ts';
+import { MalformedRowError } from './files.ts';
 import { HistoryQueryError } from './query.ts';
 
 /** The analyst's command line (`npm run history -- export|verify|score …`). */
@@ -43,7 +44,14 @@ try {
   // An interrupted export says what failed and how to go on; a stack trace would bury that. An
   // expected failure (a store down, an --out this user may not write) is one line too; a bug keeps
   // its stack.
-  const told = usage || noStore || err instanceof ExportInterruptedError || err instanceof ForeignCursorError;
+  // A file with a malformed or cut line (verify reports it as its first broken link; score can only
+  // stop there) is the file's fault, not a bug: its place and what to do, in one line.
+  const told =
+    usage ||
+    noStore ||
+    err instanceof ExportInterruptedError ||
+    err instanceof ForeignCursorError ||
+    err instanceof MalformedRowError;
   process.stderr.write(
     usage
       ? `${(err as Error).message}\n\n${USAGE}\n`

@@ -75,6 +75,22 @@ export class MalformedRowError extends Error {
   }
 }
 
+/** What to do about a line that is no row: past the first row, the file was cut; at its start, it is not in the format read. */
+const cutOrFormat = (rowsRead: number, format: HistoryFormat) =>
+  rowsRead > 0
+    ? 'a line cut short (a download or a copy that stopped) is no row; fetch the rest again with after= the cursor of the last whole line, or export again'
+    : `the file's first row is not ${format === 'csv' ? 'CSV' : 'NDJSON'}: --format names the file's format (ndjson, csv, parquet)`;
+
+/** A line or Parquet part that is no row at all: nothing of the row can be read, so nothing of it is named. */
+function unreadable(where: string, detail: string): MalformedRowError {
+  return new MalformedRowError(
+    where,
+    { stream: null, revision: null, verdictId: null, position: null },
+    [],
+    detail,
+  );
+}
+
 function toRow(record: Record<string, unknown>, where: string): HistoryRow {
   const row: Record<string, unknown> = {};
   for (const name of HISTORY_COLUMNS) row[name] = coerce(name, record[name]);
@@ -148,10 +164,19 @@ export async function* readExport(path: string, format = detectFormat(path)): As
   if (format === 'parquet') {
     for (const part of parquetParts(path)) {
       const buf = await readFile(part);
-      const records = await parquetReadObjects({
-        file: buf.buffer.slice(buf.byteOffset, buf.byteOffset + buf.byteLength) as ArrayBuffer,
-      });
       const name = part.slice(part.lastIndexOf('/') + 1);
+      let records: Record<string, unknown>[];
+      try {
+        records = await parquetReadObjects({
+          file: buf.buffer.slice(buf.byteOffset, buf.byteOffset + buf.byteLength) as ArrayBuffer,
+        });
+      } catch (err) {
+        // A part cut short (a download or a copy that stopped) has no footer: nothing of it can be read.
+        throw unreadable(
+          name,
+          `Parquet part, not a readable file (${(err as Error).message}): one cut short has no footer; export it again, or resume the export (--resume)`,
+        );
+      }
       let n = 0;
       for (const record of records) yield toRow(record, `row ${++n} of ${name}`);
     }
@@ -163,21 +188,47 @@ export async function* readExport(path: string, format = detectFormat(path)): As
   });
   let header: string[] | null = null;
   let lineNumber = 0;
+  let rowsRead = 0;
   for await (const line of lines) {
     lineNumber++;
     if (line.trim() === '') continue;
     if (format === 'csv') {
-      const fields = parseCsvLine(line);
+      let fields: string[];
+      try {
+        fields = parseCsvLine(line);
+      } catch (err) {
+        throw unreadable(
+          `line ${lineNumber}`,
+          `CSV line (${(err as Error).message}): ${cutOrFormat(rowsRead, format)}`,
+        );
+      }
       if (!header) {
         header = fields;
         continue;
       }
+      // A line cut short keeps the columns before the cut; read by name, the rest would pass as nulls.
+      if (fields.length !== header.length) {
+        throw unreadable(
+          `line ${lineNumber}`,
+          `CSV line: ${fields.length} fields where the header has ${header.length}; ${cutOrFormat(rowsRead, format)}`,
+        );
+      }
       yield toRow(Object.fromEntries(header.map((h, i) => [h, fields[i]])), `line ${lineNumber}`);
+      rowsRead++;
     } else {
-      const record = JSON.parse(line) as Record<string, unknown>;
+      let record: Record<string, unknown>;
+      try {
+        record = JSON.parse(line) as Record<string, unknown>;
+      } catch (err) {
+        throw unreadable(
+          `line ${lineNumber}`,
+          `JSON line (${(err as Error).message}): ${cutOrFormat(rowsRead, format)}`,
+        );
+      }
       // The trailer line of a served NDJSON export carries the cursor, not a row.
       if ('cursor' in record && !('verdict_id' in record)) continue;
       yield toRow(record, `line ${lineNumber}`);
+      rowsRead++;
     }
   }
 }

@@ -1,5 +1,13 @@
 import { execFile, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -425,6 +433,57 @@ describe('npm run history', () => {
     expect(JSON.parse((cli as { stdout: string }).stdout).firstBroken.at).toBe('line 8');
   });
 
+  it('reports a file cut short (a JSON or CSV line, a Parquet part without its footer) at its line or part, and score says so in one line', async () => {
+    const ndjson = join(dir, 'cut-source.ndjson');
+    const csv = join(dir, 'cut-source.csv');
+    const parquet = join(dir, 'cut-source');
+    await runHistoryCommand(['export', '--store', '--out', ndjson], deps());
+    await runHistoryCommand(['export', '--store', '--out', csv], deps());
+    await runHistoryCommand(['export', '--store', '--out', parquet, '--format', 'parquet'], deps());
+    const cutAt = (text: string, line: number, keep: number) => {
+      const lines = text.split('\n');
+      return [...lines.slice(0, line - 1), lines[line - 1]!.slice(0, keep)].join('\n');
+    };
+    const cutJson = join(dir, 'cut.ndjson');
+    writeFileSync(cutJson, cutAt(readFileSync(ndjson, 'utf8'), 6, 100));
+    // Cut between two fields: every field before the cut reads, the rest would come out null.
+    const csvText = readFileSync(csv, 'utf8');
+    const cutCsv = join(dir, 'cut.csv');
+    const line7 = csvText.split('\n')[6]!;
+    writeFileSync(cutCsv, cutAt(csvText, 7, line7.indexOf(',', line7.indexOf(',') + 1)));
+    const cutParts = join(dir, 'cut-parts');
+    mkdirSync(cutParts);
+    const part = readdirSync(parquet).find((f) => f.endsWith('.parquet'))!;
+    const bytes = readFileSync(join(parquet, part));
+    writeFileSync(join(cutParts, part), bytes.subarray(0, bytes.length - 100));
+
+    for (const [file, at, words] of [
+      [cutJson, 'line 6', /^line 6: malformed JSON line \(.+\): a line cut short/],
+      [cutCsv, 'line 7', /^line 7: malformed CSV line: 2 fields where the header has \d+; a line cut short/],
+      [
+        cutParts,
+        part,
+        new RegExp(`^${part}: malformed Parquet part, not a readable file \\(.+\\): one cut short`),
+      ],
+    ] as const) {
+      const report = JSON.parse(await runHistoryCommand(['verify', file], deps()));
+      expect(report).toMatchObject({ ok: false, firstBroken: { at } });
+      expect(report.firstBroken.reason).toMatch(words);
+    }
+    // score has no report to put it in: the place and what to do on stderr, exit 1, no stack trace.
+    const cli = await run(process.execPath, [
+      '--import',
+      'tsx',
+      'services/history/cli.ts',
+      'score',
+      cutParts,
+    ]).catch((err: { code: number; stderr: string }) => err);
+    const { code, stderr } = cli as { code: number; stderr: string };
+    expect(code).toBe(1);
+    expect(stderr).toMatch(new RegExp(`^${part}: malformed Parquet part`));
+    expect(stderr).not.toMatch(/\n\s+at /);
+  });
+
   it('refuses an option the command does not take, rather than ignore it', async () => {
     const out = join(dir, 'options.ndjson');
     await runHistoryCommand(['export', '--store', '--out', out], deps());
@@ -514,9 +573,11 @@ describe('npm run history', () => {
     writeFileSync(misnamed, readFileSync(out));
     const named = JSON.parse(await runHistoryCommand(['verify', misnamed, '--format', 'csv'], deps()));
     expect(named).toMatchObject({ ok: true, rows: 120 });
-    // The wrong --format is honoured too: it fails on the content rather than guess.
-    await expect(runHistoryCommand(['verify', misnamed, '--format', 'ndjson'], deps())).rejects.toThrow(
-      SyntaxError,
+    // The wrong --format is honoured too: it fails on the content rather than guess, and says so.
+    const wrong = JSON.parse(await runHistoryCommand(['verify', misnamed, '--format', 'ndjson'], deps()));
+    expect(wrong).toMatchObject({ ok: false, rows: 0, firstBroken: { at: 'line 1' } });
+    expect(wrong.firstBroken.reason).toMatch(
+      /^line 1: malformed JSON line \(.+\): the file's first row is not NDJSON: --format names/,
     );
     await expect(runHistoryCommand(['verify', misnamed, '--format', 'xml'], deps())).rejects.toThrow(
       'unknown format xml',

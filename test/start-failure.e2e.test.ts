@@ -26,6 +26,10 @@ describe('a start that fails once the configuration holds', () => {
     expect(fatal[0]!.msg).toMatch(
       /^failed to start: NATS at nats:\/\/u:\*\*\*@127\.0\.0\.1:9 not usable within 300 ms/,
     );
+    // The line says what to do, not only what failed.
+    expect(fatal[0]!.msg).toContain(
+      'Start nats-server with JetStream (-js) or correct NATS_URL; NATS_STARTUP_TIMEOUT_MS sets how long a start waits for it',
+    );
     expect((fatal[0]!.err as { stack: string }).stack).toContain('connectNatsBus');
     expect(r.stderr).not.toContain('failed to start');
     expect(JSON.stringify(r.lines) + r.stderr).not.toContain('SECRETPW2');

@@ -92,11 +92,11 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<NatsBus> 
       logger.child({ natsUrl: maskUrlCredentials(options.url) }),
       'NATS not usable yet; retrying',
       (attempt, err) => {
+        // The remedy in the same line: this is the one line an operator sees of a start that waited.
         gaveUp = new Error(
-          `${where} not usable within ${startupTimeoutMs} ms (${attempt} tries): ${describe(err)}`,
-          {
-            cause: err,
-          },
+          `${where} not usable within ${startupTimeoutMs} ms (${attempt} tries): ${describe(err)}. ` +
+            'Start nats-server with JetStream (-js) or correct NATS_URL; NATS_STARTUP_TIMEOUT_MS sets how long a start waits for it',
+          { cause: err },
         );
         return gaveUp;
       },

@@ -622,7 +622,12 @@ function dueTime(last: AttemptRecord, stuckAfterMs: number): number | null {
 
 /** A subscription that filters by a venue's top N markets (its ranking must be ready). */
 function ranksTopN(s: SubscriptionRecord): boolean {
-  return s.status === 'active' && largestTopN(s.assets) !== null;
+  // Its earlier filters too: an event recorded before an edit is matched with them.
+  return (
+    s.status === 'active' &&
+    (largestTopN(s.assets) !== null ||
+      (s.earlierFilters ?? []).some((e) => largestTopN(e.filters.assets) !== null))
+  );
 }
 
 /** The fields of an event that matching reads, and no more (not a copy of the whole verdict). */

@@ -1,5 +1,5 @@
 import { topN } from '../../contracts/webhooks.ts';
-import type { SubscriptionRecord } from './subscription-fold.ts';
+import { filtersAt, type SubscriptionRecord } from './subscription-fold.ts';
 
 export interface Candidate {
   event: 'trade_call' | 'regime_shift' | 'risk_shift';
@@ -34,10 +34,14 @@ export function recordedAfter(sub: SubscriptionRecord, position: number): boolea
   return position > sub.createdPosition;
 }
 
-/** Omitted filters accept everything; given ones must all accept. */
-export function matches(sub: SubscriptionRecord, candidate: Candidate, rankOf: RankOf): boolean {
-  if (sub.status !== 'active') return false;
-  if (!recordedAfter(sub, candidate.position)) return false;
+/**
+ * Omitted filters accept everything; given ones must all accept. The filters are those the
+ * subscription had when the event was recorded (an edit applies from its log position on).
+ */
+export function matches(record: SubscriptionRecord, candidate: Candidate, rankOf: RankOf): boolean {
+  if (record.status !== 'active') return false;
+  if (!recordedAfter(record, candidate.position)) return false;
+  const sub = filtersAt(record, candidate.position);
   if (!sub.events.includes(candidate.event)) return false;
   if (sub.timeframes && !sub.timeframes.includes(candidate.timeframe as never)) return false;
   if (

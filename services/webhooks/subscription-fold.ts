@@ -26,6 +26,28 @@ export interface SubscriptionRecord extends Omit<CreatedData, 'secret' | 'subscr
   /** The secret before the last rotation, still signing until `previousSecretValidUntil`. */
   previousSecret: z.infer<typeof EncryptedSecret> | null;
   previousSecretValidUntil: string | null;
+  /**
+   * The filters it had before its latest edits (PATCH), oldest first, each with the log position
+   * of the edit that replaced them: an event recorded before an edit is matched with the filters
+   * of its time, however far behind the dispatcher is. The latest EARLIER_FILTERS_KEPT only.
+   */
+  earlierFilters?: { until: number; filters: MatchFilters }[];
+}
+
+/** What matching reads of a subscription besides its status and creation position. */
+export type MatchFilters = Pick<SubscriptionRecord, 'events' | 'timeframes' | 'assets' | 'minConfidence'>;
+
+/**
+ * Edits whose earlier filters are kept. A dispatcher more edits behind than this matches the
+ * events before them with the oldest filters kept; the bound keeps a subscription's record small
+ * however often it is edited.
+ */
+export const EARLIER_FILTERS_KEPT = 16;
+
+/** The filters a subscription matched events with at log position `position`. */
+export function filtersAt(sub: SubscriptionRecord, position: number): MatchFilters {
+  for (const earlier of sub.earlierFilters ?? []) if (position < earlier.until) return earlier.filters;
+  return sub;
 }
 
 export interface SubscriptionState {
@@ -165,6 +187,15 @@ export function applySubscriptionEvent(state: SubscriptionState, event: DomainEv
         // Id, key, secret, status, creation position (what it takes from) and the delivery
         // counters stay: only what it takes and where it sends change.
         const { subscriptionId: _id, ...settings } = event.data;
+        const filters: MatchFilters = {
+          events: sub.events,
+          ...(sub.timeframes ? { timeframes: sub.timeframes } : {}),
+          ...(sub.assets ? { assets: sub.assets } : {}),
+          ...(sub.minConfidence !== undefined ? { minConfidence: sub.minConfidence } : {}),
+        };
+        sub.earlierFilters = [...(sub.earlierFilters ?? []), { until: event.position, filters }].slice(
+          -EARLIER_FILTERS_KEPT,
+        );
         for (const field of UPDATED_OPTIONAL) delete sub[field];
         Object.assign(sub, settings);
       }

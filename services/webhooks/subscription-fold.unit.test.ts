@@ -2,6 +2,8 @@ import { describe, expect, it } from 'vitest';
 import type { DomainEvent } from '../../contracts/events.ts';
 import {
   applySubscriptionEvent,
+  EARLIER_FILTERS_KEPT,
+  filtersAt,
   initialSubscriptions,
   SUBSCRIPTION_DISABLED,
   type SubscriptionRecord,
@@ -97,5 +99,49 @@ describe("the subscription fold of a key's revocation", () => {
       event('SubscriptionDisabled', { subscriptionId: 'a', reason: 'gone', consecutiveFailures: 1 }),
     );
     expect(s.subs.a).toMatchObject({ disabledReason: 'key_revoked' });
+  });
+});
+
+describe('a subscription edited (SubscriptionUpdated)', () => {
+  const secret = { keyVersion: 'v1', iv: 'iv', tag: 'tag', ciphertext: 'ct' };
+  const recorded = (position: number, type: string, data: Record<string, unknown>) =>
+    ({ type, data, position, recordedAt: at }) as unknown as DomainEvent;
+  const created = recorded(10, 'SubscriptionCreated', {
+    subscriptionId: 's-1',
+    keyId: 'k',
+    url: 'https://hooks.example.com/a',
+    events: ['trade_call'],
+    assets: ['BTC'],
+    secret,
+  });
+  const edit = (position: number, assets: string[]) =>
+    recorded(position, 'SubscriptionUpdated', {
+      subscriptionId: 's-1',
+      url: 'https://hooks.example.com/a',
+      events: ['trade_call'],
+      assets,
+    });
+
+  it('matches an event with the filters of its log position: an edit applies from its own on', () => {
+    const state = [created, edit(20, ['ETH']), edit(30, ['SOL'])].reduce(
+      applySubscriptionEvent,
+      initialSubscriptions(),
+    );
+    const sub = state.subs['s-1']!;
+    expect(sub.assets).toEqual(['SOL']);
+    expect(filtersAt(sub, 15).assets).toEqual(['BTC']);
+    expect(filtersAt(sub, 20).assets).toEqual(['ETH']);
+    expect(filtersAt(sub, 29).assets).toEqual(['ETH']);
+    expect(filtersAt(sub, 30).assets).toEqual(['SOL']);
+    expect(filtersAt(sub, 99).assets).toEqual(['SOL']);
+  });
+
+  it(`keeps the filters of the latest ${EARLIER_FILTERS_KEPT} edits only`, () => {
+    const edits = Array.from({ length: EARLIER_FILTERS_KEPT + 4 }, (_, i) => edit(100 + i, [`C${i}`]));
+    const sub = [created, ...edits].reduce(applySubscriptionEvent, initialSubscriptions()).subs['s-1']!;
+    expect(sub.earlierFilters).toHaveLength(EARLIER_FILTERS_KEPT);
+    // Before the oldest edit kept: the oldest filters kept (the created ones are gone).
+    expect(filtersAt(sub, 11).assets).toEqual(['C3']);
+    expect(filtersAt(sub, 100 + EARLIER_FILTERS_KEPT + 3).assets).toEqual([`C${EARLIER_FILTERS_KEPT + 3}`]);
   });
 });

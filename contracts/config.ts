@@ -157,11 +157,16 @@ const webhookPreviousKeys = z.string().superRefine((raw, ctx) => {
     .split(',')
     .map((k) => k.trim())
     .filter((k) => k.length > 0);
-  const bad = keys.filter((k) => !/^[0-9a-fA-F]{64}$/.test(k)).length;
-  if (bad > 0) {
+  // Which ones by their place in the list: the keys are secrets, never echoed.
+  const bad = keys.flatMap((k, i) => (/^[0-9a-fA-F]{64}$/.test(k) ? [] : [i + 1]));
+  if (bad.length > 0) {
+    const which =
+      bad.length === 1
+        ? `key ${bad[0]} of ${keys.length} is not one`
+        : `keys ${bad.join(', ')} of ${keys.length} are not`;
     ctx.addIssue({
       code: 'custom',
-      message: `comma-separated keys of 64 hex characters (32 bytes) each; ${bad} of ${keys.length} not`,
+      message: `comma-separated keys of 64 hex characters (32 bytes) each; ${which} (the values are not shown): correct or remove it`,
     });
   }
 });

@@ -107,6 +107,13 @@ describe('loadConfig', () => {
     ]);
   });
 
+  it('names a malformed WEBHOOK_MASTER_KEYS_PREVIOUS entry by its place, never its value', () => {
+    const good = 'ab'.repeat(32);
+    expect(() => loadConfig({ WEBHOOK_MASTER_KEYS_PREVIOUS: `${good},notakey` })).toThrow(
+      'WEBHOOK_MASTER_KEYS_PREVIOUS: comma-separated keys of 64 hex characters (32 bytes) each; key 2 of 2 is not one (the values are not shown): correct or remove it',
+    );
+  });
+
   it('refuses an OAUTH_JWKS or OAUTH_COOKIE_KEYS the sign-in cannot use, in one line naming it, never echoing it', () => {
     const rsa = generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey.export({ format: 'jwk' });
     const ec = generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey.export({ format: 'jwk' });

@@ -132,6 +132,20 @@ const COMMAND_OPTIONS = {
   score: ['window', 'as-of', 'as-of-position', 'format'],
 } as const;
 
+/** `--coin: …` when the service refused one of the export's filters (400/404/422 naming it), else null. */
+function filterRefusal(status: number, body: string): string | null {
+  if (status !== 400 && status !== 404 && status !== 422) return null;
+  let refusal: { code?: unknown; message?: unknown; field?: unknown };
+  try {
+    refusal = JSON.parse(body) as typeof refusal;
+  } catch {
+    return null;
+  }
+  const { code, message, field } = refusal;
+  if (typeof message !== 'string' || !(FILTERS as readonly unknown[]).includes(field)) return null;
+  return `--${String(field)}: ${message} (${String(code)}, HTTP ${status})`;
+}
+
 function urlSource(
   base: string,
   key: string,
@@ -162,6 +176,11 @@ function urlSource(
       // The service refuses a cursor of another log as this CLI's --store does (storeSource).
       if (res.status === 400 && body.includes('"FOREIGN_CURSOR"'))
         throw new ForeignCursorError(`${url} does not hold the event the cursor names (${FOREIGN})`);
+      // A filter the service refuses (a coin no venue lists, a venue or timeframe it does not
+      // serve) is the option's fault, as a filter refused here is: its words, exit 2; running the
+      // same command again cannot help.
+      const refused = filterRefusal(res.status, body);
+      if (refused) throw new UsageError(refused);
       throw new Error(`GET ${url} answered ${res.status}: ${body}`);
     }
     const lines = (await res.text()).split('\n').filter((l) => l.trim() !== '');
@@ -422,7 +441,11 @@ async function exportCommand(
       }
     }
   } catch (err) {
-    if (err instanceof UsageError) throw err;
+    if (err instanceof UsageError) {
+      // Refused before its first row (a filter the service does not serve): nothing left behind.
+      if (checkpoint.rows === 0 && !values.resume) removeEmptyExport(out, checkpointPath, checkpoint.bytes);
+      throw err;
+    }
     if (err instanceof ForeignCursorError) {
       // Resuming cannot help: it fails the same way every time. What was written is kept.
       throw new ForeignCursorError(

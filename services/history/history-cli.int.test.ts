@@ -389,6 +389,26 @@ describe('npm run history', () => {
     expect(stderr).not.toMatch(/TypeError|\n\s+at /);
   });
 
+  it("refuses a filter the service refuses as one it refuses itself: the option and the service's words, exit 2, nothing left behind", async () => {
+    const out = join(dir, 'refused-coin.ndjson');
+    const refused = runHistoryCommand(urlExport(out, '--coin', 'ZZZ'), deps());
+    await expect(refused).rejects.toThrow(UsageError);
+    await expect(refused).rejects.toThrow(/^--coin: .*ZZZ.* \(unknown_coin, HTTP 404\)$/);
+    expect(existsSync(out)).toBe(false);
+    expect(existsSync(`${out}.checkpoint.json`)).toBe(false);
+    // The real command line: exit 2 as for a filter refused before any request, no JSON body.
+    const cli = await run(process.execPath, [
+      '--import',
+      'tsx',
+      'services/history/cli.ts',
+      ...urlExport(out, '--coin', 'ZZZ'),
+    ]).catch((err: { code: number; stderr: string }) => err);
+    const { code, stderr } = cli as { code: number; stderr: string };
+    expect(code).toBe(2);
+    expect(stderr).toMatch(/^--coin: /);
+    expect(stderr).not.toContain('_service');
+  });
+
   it('reports a malformed row as the first broken link, naming its line and field', async () => {
     const out = join(dir, 'malformed-source.ndjson');
     await runHistoryCommand(['export', '--store', '--out', out, '--coin', 'BTC'], deps());

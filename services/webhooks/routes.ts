@@ -423,6 +423,9 @@ async function update(deps: WebhookRoutesDeps, keyId: string, id: string, patch:
 
 async function updateOnce(deps: WebhookRoutesDeps, keyId: string, id: string, patch: UpdateWebhookRequest) {
   const sub = owned(deps, keyId, id);
+  // Taken now, before the checks below wait: the projection's record changes in place as it folds,
+  // and read after them it would take a change recorded meanwhile as the one merged from.
+  const expected = settingsOf(sub);
   const view = toView(sub);
   const merged: Record<string, unknown> = {};
   for (const field of SETTINGS) {
@@ -460,7 +463,7 @@ async function updateOnce(deps: WebhookRoutesDeps, keyId: string, id: string, pa
       ...(next.top_n !== undefined ? { topN: next.top_n } : {}),
       ...(next.cadence ? { cadence: next.cadence } : {}),
     },
-    settingsOf(sub),
+    expected,
   );
   // Nothing written: the answer is the subscription as the log has it, whoever wrote last.
   await settled(deps, position ?? (await deps.store.headPosition()));

@@ -23,7 +23,9 @@ function parseRoles(argv: string[]): Role[] {
   if (requested.includes('all')) return [...ROLES];
   for (const role of requested) {
     if (!(ROLES as readonly string[]).includes(role)) {
-      throw new ConfigError(`unknown role "${role}": expected one of all, ${ROLES.join(', ')}`);
+      // The relay is named among the services (readyz, logs) but is no role of its own.
+      const hint = role === 'relay' ? '; the relay (event store to NATS) runs in the projections role' : '';
+      throw new ConfigError(`unknown role "${role}": expected one of all, ${ROLES.join(', ')}${hint}`);
     }
   }
   return requested as Role[];

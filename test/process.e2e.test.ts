@@ -45,6 +45,15 @@ describe('the service process', () => {
     expect(r.stderr).toContain('unknown role "janitor"');
   });
 
+  it('answers --role relay with the role that runs the relay', async () => {
+    const r = run({ DATA_DIR: await tempDir() }, ['--role', 'relay']);
+    running.push(r);
+    expect(await r.exit).toBe(1);
+    expect(r.stderr.trim()).toBe(
+      'unknown role "relay": expected one of all, api, engine, projections, dispatcher; the relay (event store to NATS) runs in the projections role',
+    );
+  });
+
   it('refuses production without a webhook master key in one line, no stack trace', async () => {
     const r = run({ NODE_ENV: 'production', DATA_DIR: await tempDir() }, ['--role', 'dispatcher']);
     running.push(r);

@@ -27,6 +27,7 @@ import {
   TRACK_RECORD_WINDOWS,
   type TrackRecordWindow,
 } from '../../contracts/history.ts';
+import { CommandFailedError } from '../shared/cli-failure.ts';
 import { AnchorCheck, type ChainAnchor, readChainAnchors } from './anchor-check.ts';
 import { scoreRows, verifyRows } from './audit.ts';
 import { decodeCursor, tagMatches } from './cursor.ts';
@@ -516,7 +517,17 @@ async function chainAnchors(values: Record<string, unknown>): Promise<ChainAncho
       txs,
     });
   } catch (err) {
-    throw new Error(`could not read the anchors at ${rpcUrl}: ${describeFailure(err)}`, { cause: err });
+    // A chain that does not answer is expected, not a bug: one line (viem's own message runs to
+    // the URL, the request body and its version on lines of their own), exit 1 without a stack.
+    const { shortMessage, details } = err as { shortMessage?: unknown; details?: unknown };
+    const why =
+      typeof shortMessage === 'string'
+        ? `${shortMessage.replace(/\.$/, '')}${typeof details === 'string' ? ` (${details})` : ''}`
+        : describeFailure(err);
+    throw new CommandFailedError(
+      `could not read the anchors at ${rpcUrl}: ${why.replaceAll('\n', ' ')}; check --rpc (a JSON-RPC endpoint of the anchoring chain) and run the command again`,
+      { cause: err },
+    );
   }
   if (found.length === 0) throw new UsageError(`no anchor transaction from ${address} found at ${rpcUrl}`);
   return found;

@@ -10,7 +10,7 @@ import { type OutcomeContent, outcomeHash, verdictHash } from '../../contracts/v
 import { MalformedRowError } from './files.ts';
 import { servedForecast } from './outcome.ts';
 import { rowContent } from './rows.ts';
-import { addPoint, dueBy, type TrackRecordState, trackRecord } from './track-record.ts';
+import { addPoint, currentTrackRecord, dueBy, type TrackRecordState, trackRecord } from './track-record.ts';
 
 export interface BrokenLink {
   stream: string;
@@ -411,16 +411,23 @@ function openLinks(chain: OutcomeChain): { at: RowRef; reason: string } | null {
 export async function scoreRows(
   rows: AsyncIterable<HistoryRow>,
   window: TrackRecordWindow,
-  asOf: number,
+  /**
+   * The time the window ends at (the answer's asOf). None given: as the service answers, as of the
+   * latest due outcome the file counts (capped by `now`), not the wall clock, so a replay's export,
+   * whose feed time is not today, scores its 7d/30d/90d windows as the service does.
+   */
+  asOf: number | undefined,
   /** The answer's asOfPosition: only outcomes at or before it count; none given, those due by asOf. */
   asOfPosition?: number,
+  now: number = Date.now(),
 ): Promise<TrackRecordResponse> {
   const state: TrackRecordState = {};
   for await (const row of rows) {
     if (row.result === null || row.call === null || row.return_6 === null) continue;
     if (asOfPosition !== undefined) {
       if (row.outcome_position === null || row.outcome_position > asOfPosition) continue;
-    } else if (!dueBy({ candleCloseTime: row.candle_close_time!, timeframe: row.timeframe }, asOf)) continue;
+    } else if (!dueBy({ candleCloseTime: row.candle_close_time!, timeframe: row.timeframe }, asOf ?? now))
+      continue;
     const inputs = JSON.parse(row.inputs_json ?? '{}');
     addPoint(
       state,
@@ -443,5 +450,5 @@ export async function scoreRows(
       row.outcome_position ?? 0,
     );
   }
-  return trackRecord(state, window, asOf);
+  return asOf === undefined ? currentTrackRecord(state, window, now) : trackRecord(state, window, asOf);
 }

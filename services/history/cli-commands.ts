@@ -54,7 +54,8 @@ export const USAGE = `npm run history -- <command> [options]
                                               file, its last rows are unverified (--allow-uncovered:
                                               exit 0, same note)
   score PATH [--window 7d|30d|90d|all] [--as-of TIME] [--as-of-position N] [--format F]
-                                              the track record from an export file alone
+                                              the track record from an export file alone (no
+                                              --as-of: as of its latest due outcome, as the service)
   (verify and score read the format from the file's content unless --format names it)
 
 --store reads the event store the service is configured with (EVENT_STORE, DATA_DIR, POSTGRES_URL, ...).
@@ -654,7 +655,7 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
       if (!(TRACK_RECORD_WINDOWS as readonly string[]).includes(window)) {
         throw new UsageError(`--window must be one of ${TRACK_RECORD_WINDOWS.join(', ')}`);
       }
-      const asOf = values['as-of'] ? parseTime('--as-of', values['as-of'] as string) : Date.now();
+      const asOf = values['as-of'] ? parseTime('--as-of', values['as-of'] as string) : undefined;
       const at = values['as-of-position'] as string | undefined;
       if (at !== undefined && !/^\d+$/.test(at)) {
         throw new UsageError(

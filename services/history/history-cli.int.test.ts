@@ -674,6 +674,14 @@ describe('history score --as-of --as-of-position, on an export taken after outco
     const overall = (r: TrackRecordResponse) => r.overall.calls + r.overall.holds;
     expect(overall(after)).toBe(overall(before[1]!) + landed.length);
     expect(await score(out, '30d', after)).toEqual(after);
+    // No --as-of: as of the file's latest due outcome, as the service's record is, not the wall
+    // clock (a replay's feed time is months before it, so 7d and 30d would come out empty).
+    expect(JSON.parse(await runHistoryCommand(['score', out, '--window', '30d'], deps()))).toEqual(after);
+    expect(
+      JSON.parse(
+        await runHistoryCommand(['score', out, '--window', '7d', '--as-of-position', `${at}`], deps()),
+      ),
+    ).toEqual(before[0]);
     // The same log gives the same answer whenever it is asked.
     expect(await record('30d')).toEqual(after);
     // A position that is not a whole number is refused.

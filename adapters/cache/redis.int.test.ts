@@ -271,6 +271,35 @@ describe('redis cache when Redis cannot be reached', () => {
     expect(health.detail).not.toMatch(/s3cret/);
   });
 
+  it('a server that refuses the login is named so, with where the password goes', async () => {
+    const server = await startPrivateRedis();
+    await server.admin.config('SET', 'requirepass', 'right-one');
+    const port = new URL(server.url).port;
+    const caches = [
+      await connectRedisCache({ url: `redis://127.0.0.1:${port}`, prefix: 'auth:', connectTimeoutMs: 500 }),
+      await connectRedisCache({
+        url: `redis://:wrong@127.0.0.1:${port}`,
+        prefix: 'auth:',
+        connectTimeoutMs: 500,
+      }),
+    ];
+    try {
+      for (const [i, refused] of caches.entries()) {
+        await expect
+          .poll(async () => (await refused.health()).detail ?? '', { interval: 50 })
+          .toMatch(/(NOAUTH|WRONGPASS)/);
+        const { detail } = await refused.health();
+        expect(detail, String(i)).toMatch(
+          /; the server refused the login: put its user and password in REDIS_URL \(redis:\/\/user:password@host:port\)$/,
+        );
+        expect(detail).not.toContain('wrong');
+      }
+    } finally {
+      for (const c of caches) await c.close();
+      await server.stop();
+    }
+  });
+
   it('every operation rejects with CacheUnavailableError instead of waiting for Redis', async () => {
     const window = { key: 'quota:q', limit: 5, expiresAt: Date.now() + 60_000 };
     const error = await cache.debitWindows([window], 1).catch((e: unknown) => e);

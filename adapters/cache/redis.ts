@@ -570,7 +570,13 @@ export class RedisCache implements Cache {
 
   private unavailableDetail(): string {
     const last = this.lastError === null ? '' : `, last error: ${this.lastError}`;
-    return `redis at ${this.where} is not connected (status ${this.client.status}${last})`;
+    // Redis's own words for a missing or wrong password (NOAUTH speaks of HELLO) do not say which
+    // setting holds it: a server that refused the login is named so, with where the password goes.
+    const login =
+      this.lastError !== null && /^(NOAUTH|WRONGPASS)\b/.test(this.lastError)
+        ? '; the server refused the login: put its user and password in REDIS_URL (redis://user:password@host:port)'
+        : '';
+    return `redis at ${this.where} is not connected (status ${this.client.status}${last})${login}`;
   }
 
   private async run<T>(operation: string, command: () => Promise<T>): Promise<T> {

@@ -31,7 +31,12 @@ import {
 } from './payloads.ts';
 import type { MarketRanking } from './ranking.ts';
 import { logPages, needsRecovery, Pacer, positionBefore, readDeliveryRecord } from './recovery.ts';
-import { findSubscription, type SubscriptionRecord, subscriptionsOfKey } from './subscription-fold.ts';
+import {
+  filtersAt,
+  findSubscription,
+  type SubscriptionRecord,
+  subscriptionsOfKey,
+} from './subscription-fold.ts';
 import type { WebhookState } from './webhook-projection.ts';
 
 export interface DispatcherOptions {
@@ -327,7 +332,9 @@ export class WebhookDispatcher {
         s.id !== disabled.id &&
         s.status === 'active' &&
         recordedAfter(s, event.position) &&
-        s.events.includes('subscription_disabled'),
+        // The events it took when the disable was recorded, as a trade call is matched (an edit
+        // applies from its log position on, however late this dispatcher handles the disable).
+        filtersAt(s, event.position).events.includes('subscription_disabled'),
     );
     for (const sub of targets) {
       const deliveryId = deliveryIdFor(event.id, sub.id);

@@ -625,7 +625,10 @@ export const ConfigSchema = z
      */
     WEBHOOK_MASTER_KEY: z
       .string()
-      .regex(/^[0-9a-fA-F]{64}$/, '64 hex characters (32 bytes)')
+      .regex(
+        /^[0-9a-fA-F]{64}$/,
+        '64 hex characters (32 bytes), such as `openssl rand -hex 32` makes (the value is not shown)',
+      )
       .optional(),
     /**
      * Master keys in use before WEBHOOK_MASTER_KEY (comma-separated, 64 hex each): they only open

@@ -107,6 +107,12 @@ describe('loadConfig', () => {
     ]);
   });
 
+  it('refuses a malformed WEBHOOK_MASTER_KEY saying how to make one, never echoing it', () => {
+    expect(() => loadConfig({ WEBHOOK_MASTER_KEY: 'short-secret' })).toThrow(
+      /^ {2}WEBHOOK_MASTER_KEY: 64 hex characters \(32 bytes\), such as `openssl rand -hex 32` makes \(the value is not shown\)$/m,
+    );
+  });
+
   it('names a malformed WEBHOOK_MASTER_KEYS_PREVIOUS entry by its place, never its value', () => {
     const good = 'ab'.repeat(32);
     expect(() => loadConfig({ WEBHOOK_MASTER_KEYS_PREVIOUS: `${good},notakey` })).toThrow(

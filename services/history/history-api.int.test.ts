@@ -452,6 +452,9 @@ describe('GET /api/verdicts', () => {
       ['', { accept: 'application/xml' }, 400, 'UNSUPPORTED_FORMAT'],
       ['?limit=1&limit=2', {}, 400, 'INVALID_PARAMETER'],
       ['?trailer=yes', {}, 400, 'UNSUPPORTED_FORMAT'],
+      // The trailer line is NDJSON's: refused of another format rather than left out unsaid.
+      ['?trailer=true&format=csv', {}, 400, 'UNSUPPORTED_FORMAT'],
+      ['?trailer=true', { accept: 'application/vnd.apache.parquet' }, 400, 'UNSUPPORTED_FORMAT'],
       ['', { authorization: '' }, 401, 'UNAUTHORIZED'],
       [
         '',

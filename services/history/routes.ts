@@ -312,6 +312,14 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
         const { query } = request;
         const service = request.service!;
         const format = negotiateFormat(query.format, request.headers.accept);
+        // The trailer line is NDJSON's: asked of CSV or Parquet it would be left out without a word.
+        if (query.trailer === true && format !== 'ndjson') {
+          throw new HistoryQueryError(
+            'UNSUPPORTED_FORMAT',
+            `trailer=true ends an NDJSON answer with its cursor line; ${format} has no such line: every row carries its cursor, and the HTTP trailer X-History-Cursor the last one`,
+            'trailer',
+          );
+        }
         await checkVenue(deps.venues, query);
         if (query.coin !== undefined) await deps.coins?.check(query.coin, query.exchange, 'coin');
         const after: Cursor = query.after ?? { position: 0, tag: '', tagAt: 'end' };

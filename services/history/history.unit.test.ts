@@ -442,6 +442,16 @@ describe('cursor and query', () => {
     expect(() => parseTime('from', '2025-10-01T00:00:00')).toThrow(
       'from must be Unix milliseconds, a date (2025-06-01, read as 00:00 UTC) or an ISO 8601 time with a zone',
     );
+    // Unix seconds read as milliseconds are January 1970: refused with the milliseconds meant,
+    // rather than a from= that passes everything or a to= that passes nothing.
+    expect(() => parseTime('to', String(T0 / 1000))).toThrow(
+      `to ${T0 / 1000} reads as 1970-01-21T08:41:16.800Z in Unix milliseconds: Unix seconds? Give milliseconds (${T0}) or an ISO 8601 time (2025-10-01T00:00:00.000Z)`,
+    );
+    expect(() => parseTime('from', '100000000')).toThrow(HistoryQueryError);
+    // 0 and the milliseconds of a real time stay as they are.
+    expect(parseTime('from', '0')).toBe(0);
+    expect(parseTime('from', '99999999')).toBe(99_999_999);
+    expect(parseTime('from', '100000000000')).toBe(1e11);
   });
 });
 

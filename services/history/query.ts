@@ -28,9 +28,24 @@ function realCalendarDate(raw: string): boolean {
   return day.getUTCFullYear() === y && day.getUTCMonth() === m - 1 && day.getUTCDate() === d;
 }
 
+/** Ten-digit and nine-digit numbers: Unix seconds of 1973-03-03 to 5138, which as milliseconds are January 1970. */
+const UNIX_SECONDS_FROM = 1e8;
+const UNIX_SECONDS_TO = 1e11;
+
 /** Unix milliseconds, a date (midnight UTC), or an ISO 8601 time with a zone. */
 export function parseTime(name: string, raw: string): number {
-  if (/^\d{1,15}$/.test(raw)) return Number(raw);
+  if (/^\d{1,15}$/.test(raw)) {
+    const ms = Number(raw);
+    // Read as milliseconds, Unix seconds of any time since 1973 fall in the first days of 1970 and
+    // would filter silently (from= everything, to= nothing): no verdict is that old, so say so.
+    if (ms >= UNIX_SECONDS_FROM && ms < UNIX_SECONDS_TO) {
+      throw new HistoryQueryError(
+        'INVALID_TIME',
+        `${name} ${raw} reads as ${new Date(ms).toISOString()} in Unix milliseconds: Unix seconds? Give milliseconds (${raw}000) or an ISO 8601 time (${new Date(ms * 1000).toISOString()})`,
+      );
+    }
+    return ms;
+  }
   const iso = /^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2}))?$/;
   const ms = iso.test(raw) && realCalendarDate(raw) ? Date.parse(raw) : Number.NaN;
   if (!Number.isFinite(ms)) {

@@ -1,7 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import net from 'node:net';
-import { describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import { POSTGRES_URL, shouldRunPostgresSuite, uniqueSchema } from '../../test/postgres-probe.ts';
+import { DependencyRefusedError } from '../dependency-refused.ts';
 import { openPostgresEventStore } from './postgres.ts';
 
 const run = await shouldRunPostgresSuite('PostgreSQL start refusals');
@@ -48,4 +50,47 @@ describe.runIf(run)('opening the PostgreSQL event store', () => {
       ),
     );
   });
+
+  /** A login role of the test server (trust auth) with `settings`, for one test; dropped after it. */
+  async function role(settings: string): Promise<string> {
+    const name = `refused_${randomBytes(4).toString('hex')}`;
+    const admin = new pg.Client({ connectionString: POSTGRES_URL });
+    await admin.connect();
+    await admin.query(`CREATE ROLE ${name} LOGIN`);
+    if (settings !== '') await admin.query(`ALTER ROLE ${name} ${settings}`);
+    onTestFinished(async () => {
+      await admin.query(`DROP ROLE ${name}`);
+      await admin.end();
+    });
+    const url = new URL(POSTGRES_URL);
+    url.username = name;
+    url.password = 'unused';
+    return url.toString();
+  }
+
+  for (const [what, settings, words] of [
+    [
+      'a user without CREATE on the database',
+      '',
+      /permission denied .*To fix it, grant POSTGRES_URL's user CREATE on the database/,
+    ],
+    [
+      'a read-only user',
+      'SET default_transaction_read_only = on',
+      /read-only transaction.*To fix it, point POSTGRES_URL at the primary/,
+    ],
+  ] as const) {
+    it(`names the schema it could not set up and what to correct, for ${what}`, async () => {
+      const url = await role(settings);
+      const schema = uniqueSchema();
+      const error = await openPostgresEventStore({ url, schema }).catch((err: unknown) => err);
+      expect(error).toBeInstanceOf(DependencyRefusedError);
+      const { message } = error as Error;
+      expect(message).toMatch(
+        new RegExp(`^PostgreSQL at .* \\(POSTGRES_URL\\) refused setting up schema ${schema}: `),
+      );
+      expect(message).toMatch(words);
+      expect(message).not.toContain('unused');
+    });
+  }
 });

@@ -108,7 +108,9 @@ export async function openPostgresEventStore(
   let recorded: string[];
   try {
     await firstConnection(pool, options.url);
-    await migrate(pool, options.schema, names, options.logger);
+    await migrate(pool, options.schema, names, options.logger).catch((err: unknown) => {
+      throw setupRefusal(err, options.url, options.schema) ?? err;
+    });
     recorded = (await pool.query<{ name: string }>(`SELECT name FROM ${names.schema}.event_types`)).rows.map(
       (row) => row.name,
     );
@@ -130,6 +132,27 @@ export async function openPostgresEventStore(
   const store = new PostgresEventStore(pool, options, names, new Set(recorded));
   await store.listen();
   return store;
+}
+
+/** The server's refusals of setting up the log's schema that an operator corrects, each with how. */
+const SETUP_REFUSALS: Record<string, string> = {
+  // insufficient_privilege: a role without CREATE on the database (or on a schema someone else owns).
+  '42501':
+    "grant POSTGRES_URL's user CREATE on the database (or make it the schema's owner), or use a user that has it",
+  // read_only_sql_transaction: a standby, or a role or database set read-only.
+  '25006': 'point POSTGRES_URL at the primary, not a read-only standby or a read-only user or database',
+};
+
+/** The one-line refusal for an error the server gave setting up `schema`, or null (a bug: its stack). */
+function setupRefusal(err: unknown, url: string, schema: string): DependencyRefusedError | null {
+  const code = (err as { code?: unknown }).code;
+  const fix = typeof code === 'string' ? SETUP_REFUSALS[code] : undefined;
+  if (fix === undefined) return null;
+  const message = err instanceof Error ? err.message : String(err);
+  return new DependencyRefusedError(
+    `PostgreSQL at ${maskUrlCredentials(url)} (POSTGRES_URL) refused setting up schema ${schema}: ${message}. To fix it, ${fix}`,
+    { cause: err },
+  );
 }
 
 /** The server's refusals of a login, each with what to correct. */

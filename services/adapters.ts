@@ -40,6 +40,40 @@ export function requireExistingStore(config: Pick<Config, 'EVENT_STORE' | 'DATA_
 }
 
 /**
+ * requireExistingStore, and on PostgreSQL the same for POSTGRES_SCHEMA: opening the store runs
+ * the migrations, so a mistyped schema would be created empty and a read would
+ * answer "no keys". A server out of reach is left to the store's own opening, which names it.
+ */
+export async function requireExistingLog(
+  config: Pick<Config, 'EVENT_STORE' | 'DATA_DIR' | 'POSTGRES_URL' | 'POSTGRES_SCHEMA'>,
+): Promise<void> {
+  requireExistingStore(config);
+  if (config.EVENT_STORE !== 'postgres' || config.POSTGRES_URL === undefined) return;
+  const { default: pg } = await import('pg');
+  const client = new pg.Client({ connectionString: config.POSTGRES_URL, connectionTimeoutMillis: 2_000 });
+  // The client's own errors after a failed connect would otherwise be unhandled.
+  client.on('error', () => undefined);
+  let found: boolean;
+  try {
+    await client.connect();
+    const { rows } = await client.query<{ found: boolean }>('SELECT to_regclass($1) IS NOT NULL AS found', [
+      `${config.POSTGRES_SCHEMA}.events`,
+    ]);
+    found = rows[0]?.found === true;
+  } catch {
+    return;
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+  if (found) return;
+  throw new NoEventStoreError(
+    `POSTGRES_SCHEMA=${config.POSTGRES_SCHEMA} at ${maskUrlCredentials(config.POSTGRES_URL)} holds no event log ` +
+      `(no table ${config.POSTGRES_SCHEMA}.events): set POSTGRES_SCHEMA and POSTGRES_URL to the service's; ` +
+      'a command that only reads does not create one',
+  );
+}
+
+/**
  * Chooses each port's adapter from configuration: embedded by default (LMDB, in-process bus and
  * cache), the distributed engines when EVENT_STORE/BUS/CACHE say so. Adapters are imported
  * lazily so an embedded start never loads the network clients. The bus is opened as configured

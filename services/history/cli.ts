@@ -1,4 +1,4 @@
-import { type Adapters, NoEventStoreError, openAdapters, requireExistingStore } from '../adapters.ts';
+import { type Adapters, NoEventStoreError, openAdapters, requireExistingLog } from '../adapters.ts';
 import { commandLineConfig } from '../shared/cli-config.ts';
 import { commandLineLogger, failureText, openedOrExit } from '../shared/cli-failure.ts';
 import { exitFlushed } from '../shared/exit-flushed.ts';
@@ -28,8 +28,8 @@ try {
       // A refused setting is told in the service's words, exit 2 as a DATA_DIR without a log
       // (verify's 1 means a broken chain): nothing was read.
       const config = await commandLineConfig(2);
-      // Every history command only reads: a DATA_DIR without a log is refused, not created.
-      requireExistingStore(config);
+      // Every history command only reads: a DATA_DIR or PostgreSQL schema without a log is refused, not created.
+      await requireExistingLog(config);
       // A store that cannot be opened (a server down, a log written by a newer version): one line, exit 1.
       adapters = await openedOrExit(() => openAdapters(config, commandLineLogger()));
       return adapters.eventStore;

@@ -28,7 +28,7 @@ const config = await commandLineConfig(1);
 let secrets: SecretBox | undefined;
 if (argv[0] === 'reseal-webhook-secrets') secrets = await settingOrExit(() => secretBoxFromConfig(config), 1);
 try {
-  refuseBeforeOpening(argv[0], config);
+  await refuseBeforeOpening(argv[0], config);
 } catch (err) {
   console.error((err as Error).message);
   await exitFlushed(2);

@@ -3,7 +3,7 @@ import type { Cache } from '../../adapters/cache/port.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { Config } from '../../contracts/config.ts';
 import { Plan } from '../../contracts/events.ts';
-import { requireExistingStore } from '../adapters.ts';
+import { requireExistingLog } from '../adapters.ts';
 import { changeKeyPlan, issueKey, KeyRuleError, revokeKey } from '../keys/key-commands.ts';
 import { findById, type KeyRecord } from '../keys/key-registry.ts';
 import { foldKeyRegistry } from '../keys/registry-fold.ts';
@@ -80,14 +80,14 @@ On the embedded log (EVENT_STORE=lmdb) every command but create refuses a DATA_D
  * What the CLI refuses before it opens any adapter (a UsageError, exit 2): `rebuild-quota` on the
  * in-process cache, which would rebuild the counters of the CLI's own throwaway cache while the
  * service's stay as they were (the command needs the shared one, CACHE=redis); and any command but
- * `create` on a DATA_DIR holding no log (requireExistingStore), which would otherwise create an
- * empty one and answer as if it were the service's. `create` may start a new log: keys can be
- * issued before the service first starts.
+ * `create` on a DATA_DIR or PostgreSQL schema holding no log (requireExistingLog), which would
+ * otherwise create an empty one and answer as if it were the service's. `create` may start a new
+ * log: keys can be issued before the service first starts.
  */
-export function refuseBeforeOpening(
+export async function refuseBeforeOpening(
   command: string | undefined,
-  config: Pick<Config, 'CACHE' | 'EVENT_STORE' | 'DATA_DIR'>,
-): void {
+  config: Pick<Config, 'CACHE' | 'EVENT_STORE' | 'DATA_DIR' | 'POSTGRES_URL' | 'POSTGRES_SCHEMA'>,
+): Promise<void> {
   if (command === 'rebuild-quota' && config.CACHE !== 'redis') {
     throw new UsageError(
       'rebuild-quota rebuilds the quota counters in the shared cache: set CACHE=redis (and REDIS_URL) ' +
@@ -104,7 +104,7 @@ export function refuseBeforeOpening(
     command === 'reseal-webhook-secrets'
   ) {
     try {
-      requireExistingStore(config);
+      await requireExistingLog(config);
     } catch (err) {
       throw new UsageError((err as Error).message);
     }

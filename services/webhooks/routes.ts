@@ -44,6 +44,7 @@ import type { WebhookSettings } from './settings.ts';
 import {
   createSubscription,
   deleteSubscription,
+  filtersOf,
   pauseSubscription,
   reEnableSubscription,
   rotateSecret,
@@ -454,14 +455,7 @@ async function updateOnce(deps: WebhookRoutesDeps, keyId: string, id: string, pa
     {
       subscriptionId: id,
       url,
-      events: next.events,
-      ...(next.timeframes ? { timeframes: next.timeframes } : {}),
-      ...(next.assets ? { assets: next.assets } : {}),
-      ...(next.min_confidence !== undefined ? { minConfidence: next.min_confidence } : {}),
-      ...(next.timeframe ? { timeframe: next.timeframe } : {}),
-      ...(next.exchange ? { exchange: next.exchange } : {}),
-      ...(next.top_n !== undefined ? { topN: next.top_n } : {}),
-      ...(next.cadence ? { cadence: next.cadence } : {}),
+      ...filtersOf(next),
     },
     expected,
   );

@@ -33,6 +33,25 @@ async function execute(store: EventStore, keyId: string, command: SubscriptionCo
   return position as number;
 }
 
+/** A request's filters (its wire names) as the subscription events record them; absent stays absent. */
+export function filtersOf(
+  r: Pick<
+    CreateWebhookRequest,
+    'events' | 'timeframes' | 'assets' | 'min_confidence' | 'timeframe' | 'exchange' | 'top_n' | 'cadence'
+  >,
+): Omit<EventData<'SubscriptionUpdated'>, 'subscriptionId' | 'url'> {
+  return {
+    events: r.events,
+    ...(r.timeframes ? { timeframes: r.timeframes } : {}),
+    ...(r.assets ? { assets: r.assets } : {}),
+    ...(r.min_confidence !== undefined ? { minConfidence: r.min_confidence } : {}),
+    ...(r.timeframe ? { timeframe: r.timeframe } : {}),
+    ...(r.exchange ? { exchange: r.exchange } : {}),
+    ...(r.top_n !== undefined ? { topN: r.top_n } : {}),
+    ...(r.cadence ? { cadence: r.cadence } : {}),
+  };
+}
+
 export async function createSubscription(
   store: EventStore,
   input: { keyId: string; request: CreateWebhookRequest; url: string; secrets: SecretBox; maxPerKey: number },
@@ -47,14 +66,7 @@ export async function createSubscription(
       subscriptionId,
       keyId: input.keyId,
       url: input.url,
-      events: r.events,
-      ...(r.timeframes ? { timeframes: r.timeframes } : {}),
-      ...(r.assets ? { assets: r.assets } : {}),
-      ...(r.min_confidence !== undefined ? { minConfidence: r.min_confidence } : {}),
-      ...(r.timeframe ? { timeframe: r.timeframe } : {}),
-      ...(r.exchange ? { exchange: r.exchange } : {}),
-      ...(r.top_n !== undefined ? { topN: r.top_n } : {}),
-      ...(r.cadence ? { cadence: r.cadence } : {}),
+      ...filtersOf(r),
       eventVersion: r.event_version ?? CURRENT_EVENT_VERSION,
       secret: input.secrets.seal(secret, subscriptionId),
     },

@@ -74,7 +74,7 @@ export const USAGE = `usage: npm run keys -- <command>
                                                    so WEBHOOK_MASTER_KEYS_PREVIOUS can be emptied;
                                                    exit 1, naming them, when a secret opens under
                                                    no configured key
-On the embedded log (EVENT_STORE=lmdb) every command but create refuses a DATA_DIR that holds no event log.`;
+Every command but create refuses a DATA_DIR (EVENT_STORE=lmdb) or POSTGRES_SCHEMA (postgres) that holds no event log.`;
 
 /**
  * What the CLI refuses before it opens any adapter (a UsageError, exit 2): `rebuild-quota` on the

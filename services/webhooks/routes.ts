@@ -53,6 +53,7 @@ import {
 } from './subscription-commands.ts';
 import { settingsOf } from './subscription-decider.ts';
 import {
+  EARLIER_FILTERS_KEPT,
   findSubscription,
   type SubscriptionRecord,
   subscriptionsOfKey,
@@ -285,8 +286,7 @@ const DOCS = {
   update: keyed({
     summary:
       'Change what a subscription takes or where it sends; its id, secret, seq numbering and deliveries stay',
-    description:
-      "Any create field but event_version (pinned at creation; the secret has rotate-secret): a field given replaces the one held, a filter given null is removed, the rest stays. What the subscription then holds passes the create's checks whole (a url HTTPS and public, a scan_digest's timeframe, exchange, top_n and cadence, filters only for the events they filter). An event recorded after the change is matched with the new filters and one recorded before it with the old ones, however far behind the dispatcher is (the filters of the latest 16 changes are kept); deliveries not yet sent, retries and resends go to the new url. A change to nothing records nothing and answers the subscription.",
+    description: `Any create field but event_version (pinned at creation; the secret has rotate-secret): a field given replaces the one held, a filter given null is removed, the rest stays. What the subscription then holds passes the create's checks whole (a url HTTPS and public, a scan_digest's timeframe, exchange, top_n and cadence, filters only for the events they filter). An event recorded after the change is matched with the new filters and one recorded before it with the old ones, however far behind the dispatcher is (the filters of the latest ${EARLIER_FILTERS_KEPT} changes are kept); deliveries not yet sent, retries and resends go to the new url. A change to nothing records nothing and answers the subscription.`,
     params: Id,
     body: optionalBody(UpdateWebhookRequest),
     responses: {

@@ -13,6 +13,7 @@ import {
 } from '../../contracts/errors.ts';
 import { type IssueLike, issueText, isZodWording } from '../../contracts/issue-text.ts';
 import { answerService, withAnswerService } from '../metering/caller.ts';
+import { JSON_UTF8 } from '../shared/media-types.ts';
 
 /**
  * One mapping from whatever a route threw to a catalog error: catalog errors as they are, zod
@@ -299,7 +300,7 @@ async function answer(
   if (error.retryable && error.statusCode >= 500) reply.header('retry-after', '1');
   reply.headers(error.headers);
   const body = await render(error, request);
-  return reply.code(error.statusCode).type('application/json; charset=utf-8').send(body);
+  return reply.code(error.statusCode).type(JSON_UTF8).send(body);
 }
 
 declare module 'fastify' {

@@ -3,6 +3,7 @@ import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
 import type { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Caller } from '../../metering/caller.ts';
+import { JSON_UTF8 } from '../../shared/media-types.ts';
 
 /**
  * Hands the raw request to an SDK transport (a session's or a one-shot one): the headers Fastify
@@ -44,7 +45,7 @@ export async function handOver(
  * transports, which say `application/json` bare: a client sees one spelling on every answer of a
  * session, its tools/call, tools/list, ping and batches alike.
  */
-export const MCP_JSON = 'application/json; charset=utf-8';
+export const MCP_JSON = JSON_UTF8;
 
 /** The 1.x transport's `application/json` (its JSON answers and refusals) spelled as MCP_JSON. */
 function jsonWithCharset(res: ServerResponse): void {

@@ -8,6 +8,7 @@ import { REVEAL_AFTER_CANDLES } from '../../../contracts/history.ts';
 import { Exchange, TIMEFRAME_MS, Timeframe } from '../../../contracts/market.ts';
 import { verdictHash } from '../../../contracts/verdict-hash.ts';
 import { verdictVerifyUrl } from '../../../contracts/verify-url.ts';
+import { JSON_UTF8 } from '../../shared/media-types.ts';
 import { openToAnyOrigin } from '../cors.ts';
 import { errorHandler } from '../errors.ts';
 import { declared, refusal } from '../openapi.ts';
@@ -90,7 +91,6 @@ interface Answer {
   revealed: boolean;
 }
 
-const JSON_TYPE = 'application/json; charset=utf-8';
 /** A revealed answer never changes: a day in any cache, and no revalidation while fresh. */
 const IMMUTABLE = 'public, max-age=86400, immutable';
 
@@ -138,7 +138,7 @@ export function verifyRoutes(deps: {
         )
         .header('etag', answer.etag);
       if (ifNoneMatch === answer.etag) return reply.code(304).send();
-      return reply.header('content-type', JSON_TYPE).send(answer.body);
+      return reply.header('content-type', JSON_UTF8).send(answer.body);
     };
 
     app.setErrorHandler(errorHandler((error) => ({ code: error.code, message: error.message })));

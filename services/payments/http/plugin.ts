@@ -20,6 +20,7 @@ import { QuotaUnavailableError, serveMetered } from '../../metering/metered-call
 import type { PaidServiceMeta, ServiceMeta } from '../../metering/service-meta.ts';
 import { quotaRetryAfter, refusingResetsAt } from '../../metering/snapshot.ts';
 import { setBounded } from '../../shared/bounded-map.ts';
+import { JSON_UTF8 } from '../../shared/media-types.ts';
 import { type DecodedPayment, decodePaymentHeader, paymentResponseHeader } from '../codecs.ts';
 import { describeError, type PaymentFlowDeps, type Refusal, runPaidCall } from '../payment-flow.ts';
 import { QUOTE_CACHE_SIZE, type Quote, type Quoter, quoteJson, quoteJsonWith } from '../quote.ts';
@@ -52,7 +53,6 @@ interface Call {
 
 const ANSWER_HEADERS: Record<string, string> = { ...CORS_RESPONSE_HEADERS, 'cache-control': 'no-store' };
 /** What Fastify sets for an object body; a prebuilt quote is sent as a string and must say so itself. */
-const JSON_CONTENT_TYPE = 'application/json; charset=utf-8';
 
 function header(request: FastifyRequest, name: string): string | undefined {
   const value = request.headers[name];
@@ -235,7 +235,7 @@ class PaidRoutes {
     return reply
       .code(status)
       .header('PAYMENT-REQUIRED', quote.header)
-      .header('content-type', JSON_CONTENT_TYPE)
+      .header('content-type', JSON_UTF8)
       .send(quoteJson(quote, { ...extra, _service: service }));
   }
 
@@ -250,7 +250,7 @@ class PaidRoutes {
     return reply
       .code(402)
       .header('PAYMENT-REQUIRED', quote.header)
-      .header('content-type', JSON_CONTENT_TYPE)
+      .header('content-type', JSON_UTF8)
       .send(body);
   }
 
@@ -277,7 +277,7 @@ class PaidRoutes {
         metered.service,
       );
       // Nothing returned, not the reply: see answeredBy.
-      reply.header('content-type', JSON_CONTENT_TYPE).send(bytes);
+      reply.header('content-type', JSON_UTF8).send(bytes);
       return undefined;
     }
     if (metered.reason === 'failed') throw refusalError(describeError(request.log, metered.error));

@@ -1,6 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LmdbProjectionStore } from '../../adapters/event-store/lmdb-snapshots.ts';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
@@ -228,5 +229,24 @@ describe('band scales across a restart', () => {
     store.fail = false;
     expect(await states.saveBandScales()).toBe(1);
     expect((await store.load<SavedBandScales>(failing))?.state.closeTime).toBe(at);
+  }, 120_000);
+
+  it('are one warning per save when the store fails every market, naming how many', async () => {
+    const at = Date.UTC(2025, 9, 20, 12);
+    const feed = await openReplayFeed({ dir: SHARED_MARKET_DIR, start: at, run: false, loop: false });
+    feeds.push(feed);
+    const lines: { level: number; msg: string; markets?: number; failed?: string[] }[] = [];
+    const logger = pino({ level: 'warn' }, { write: (line: string) => lines.push(JSON.parse(line)) });
+    const store = new (class extends MemoryProjectionStore {
+      override async save(): Promise<void> {
+        throw new Error('store out of reach');
+      }
+    })();
+    const states = new MarketStates(feed, logger, store);
+    for (const coin of ['BTC', 'ETH', 'SOL']) await states.advance('BINANCE_SPOT', coin, '1h');
+    expect(await states.saveBandScales()).toBe(0);
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatchObject({ level: 40, markets: 3 });
+    expect(lines[0]!.failed).toHaveLength(3);
   }, 120_000);
 });

@@ -214,6 +214,8 @@ export class MarketStates {
     const store = this.bandScales;
     if (!store) return 0;
     let saved = 0;
+    const failed: string[] = [];
+    let firstError: unknown;
     for (const [key, state] of this.states) {
       const scales = state.savedBandScales();
       if (scales === null || this.scalesSaved.get(key) === scales.closeTime) continue;
@@ -222,14 +224,19 @@ export class MarketStates {
         // Not a projection of the log: no position in it (the close is in the state).
         await store.save(bandScalesName(key), { version: BAND_SCALES_VERSION, checkpoint: 0, state: kept });
       } catch (err) {
-        this.logger?.warn(
-          { err, market: key },
-          'market state: band scales not saved; a restart before the next save resumes an older save',
-        );
+        if (failed.length === 0) firstError = err;
+        failed.push(key);
         continue;
       }
       this.scalesSaved.set(key, scales.closeTime);
       saved++;
+    }
+    // One line per save, not per market: a store out of reach fails every market at once.
+    if (failed.length > 0) {
+      this.logger?.warn(
+        { err: firstError, markets: failed.length, failed: failed.slice(0, 10), saved },
+        'market state: band scales not saved; a restart before the next save resumes an older save',
+      );
     }
     return saved;
   }

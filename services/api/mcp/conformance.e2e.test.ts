@@ -236,6 +236,7 @@ describe('MCP conformance of POST /mcp', () => {
             code: -32602,
             message: `Invalid params: ${method}'s params.cursor must be a string (or left out), not ${kind}`,
           });
+          expect(answer.body.error, `${path} ${method}`).not.toHaveProperty('data');
         }
       }
     }
@@ -377,6 +378,40 @@ describe('MCP conformance of POST /mcp', () => {
     expect(batch.body.error.code).toBe(-32600);
     expect(batch.body.error.message).toContain('initialize must be sent alone');
     expect(batch.body.id).toBe('i');
+  });
+
+  it('initialize again on an open session is -32600 with its id, saying how to start a new one; the session goes on', async () => {
+    for (const version of ['2025-06-18', '2025-03-26']) {
+      for (const id of ['again', 7]) {
+        const again = await post(
+          {
+            jsonrpc: '2.0',
+            id,
+            method: 'initialize',
+            params: {
+              protocolVersion: version,
+              capabilities: {},
+              clientInfo: { name: 'again', version: '0' },
+            },
+          },
+          on(version),
+        );
+        expect(again.status).toBe(400);
+        // Before the change: the SDK transport's "Server already initialized" with id null.
+        expect(again.body).toEqual({
+          jsonrpc: '2.0',
+          error: {
+            code: -32600,
+            message:
+              'Invalid Request: this session is already initialised; to start a new one, send initialize without Mcp-Session-Id',
+            data: withService(),
+          },
+          id,
+        });
+      }
+      const still = await post(ping('p'), on(version));
+      expect(still.status).toBe(200);
+    }
   });
 
   it('every 415 has the documented shape: Content-Type twice, text/plain, a compressed body', async () => {

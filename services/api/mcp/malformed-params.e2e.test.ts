@@ -145,6 +145,8 @@ describe('malformed MCP params', () => {
         // Before the change: the whole list, as if no cursor were sent.
         expect(body.error?.code, `${method}: ${JSON.stringify(body).slice(0, 200)}`).toBe(-32602);
         expect(body.error?.message).toContain('no nextCursor');
+        // The message names the field and why; no empty data object beside it (resources/read's -32602 has none).
+        expect(body.error, method).not.toHaveProperty('data');
       }
       const whole = await post(path, call({}, 'tools/list'));
       expect(whole.body.error).toBeUndefined();

@@ -10,6 +10,7 @@ import { answeredBy } from '../answer-at-turn-end.ts';
 import { errorHandler, rpcErrorBodyWithService } from '../errors.ts';
 import { codesText, documented, RESPONSE_HEADERS, type ResponseDoc, undocumented } from '../openapi.ts';
 import { envelopeRefusal } from './envelope.ts';
+import { MCP_INVALID_REQUEST } from './error-codes.ts';
 import { handOver } from './hand-over.ts';
 import { ACCEPT_BOTH, acceptsAnswer, replaceHeader, timesSent } from './http-headers.ts';
 import { cancelledRequestId, InFlightIds, releaseId, requestIds } from './in-flight.ts';
@@ -125,7 +126,7 @@ const POST_RESPONSES: Record<number, ResponseDoc> = {
   },
   202: { description: 'Notifications or responses only: accepted, no body' },
   400: rpcError(
-    `-32700: the body is empty, is not JSON, or nests deeper than 64 levels; ${VERSION_400}; -32000: bad request (no session for a method other than initialize on a transport that needs one); -32600: invalid request, with the request's id when it has one (not a JSON-RPC 2.0 message: no jsonrpc "2.0", a request id that is not a string or an integer, a member JSON-RPC does not define, a method beside a result or an error, a response's result or error of the wrong shape; an empty batch, a batch on protocol revision 2025-06-18 or later, initialize in a batch; on a method other than tools/call, params present but not an object, an array included, or a params._meta MCP does not define (not an object; progressToken neither a string nor an integer); data.code BATCH_TOO_LARGE: a batch of more than ${MAX_BATCH_SIZE} messages, or with more messages than the rate limit of its caller, or more calls of one tool than its share, which no window could take: not retryable, counted as one request, send smaller batches); -32602: invalid params, with the request's id, naming them: initialize without protocolVersion, capabilities or clientInfo with name and version. A tools/call with malformed params (its _meta included) is not a 400: it is the -32602 tool error (200, result.isError)`,
+    `-32700: the body is empty, is not JSON, or nests deeper than 64 levels; ${VERSION_400}; -32000: bad request (no session for a method other than initialize on a transport that needs one); -32600: invalid request, with the request's id when it has one (not a JSON-RPC 2.0 message: no jsonrpc "2.0", a request id that is not a string or an integer, a member JSON-RPC does not define, a method beside a result or an error, a response's result or error of the wrong shape; an empty batch, a batch on protocol revision 2025-06-18 or later, initialize in a batch, initialize on a session already open (send it without Mcp-Session-Id to start a new one); on a method other than tools/call, params present but not an object, an array included, or a params._meta MCP does not define (not an object; progressToken neither a string nor an integer); data.code BATCH_TOO_LARGE: a batch of more than ${MAX_BATCH_SIZE} messages, or with more messages than the rate limit of its caller, or more calls of one tool than its share, which no window could take: not retryable, counted as one request, send smaller batches); -32602: invalid params, with the request's id, naming them: initialize without protocolVersion, capabilities or clientInfo with name and version. A tools/call with malformed params (its _meta included) is not a 400: it is the -32602 tool error (200, result.isError)`,
   ),
   403: REFUSED_HOST,
   404: NO_SESSION,
@@ -250,6 +251,10 @@ const docOf = (docs: McpDocs, method: (typeof MCP_METHODS_ROUTED)[number]) =>
 function isInitialize(body: unknown): boolean {
   return (body as { method?: unknown } | null)?.method === 'initialize' && isInitializeRequest(body);
 }
+
+/** What a second initialize on an open session is told: the session stays as it is; a new one starts without its id. */
+const SESSION_ALREADY_INITIALISED =
+  'Invalid Request: this session is already initialised; to start a new one, send initialize without Mcp-Session-Id';
 
 /** The id of a parsed body that is one JSON-RPC request with a string or number id; else null. */
 function bodyId(body: unknown): string | number | null {
@@ -490,6 +495,11 @@ function mcpHandler(deps: HandlerDeps): Handler {
     if (refusal !== null) {
       const data = 'data' in refusal ? (refusal.data as Record<string, unknown>) : {};
       return callerRpcError(reply, refusal.status, refusal.code, refusal.message, refusal.id, data);
+    }
+    // initialize on an open session: refused here with the request's id (the transport's own
+    // refusal carried id null, which JSON-RPC keeps for an id that could not be read).
+    if (sessionId !== undefined && method === 'POST' && isInitialize(request.body)) {
+      return callerRpcError(reply, 400, MCP_INVALID_REQUEST, SESSION_ALREADY_INITIALISED);
     }
     if (sessionId === undefined && method === 'POST' && isInitialize(request.body)) {
       const owner = sessionOwner(request);

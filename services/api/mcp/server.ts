@@ -55,7 +55,8 @@ export const SIGNIN_INSTRUCTIONS =
 /**
  * A list request's cursor, refused: every list here is answered whole, with no nextCursor, so a
  * cursor is never one this server gave out (MCP: an invalid cursor is -32602 Invalid params).
- * Thrown as ChannelError: code and message go out as written.
+ * Thrown as ChannelError: code and message go out as written, with no data (the message names
+ * the field and why), as resources/read's -32602 does.
  */
 export function refuseCursor(method: string, cursor: unknown): void {
   if (cursor === undefined) return;
@@ -64,13 +65,11 @@ export function refuseCursor(method: string, cursor: unknown): void {
     throw new ChannelError(
       MCP_INVALID_PARAMS,
       `Invalid params: ${method}'s params.cursor must be a string (or left out), not ${kindOf(cursor)}`,
-      {},
     );
   }
   throw new ChannelError(
     MCP_INVALID_PARAMS,
     `Invalid params: ${method} answers every item in one page (no nextCursor); the cursor ${JSON.stringify(cursor)} was not given by this server`,
-    {},
   );
 }
 

@@ -116,7 +116,8 @@ export class ChannelError extends Error {
   constructor(
     readonly code: number,
     message: string,
-    readonly data: Record<string, unknown>,
+    /** Left out, the error carries no data (as the other refusals of the channel without any). */
+    readonly data?: Record<string, unknown>,
   ) {
     super(message);
   }

@@ -28,8 +28,12 @@ export interface ChainReport {
   streams: number;
   /** Revealed rows whose hash was recomputed from their content. */
   rehashed: number;
-  /** Streams whose first row in the file is not the chain's first verdict (the file starts mid-chain). */
-  anchored: number;
+  /**
+   * Streams whose first row in the file is not the chain's first verdict (the file starts
+   * mid-chain there, as an `after` or `from` export does): their chain is checked from that row
+   * on. Not the on-chain anchors, which `verify --anchors` reports under `anchors`.
+   */
+  streamsStartingMidChain: number;
   /** Outcomes whose chain hash was recomputed from the row's outcome columns and verdict hash. */
   outcomes: number;
   /** Outcomes recorded before outcomes were chained (no outcome_hash): not covered by any chain. */
@@ -65,7 +69,7 @@ interface OutcomeChain {
 /**
  * Walks every market's chain in file order: each row must link to the previous row of its
  * stream, and a revealed row's hash must match its content. Memory: per stream, one verdict
- * hash, the outcome chain's open ends and its last CONSUMED_KEPT links. A file that starts mid-chain (an `after` or `from` export) is anchored at its first row.
+ * hash, the outcome chain's open ends and its last CONSUMED_KEPT links. A file that starts mid-chain (an `after` or `from` export) is checked from its first row of each stream on.
  *
  * Outcomes form a chain per stream of their own, in the order they were resolved (about the
  * verdicts' order): each outcome's hash is recomputed from the row's outcome columns and its
@@ -86,7 +90,7 @@ export async function verifyRows(
     rows: 0,
     streams: 0,
     rehashed: 0,
-    anchored: 0,
+    streamsStartingMidChain: 0,
     outcomes: 0,
     unchainedOutcomes: 0,
     firstBroken: null,
@@ -147,7 +151,7 @@ export async function verifyRows(
       }
     } else {
       report.streams++;
-      if (row.prev_hash !== null) report.anchored++;
+      if (row.prev_hash !== null) report.streamsStartingMidChain++;
       chains.set(row.stream, {
         heads: new Map(),
         consumed: new Set(),

@@ -27,6 +27,8 @@ import {
   TRACK_RECORD_WINDOWS,
   type TrackRecordWindow,
 } from '../../contracts/history.ts';
+import { EXCHANGES, type Exchange, TIMEFRAMES } from '../../contracts/market.ts';
+import { parseVerdictStream, verdictStream } from '../engine/verdict-recorder.ts';
 import { CommandFailedError } from '../shared/cli-failure.ts';
 import { AnchorCheck, type ChainAnchor, readChainAnchors } from './anchor-check.ts';
 import { scoreRows, verifyRows } from './audit.ts';
@@ -223,6 +225,56 @@ function storeSource(store: EventStore, filter: HistoryFilter): Source {
     }
     return { rows, cursor: progress.cursor, position: progress.position, head: await store.headPosition() };
   };
+}
+
+/** How many of the coins the log holds a refused --coin names before "…". */
+const HELD_COINS_NAMED = 20;
+
+/**
+ * The coins the log holds verdicts of (on `exchange` when given), from its verdict streams'
+ * names (`verdicts-<exchange>-<coin>-<timeframe>`), in the order first recorded: at most
+ * `most` + 1, so a refusal can say there are more without reading the whole log.
+ */
+async function heldCoins(store: EventStore, exchange: Exchange | undefined, most: number): Promise<string[]> {
+  const coins = new Set<string>();
+  for (let after = 0; coins.size <= most; ) {
+    const page = await store.readAll({ after, maxCount: 1_000 });
+    if (page.length === 0) break;
+    for (const event of page) {
+      const market = event.type === 'VerdictRecorded' ? parseVerdictStream(event.stream) : undefined;
+      if (market && (exchange === undefined || market.exchange === exchange)) coins.add(market.coin);
+    }
+    after = page[page.length - 1]!.position;
+  }
+  return [...coins];
+}
+
+/**
+ * An export read from the log (`--store`) has no feed to ask whether a coin exists, as
+ * GET /api/verdicts does (unknown_coin): a mistyped coin would export no row, as a coin with no
+ * verdict in the range asked does. The log tells them apart: a coin with no verdict stream on the
+ * venue asked (any venue when none is), on any timeframe, is refused naming the coins it holds;
+ * one held is exported, however few of its rows the other filters keep. A venue or timeframe
+ * needs no such check: the query schema takes only the names it lists, so a typo is refused there.
+ */
+async function checkHeldCoin(store: EventStore, coin: string, exchange: Exchange | undefined): Promise<void> {
+  const venues = exchange === undefined ? EXCHANGES : [exchange];
+  // One lookup per stream the coin could have (venues × timeframes), rather than a read of the log.
+  const revisions = await Promise.all(
+    venues.flatMap((venue) =>
+      TIMEFRAMES.map((timeframe) =>
+        store.streamRevision(verdictStream({ exchange: venue, coin, timeframe })),
+      ),
+    ),
+  );
+  if (revisions.some((revision) => revision !== null)) return;
+  const held = await heldCoins(store, exchange, HELD_COINS_NAMED);
+  const on = exchange === undefined ? '' : ` on ${exchange}`;
+  const named =
+    held.length === 0
+      ? `it holds no verdict${on} at all`
+      : `it holds verdicts${on} of ${held.slice(0, HELD_COINS_NAMED).join(', ')}${held.length > HELD_COINS_NAMED ? ', …' : ''}`;
+  throw new UsageError(`--coin: the log holds no verdict of ${coin}${on}; ${named}`);
 }
 
 interface Checkpoint {
@@ -608,6 +660,8 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
     case 'export': {
       if (values.url || !values.store) return exportCommand(values, deps, await source(), false);
       const store = await deps.openStore();
+      // Before anything is written: a refused coin leaves no file behind.
+      if (filter.coin !== undefined) await checkHeldCoin(store, filter.coin, filter.exchange);
       return exportCommand(values, deps, storeSource(store, filter), true, store);
     }
     case 'verify': {

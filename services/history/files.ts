@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { parquetReadObjects } from 'hyparquet';
 import { HISTORY_COLUMNS, type HistoryFormat, HistoryRow } from '../../contracts/history.ts';
-import { encodeCursor } from './cursor.ts';
+import { decodeCursor, encodeCursor, tagMatches } from './cursor.ts';
 import { isoTime } from './rows.ts';
 import { KINDS } from './writers.ts';
 
@@ -75,11 +75,24 @@ export class MalformedRowError extends Error {
   }
 }
 
+const CUT_SHORT =
+  'a line cut short (a download or a copy that stopped) is no row; fetch the rest again with after= the cursor of the last whole line, or export again';
+
 /** What to do about a line that is no row: past the first row, the file was cut; at its start, it is not in the format read. */
 const cutOrFormat = (rowsRead: number, format: HistoryFormat) =>
   rowsRead > 0
-    ? 'a line cut short (a download or a copy that stopped) is no row; fetch the rest again with after= the cursor of the last whole line, or export again'
+    ? CUT_SHORT
     : `the file's first row is not ${format === 'csv' ? 'CSV' : 'NDJSON'}: --format names the file's format (ndjson, csv, parquet)`;
+
+/**
+ * Whether `cursor` is the one its row was exported with: every export writes the cursor of the
+ * row's own position and verdict id (cursor.ts). A CSV line cut inside its last field, the cursor,
+ * keeps every column and reads as a row; only its cursor shows the cut.
+ */
+function namesRow(cursor: string, row: HistoryRow): boolean {
+  const read = decodeCursor(cursor);
+  return read !== null && read.position === row.position && tagMatches(read, row.verdict_id);
+}
 
 /** A line or Parquet part that is no row at all: nothing of the row can be read, so nothing of it is named. */
 function unreadable(where: string, detail: string): MalformedRowError {
@@ -187,6 +200,7 @@ export async function* readExport(path: string, format = detectFormat(path)): As
     crlfDelay: Number.POSITIVE_INFINITY,
   });
   let header: string[] | null = null;
+  let cursorColumn = -1;
   let lineNumber = 0;
   let rowsRead = 0;
   for await (const line of lines) {
@@ -204,6 +218,7 @@ export async function* readExport(path: string, format = detectFormat(path)): As
       }
       if (!header) {
         header = fields;
+        cursorColumn = header.indexOf('cursor');
         continue;
       }
       // A line cut short keeps the columns before the cut; read by name, the rest would pass as nulls.
@@ -213,7 +228,18 @@ export async function* readExport(path: string, format = detectFormat(path)): As
           `CSV line: ${fields.length} fields where the header has ${header.length}; ${cutOrFormat(rowsRead, format)}`,
         );
       }
-      yield toRow(Object.fromEntries(header.map((h, i) => [h, fields[i]])), `line ${lineNumber}`);
+      const row = toRow(Object.fromEntries(header.map((h, i) => [h, fields[i]])), `line ${lineNumber}`);
+      // The cursor column written empty (a cut right after the comma before it) would be filled in
+      // from the row as for an export written before rows carried their cursor, which had no such
+      // column at all.
+      const cursor = cursorColumn < 0 ? null : fields[cursorColumn]!;
+      if (cursor !== null && (cursor === '' || !namesRow(cursor, row))) {
+        throw unreadable(
+          `line ${lineNumber}`,
+          `CSV line: its cursor ${JSON.stringify(cursor)} is not the one of its row (position ${row.position}, verdict ${row.verdict_id}); ${CUT_SHORT}`,
+        );
+      }
+      yield row;
       rowsRead++;
     } else {
       let record: Record<string, unknown>;

@@ -105,7 +105,13 @@ describe('GET /api/verdicts', () => {
         yield* rows;
       })(),
     );
-    expect(report).toMatchObject({ ok: true, rows: 120, streams: 3, anchored: 0, firstBroken: null });
+    expect(report).toMatchObject({
+      ok: true,
+      rows: 120,
+      streams: 3,
+      streamsStartingMidChain: 0,
+      firstBroken: null,
+    });
     expect(report.rehashed).toBe(110);
   });
 

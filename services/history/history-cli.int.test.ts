@@ -15,8 +15,10 @@ import { PassThrough } from 'node:stream';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
+import { type EventData, newEvent } from '../../contracts/events.ts';
 import { type HistoryRow, TrackRecordResponse } from '../../contracts/history.ts';
 import { HOUR, recordHistory, startHistoryServer } from '../../test/history-harness.ts';
+import { verdictStream } from '../engine/verdict-recorder.ts';
 import {
   type CliDeps,
   ExportInterruptedError,
@@ -409,6 +411,71 @@ describe('npm run history', () => {
     expect(stderr).not.toContain('_service');
   });
 
+  it('refuses from the store a coin the log holds no verdict of, naming the coins it holds; a held coin with no row in range exports empty', async () => {
+    const out = join(dir, 'store-refused-coin.ndjson');
+    const refused = runHistoryCommand(['export', '--store', '--out', out, '--coin', 'btcc'], deps());
+    await expect(refused).rejects.toThrow(
+      new UsageError('--coin: the log holds no verdict of BTCC; it holds verdicts of BTC, ETH, SOL'),
+    );
+    expect(existsSync(out)).toBe(false);
+    expect(existsSync(`${out}.checkpoint.json`)).toBe(false);
+    // Judged on the venue asked: SOL is held on BINANCE_SPOT only.
+    await expect(
+      runHistoryCommand(
+        ['export', '--store', '--out', out, '--coin', 'SOL', '--exchange', 'BINANCE'],
+        deps(),
+      ),
+    ).rejects.toThrow(
+      new UsageError(
+        '--coin: the log holds no verdict of SOL on BINANCE; it holds verdicts on BINANCE of BTC, ETH',
+      ),
+    );
+    // Held, but nothing in the range asked: a valid empty export, as before.
+    const empty = JSON.parse(
+      await runHistoryCommand(
+        ['export', '--store', '--out', out, '--coin', 'BTC', '--from', '2001-01-01', '--to', '2001-01-02'],
+        deps(),
+      ),
+    );
+    expect(empty).toMatchObject({ rows: 0 });
+    // The real command line: exit 2, the refusal on stderr's first line, no file.
+    const cliOut = join(dir, 'store-refused-coin-cli.ndjson');
+    const cli = await run(
+      process.execPath,
+      ['--import', 'tsx', 'services/history/cli.ts', 'export', '--store', '--out', cliOut, '--coin', 'BTCC'],
+      { env: { ...process.env, EVENT_STORE: 'memory' } },
+    ).catch((err: { code: number; stderr: string }) => err);
+    const { code, stderr } = cli as { code: number; stderr: string };
+    expect(code).toBe(2);
+    expect(stderr.split('\n')[0]).toMatch(
+      /^--coin: the log holds no verdict of BTCC; it holds no verdict at all$/,
+    );
+    expect(existsSync(cliOut)).toBe(false);
+  });
+
+  it('names at most 20 of the coins a log holds when it refuses one', async () => {
+    const store = new MemoryEventStore();
+    const [verdict] = (await fx.store.readAll({ maxCount: 1_000 })).filter(
+      (e) => e.type === 'VerdictRecorded',
+    );
+    const data = verdict!.data as EventData<'VerdictRecorded'>;
+    const coins = Array.from({ length: 22 }, (_, i) => `C${String(i).padStart(2, '0')}`);
+    for (const coin of coins)
+      await store.append(verdictStream({ ...data, coin }), [newEvent('VerdictRecorded', { ...data, coin })]);
+    const out = join(dir, 'many-coins.ndjson');
+    await expect(
+      runHistoryCommand(
+        ['export', '--store', '--out', out, '--coin', 'ZZZ'],
+        deps({ openStore: async () => store }),
+      ),
+    ).rejects.toThrow(
+      new UsageError(
+        `--coin: the log holds no verdict of ZZZ; it holds verdicts of ${coins.slice(0, 20).join(', ')}, …`,
+      ),
+    );
+    expect(existsSync(out)).toBe(false);
+  });
+
   it('reports a malformed row as the first broken link, naming its line and field', async () => {
     const out = join(dir, 'malformed-source.ndjson');
     await runHistoryCommand(['export', '--store', '--out', out, '--coin', 'BTC'], deps());
@@ -471,6 +538,12 @@ describe('npm run history', () => {
     const cutCsv = join(dir, 'cut.csv');
     const line7 = csvText.split('\n')[6]!;
     writeFileSync(cutCsv, cutAt(csvText, 7, line7.indexOf(',', line7.indexOf(',') + 1)));
+    // Cut inside its last field, the cursor, or right after the comma before it: every column is
+    // there, so only the cursor shows the cut.
+    const cutCursor = join(dir, 'cut-cursor.csv');
+    writeFileSync(cutCursor, cutAt(csvText, 7, line7.length - 3));
+    const cutBeforeCursor = join(dir, 'cut-before-cursor.csv');
+    writeFileSync(cutBeforeCursor, cutAt(csvText, 7, line7.lastIndexOf(',') + 1));
     const cutParts = join(dir, 'cut-parts');
     mkdirSync(cutParts);
     const part = readdirSync(parquet).find((f) => f.endsWith('.parquet'))!;
@@ -480,6 +553,16 @@ describe('npm run history', () => {
     for (const [file, at, words] of [
       [cutJson, 'line 6', /^line 6: malformed JSON line \(.+\): a line cut short/],
       [cutCsv, 'line 7', /^line 7: malformed CSV line: 2 fields where the header has \d+; a line cut short/],
+      [
+        cutCursor,
+        'line 7',
+        /^line 7: malformed CSV line: its cursor "[\w-]+" is not the one of its row \(position \d+, verdict [\w-]+\); a line cut short/,
+      ],
+      [
+        cutBeforeCursor,
+        'line 7',
+        /^line 7: malformed CSV line: its cursor "" is not the one of its row .*; a line cut short/,
+      ],
       [
         cutParts,
         part,
@@ -502,6 +585,20 @@ describe('npm run history', () => {
     expect(code).toBe(1);
     expect(stderr).toMatch(new RegExp(`^${part}: malformed Parquet part`));
     expect(stderr).not.toMatch(/\n\s+at /);
+  });
+
+  it('counts the streams a file starts mid-chain as such, not as anchors', async () => {
+    const whole = join(dir, 'mid-chain-source.ndjson');
+    await runHistoryCommand(['export', '--store', '--out', whole], deps());
+    const lines = readFileSync(whole, 'utf8').trim().split('\n');
+    // The first verdicts of every stream left out: each of the three streams starts mid-chain.
+    const midChain = join(dir, 'mid-chain.ndjson');
+    writeFileSync(midChain, `${lines.slice(9).join('\n')}\n`);
+    const report = JSON.parse(await runHistoryCommand(['verify', midChain], deps()));
+    expect(report).toMatchObject({ ok: true, streams: 3, streamsStartingMidChain: 3 });
+    expect(report).not.toHaveProperty('anchored');
+    const full = JSON.parse(await runHistoryCommand(['verify', whole], deps()));
+    expect(full).toMatchObject({ ok: true, streams: 3, streamsStartingMidChain: 0 });
   });
 
   it('refuses an option the command does not take, rather than ignore it', async () => {

@@ -134,7 +134,17 @@ describe('a refused payment moves no money and reserves nothing', () => {
         return v2Header(accepted, low, await signAuthorization(key, low));
       },
       'invalid_exact_evm_payload_authorization_value_mismatch',
-      'the authorised amount differs from the price of this request',
+      // Before the change: no amounts named.
+      'the authorised amount differs from the price of this request: signed 19999 (0.019999 USDC), the quote asks 20000 (0.020000 USDC); sign an authorisation for exactly the quoted amount',
+    ],
+    [
+      'amount too low (v1)',
+      async (a: AuthorizationFields, _s: Hex, key: Hex) => {
+        const low = { ...a, value: PRICE - 1n };
+        return v1Header(low, await signAuthorization(key, low));
+      },
+      'invalid_exact_evm_payload_authorization_value_mismatch',
+      'the authorised amount differs from the price of this request: signed 19999 (0.019999 USDC), the quote asks 20000 (0.020000 USDC); sign an authorisation for exactly the quoted amount',
     ],
     [
       'amount too high',
@@ -262,7 +272,8 @@ describe('a refused payment moves no money and reserves nothing', () => {
     await expect402(
       res,
       'invalid_exact_evm_insufficient_balance',
-      'the payer does not hold enough of the asset',
+      // Before the change: no amounts named.
+      'the payer does not hold enough of the asset: the payer holds 19999 (0.019999 USDC), the quote asks 20000 (0.020000 USDC)',
     );
     expect(await stack.chain.balanceOf(p.address)).toBe(PRICE - 1n);
   });

@@ -4,6 +4,7 @@ import { parseDomainEvent } from '../../contracts/events.ts';
 import { csvField } from '../shared/csv.ts';
 import { evolveRecorded, type PaymentState, type PaymentStatus } from './payment-state.ts';
 import { NONCE_ALREADY_USED } from './reasons.ts';
+import { usdc } from './usdc.ts';
 
 /**
  * The operator's payments ledger: one row per x402 payment the log holds, what was sold, to whom,
@@ -170,12 +171,8 @@ function toRow(folding: Folding): LedgerRow | null {
   };
 }
 
-/** Atomic USDC units as a decimal with its 6 places. */
-export function usdc(atomic: bigint): string {
-  const sign = atomic < 0n ? '-' : '';
-  const abs = atomic < 0n ? -atomic : atomic;
-  return `${sign}${abs / 1_000_000n}.${(abs % 1_000_000n).toString().padStart(6, '0')}`;
-}
+// The report's amounts, spelt as the refusals that name amounts spell them.
+export { usdc } from './usdc.ts';
 
 export interface LedgerFilter {
   /** Authorised at or after (inclusive), ms since the epoch. */

@@ -37,6 +37,8 @@ import {
   describeMismatch,
   describeReason,
   describeUnsent,
+  describeVerifyRefusal,
+  INSUFFICIENT_BALANCE,
   NONCE_ALREADY_USED,
   REFUSED_BEFORE_SENDING,
   TRANSACTION_FAILED,
@@ -660,6 +662,27 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
       return refused;
     };
 
+    /**
+     * A refused verification in words with its amounts (describeVerifyRefusal). The facilitators
+     * read the payer's balance and do not say it: for a balance too low it is read again here,
+     * where a chain reader covers the network; unread, the words leave it out.
+     */
+    const refusedInWords = async (reason: string, detail: string | undefined): Promise<string> => {
+      let held: bigint | null = null;
+      const read = reason === INSUFFICIENT_BALANCE ? deps.balanceOf(identity) : null;
+      if (read) {
+        try {
+          held = await read();
+        } catch (err) {
+          deps.logger.warn(
+            { err, requestId: call.requestId },
+            'payer balance could not be read for the refusal',
+          );
+        }
+      }
+      return describeVerifyRefusal(reason, detail, { signed: auth.value, asked: requirement.amount, held });
+    };
+
     try {
       const verified = await deps.server.verifyPayment(payload, requirement);
       if (!verified.isValid) {
@@ -669,7 +692,7 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
           (await paidUnserved(reason)) ?? {
             kind: 'payment_rejected',
             reason,
-            message: describeReason(reason, verified.invalidMessage),
+            message: await refusedInWords(reason, verified.invalidMessage),
           }
         );
       }
@@ -680,7 +703,7 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
           (await paidUnserved(err.invalidReason)) ?? {
             kind: 'payment_rejected',
             reason: err.invalidReason,
-            message: describeReason(err.invalidReason, err.invalidMessage),
+            message: await refusedInWords(err.invalidReason, err.invalidMessage),
           }
         );
       }

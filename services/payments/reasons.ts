@@ -2,6 +2,7 @@ import type { PaymentRequirements } from '@x402/core/types';
 import { ERRORS, type ErrorCode, isErrorCode } from '../../contracts/errors.ts';
 import type { DecodedPayment } from './codecs.ts';
 import { v1NetworkName } from './rails.ts';
+import { usdc } from './usdc.ts';
 
 /**
  * @x402/evm's reason for a settlement whose transaction failed: mined and reverted when it names
@@ -69,6 +70,50 @@ export function describeReason(reason: string, detail?: string): string {
   const known = isErrorCode(reason) && facilitatorReasons.has(reason);
   const words = known ? ERRORS[reason].message : reason.replaceAll('_', ' ');
   return detail && !known ? `${words}: ${detail.slice(0, 200)}` : words;
+}
+
+/** The facilitators' reasons for an authorised amount other than the quote's: v2's check and v1's. */
+const VALUE_MISMATCH: ReadonlySet<string> = new Set<string>([
+  'invalid_exact_evm_payload_authorization_value_mismatch',
+  'invalid_exact_evm_authorization_value',
+]);
+
+/** The payer's balance of the asset is below the quoted amount. */
+export const INSUFFICIENT_BALANCE = 'invalid_exact_evm_insufficient_balance' satisfies ErrorCode;
+
+/** An amount in the asset's atomic units and in USDC (every rail's asset, 6 decimals). */
+const amountText = (atomic: bigint): string => `${atomic} (${usdc(atomic)} USDC)`;
+
+/** What a refused verification is about, beyond its reason: the amounts a payer must fix. */
+export interface VerifyAmounts {
+  /** The authorisation's value, atomic units, as signed. */
+  signed: string;
+  /** The quote's amount, atomic units. */
+  asked: string;
+  /** The payer's balance of the asset as read after the refusal; null when it could not be read. */
+  held: bigint | null;
+}
+
+/**
+ * A refused verification in words: describeReason's, and for an amount the facilitators' words
+ * leave out (they name no figure), what was signed, what the quote asks and, for a balance too
+ * low, what the payer holds when it could be read, so the payer knows what to sign or fund.
+ */
+export function describeVerifyRefusal(
+  reason: string,
+  detail: string | undefined,
+  amounts: VerifyAmounts,
+): string {
+  const words = describeReason(reason, detail);
+  const asked = amountText(BigInt(amounts.asked));
+  if (VALUE_MISMATCH.has(reason)) {
+    return `${words}: signed ${amountText(BigInt(amounts.signed))}, the quote asks ${asked}; sign an authorisation for exactly the quoted amount`;
+  }
+  if (reason === INSUFFICIENT_BALANCE) {
+    const held = amounts.held === null ? '' : `holds ${amountText(amounts.held)}, `;
+    return `${words}: the payer ${held}the quote asks ${asked}`;
+  }
+  return words;
 }
 
 /** Why a payment matched none of this request's quoted terms, naming the first field that differs. */

@@ -390,7 +390,12 @@ export const ErrorBody = z
     code: z.string().describe('A code of the error catalog'),
     message: z.string().describe('What went wrong, for a person'),
     field: z.string().optional().describe('The request field at fault'),
-    retryable: z.boolean().optional().describe('Present and true when the same request may succeed later'),
+    retryable: z
+      .boolean()
+      .optional()
+      .describe(
+        'Whether the same request may succeed later (the catalog entry of its code): on every pay-per-call (/x402) refusal; elsewhere present only when true',
+      ),
     _service: z.record(z.string(), z.unknown()).optional().describe('Caller, quota and request id'),
   })
   .loose();

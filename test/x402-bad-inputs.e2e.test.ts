@@ -353,7 +353,13 @@ describe('replays', () => {
     // Another request under the same payment is a conflict, never served.
     const other = await post(PATH, { ...BODY, timeframe: '4h' }, { 'payment-signature': header });
     expect(other.status).toBe(409);
-    expect(await other.json()).toMatchObject({ code: 'payment_already_used' });
+    // Before the change: no retryable, where the tools' 404 and 422 refusals say false.
+    expect(await other.json()).toMatchObject({
+      code: 'payment_already_used',
+      message:
+        'this payment already paid for another request, or its answer is no longer kept: sent again it is refused again; sign a new authorisation (a new nonce) for this request',
+      retryable: false,
+    });
     expect(await stack.chain.balanceOf(p.address)).toBe(1_000_000n - PRICE);
     expect(await streamTypes(auth.nonce)).toEqual([
       'PaymentAuthorized',
@@ -459,6 +465,7 @@ describe('invalid_content_type', () => {
       body: {
         code: 'invalid_content_type',
         message: 'Content-Type was sent more than once; send it exactly once',
+        retryable: false,
         _service: ANONYMOUS,
       },
     });
@@ -478,6 +485,7 @@ describe('invalid_content_type', () => {
       code: 'invalid_content_type',
       message:
         'Content-Type "application/json, application/json" joins several media types; send exactly application/json',
+      retryable: false,
       _service: ANONYMOUS,
     });
   });
@@ -492,6 +500,7 @@ describe('invalid_content_type', () => {
       expect(await res.json()).toEqual({
         code: 'invalid_content_type',
         message: `Content-Type "${contentType}" joins several media types; send exactly application/json`,
+        retryable: false,
         _service: ANONYMOUS,
       });
     }
@@ -505,6 +514,7 @@ describe('invalid_content_type', () => {
         code: 'invalid_content_type',
         message:
           'Content-Type "text/plain" is not accepted; send the body as JSON with Content-Type: application/json',
+        retryable: false,
         _service: ANONYMOUS,
       },
     });

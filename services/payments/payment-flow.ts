@@ -431,7 +431,7 @@ function conflictOf(by: { kind: 'signature' } | { kind: 'payment_id'; id: string
     message:
       by.kind === 'payment_id'
         ? `payment id ${by.id} already paid for another request, or its answer is no longer kept; use a new id`
-        : 'this payment already paid for another request, or its answer is no longer kept; sign a new one',
+        : 'this payment already paid for another request, or its answer is no longer kept: sent again it is refused again; sign a new authorisation (a new nonce) for this request',
   };
 }
 

@@ -192,8 +192,10 @@ class PaidRoutes {
       errorHandler(async (error, request) => ({
         code: error.code,
         message: error.message,
-        // An outage always says whether a retry may pass.
-        ...(error.retryable || error.statusCode === 503 ? { retryable: error.retryable } : {}),
+        // Every refusal of the family says whether the same request may pass later (the catalog's
+        // `retryable`), as the tool refusals and the MCP tool errors do: false tells a buyer that
+        // retrying is no use (a 409 payment_already_used: sign a new authorisation).
+        retryable: error.retryable,
         ...error.body,
         _service: await this.serviceOf(request),
       })),

@@ -540,7 +540,7 @@ function paidRouteDoc(tool: PaidTool) {
       404: refusal(['unknown_coin'], 'Nothing is charged'),
       409: refusal(
         ['payment_identifier_conflict', 'payment_already_used', 'payment_in_use'],
-        'The payment already paid for another request; or (payment_in_use, retryable) the same payment is still being answered by another request: retry and its answer comes back, charged once',
+        'The payment already paid for another request (payment_already_used, payment_identifier_conflict; retryable false: sign a new authorisation, or use a new payment id); or (payment_in_use, retryable) the same payment is still being answered by another request: retry and its answer comes back, charged once',
       ),
       422: refusal(
         ['unsupported_timeframe', 'unsupported_exchange', 'insufficient_history'],

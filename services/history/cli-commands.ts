@@ -61,8 +61,9 @@ export const USAGE = `npm run history -- <command> [options]
   (verify and score read the format from the file's content unless --format names it)
 
 --store reads the event store the service is configured with (EVENT_STORE, DATA_DIR, POSTGRES_URL, ...).
-Exit 2: a usage error, a DATA_DIR that holds no event log, or a setting the service would refuse
-(nothing was read); 1: the command failed (verify: a broken link; a store that does not answer).`;
+Exit 2: a usage error (a filter refused here, by the service or, for --coin, by the log), a DATA_DIR
+or POSTGRES_SCHEMA that holds no event log, or a setting the service would refuse (nothing was read);
+1: the command failed (verify: a broken link; a store that does not answer; a file cut short).`;
 
 export class UsageError extends Error {}
 

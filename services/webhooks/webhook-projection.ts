@@ -32,7 +32,9 @@ export function webhookProjectionWith(retention: number): Projection<WebhookStat
     // 5: a delivery held for its disabled subscription is not counted a failed delivery.
     // 6: a delivery held for its subscription's disable is never evicted (the retry scan sends it
     // after a re-enable, from this log only); a snapshot folded before may have dropped one.
-    version: 6,
+    // 7: an edited subscription keeps the filters of its earlier settings (earlierFilters), which a
+    // snapshot folded before lacks.
+    version: 7,
     eventTypes: [
       ...SUBSCRIPTION_EVENT_TYPES,
       'DeliveryAttempted',

@@ -394,7 +394,7 @@ export const ErrorBody = z
       .boolean()
       .optional()
       .describe(
-        'Whether the same request may succeed later (the catalog entry of its code): on every pay-per-call (/x402) refusal; elsewhere present only when true',
+        'Whether the same request may succeed later (the catalog entry of its code): on every pay-per-call (/x402) refusal but those answered with a quote (402, 429); elsewhere present only when true',
       ),
     _service: z.record(z.string(), z.unknown()).optional().describe('Caller, quota and request id'),
   })

@@ -234,7 +234,8 @@ const HELD_COINS_NAMED = 20;
 /**
  * The coins the log holds verdicts of (on `exchange` when given), from its verdict streams'
  * names (`verdicts-<exchange>-<coin>-<timeframe>`), in the order first recorded: at most
- * `most` + 1, so a refusal can say there are more without reading the whole log.
+ * `most` + 1, so a refusal can say there are more. It reads the log until it has found that many
+ * (the whole log when it holds fewer coins): only a refused --coin pays for it.
  */
 async function heldCoins(store: EventStore, exchange: Exchange | undefined, most: number): Promise<string[]> {
   const coins = new Set<string>();

@@ -8,7 +8,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openLmdbEventStore } from '../../adapters/event-store/lmdb.ts';
 import type { EventData } from '../../contracts/events.ts';
 import { PaymentLedger } from './ledger.ts';
-import { LEDGER_COLUMNS, usdc } from './ledger-report.ts';
+import { LEDGER_COLUMNS } from './ledger-report.ts';
+import { usdc } from './usdc.ts';
 
 const run = promisify(execFile);
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));

@@ -172,7 +172,6 @@ function toRow(folding: Folding): LedgerRow | null {
 }
 
 // The report's amounts, spelt as the refusals that name amounts spell them.
-export { usdc } from './usdc.ts';
 
 export interface LedgerFilter {
   /** Authorised at or after (inclusive), ms since the epoch. */

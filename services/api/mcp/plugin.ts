@@ -5,6 +5,7 @@ import { isInitializeRequest, LATEST_PROTOCOL_VERSION } from '@modelcontextproto
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { ERRORS, type ErrorCode, errorMessage, ServiceError } from '../../../contracts/errors.ts';
 import { answerService, type Caller, decorateCaller } from '../../metering/caller.ts';
+import { JSON_UTF8 } from '../../shared/media-types.ts';
 import { onResponseClosed } from '../../shared/response-closed.ts';
 import { answeredBy } from '../answer-at-turn-end.ts';
 import { errorHandler, rpcErrorBodyWithService } from '../errors.ts';
@@ -270,7 +271,7 @@ function jsonRpcError(
   message: string,
   id: string | number | null = bodyId(reply.request.body),
 ): FastifyReply {
-  return reply.code(status).type('application/json').send({ jsonrpc: '2.0', error: { code, message }, id });
+  return reply.code(status).type(JSON_UTF8).send({ jsonrpc: '2.0', error: { code, message }, id });
 }
 
 /**
@@ -289,7 +290,7 @@ async function callerRpcError(
   const service = answerService(reply.request);
   const data = service === null ? extra : { ...extra, _service: await service };
   const error = Object.keys(data).length === 0 ? { code, message } : { code, message, data };
-  return reply.code(status).type('application/json').send({ jsonrpc: '2.0', error, id });
+  return reply.code(status).type(JSON_UTF8).send({ jsonrpc: '2.0', error, id });
 }
 
 /**

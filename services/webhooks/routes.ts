@@ -52,6 +52,7 @@ import {
   updateSubscription,
 } from './subscription-commands.ts';
 import { settingsOf } from './subscription-decider.ts';
+import { FILTER_FIELDS, type WireFilter } from './subscription-filters.ts';
 import {
   EARLIER_FILTERS_KEPT,
   findSubscription,
@@ -398,17 +399,11 @@ async function create(deps: WebhookRoutesDeps, keyId: string, request: CreateWeb
 }
 
 /** The settings a subscription holds, in the create's words (the fields a PATCH replaces). */
-const SETTINGS = [
+const SETTINGS: readonly ('url' | 'events' | WireFilter)[] = [
   'url',
   'events',
-  'timeframes',
-  'assets',
-  'min_confidence',
-  'timeframe',
-  'exchange',
-  'top_n',
-  'cadence',
-] as const satisfies readonly (keyof UpdateWebhookRequest & keyof WebhookView)[];
+  ...(Object.keys(FILTER_FIELDS) as WireFilter[]),
+] satisfies readonly (keyof UpdateWebhookRequest & keyof WebhookView)[];
 
 async function update(deps: WebhookRoutesDeps, keyId: string, id: string, patch: UpdateWebhookRequest) {
   try {

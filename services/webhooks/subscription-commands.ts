@@ -12,6 +12,7 @@ import {
   SubscriptionNotFoundError,
   subscriptionDecider,
 } from './subscription-decider.ts';
+import { eventFiltersOf, type WireFilter } from './subscription-filters.ts';
 import { DISABLED_BY_SUBSCRIBER, subscriptionStream } from './subscription-fold.ts';
 
 export { SubscriptionChangedError, SubscriptionLimitError, SubscriptionNotFoundError };
@@ -35,21 +36,9 @@ async function execute(store: EventStore, keyId: string, command: SubscriptionCo
 
 /** A request's filters (its wire names) as the subscription events record them; absent stays absent. */
 export function filtersOf(
-  r: Pick<
-    CreateWebhookRequest,
-    'events' | 'timeframes' | 'assets' | 'min_confidence' | 'timeframe' | 'exchange' | 'top_n' | 'cadence'
-  >,
+  r: Pick<CreateWebhookRequest, 'events' | WireFilter>,
 ): Omit<EventData<'SubscriptionUpdated'>, 'subscriptionId' | 'url'> {
-  return {
-    events: r.events,
-    ...(r.timeframes ? { timeframes: r.timeframes } : {}),
-    ...(r.assets ? { assets: r.assets } : {}),
-    ...(r.min_confidence !== undefined ? { minConfidence: r.min_confidence } : {}),
-    ...(r.timeframe ? { timeframe: r.timeframe } : {}),
-    ...(r.exchange ? { exchange: r.exchange } : {}),
-    ...(r.top_n !== undefined ? { topN: r.top_n } : {}),
-    ...(r.cadence ? { cadence: r.cadence } : {}),
-  };
+  return { events: r.events, ...eventFiltersOf(r) };
 }
 
 export async function createSubscription(

@@ -2,6 +2,7 @@ import type { DecidedEvent, Decider, EventMeta } from '../../adapters/event-stor
 import { deterministicId } from '../../contracts/deterministic-id.ts';
 import { ServiceError } from '../../contracts/errors.ts';
 import type { DomainEvent, EventData } from '../../contracts/events.ts';
+import { heldFilters } from './subscription-filters.ts';
 import {
   applySubscriptionEvent,
   findSubscription,
@@ -81,13 +82,7 @@ export function settingsOf(sub: SubscriptionRecord): EventData<'SubscriptionUpda
     subscriptionId: sub.id,
     url: sub.url,
     events: sub.events,
-    ...(sub.timeframes ? { timeframes: sub.timeframes } : {}),
-    ...(sub.assets ? { assets: sub.assets } : {}),
-    ...(sub.minConfidence !== undefined ? { minConfidence: sub.minConfidence } : {}),
-    ...(sub.timeframe ? { timeframe: sub.timeframe } : {}),
-    ...(sub.exchange ? { exchange: sub.exchange } : {}),
-    ...(sub.topN !== undefined ? { topN: sub.topN } : {}),
-    ...(sub.cadence ? { cadence: sub.cadence } : {}),
+    ...heldFilters(sub),
   };
 }
 

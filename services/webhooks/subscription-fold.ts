@@ -1,6 +1,7 @@
 import type { z } from 'zod';
 import type { DomainEvent, EncryptedSecret } from '../../contracts/events.ts';
 import type { WebhookView } from '../../contracts/webhooks.ts';
+import { EVENT_FILTERS, type EventFilter, heldFilters, wireFiltersOf } from './subscription-filters.ts';
 
 type CreatedData = Extract<DomainEvent, { type: 'SubscriptionCreated' }>['data'];
 
@@ -35,7 +36,10 @@ export interface SubscriptionRecord extends Omit<CreatedData, 'secret' | 'subscr
 }
 
 /** What matching reads of a subscription besides its status and creation position. */
-export type MatchFilters = Pick<SubscriptionRecord, 'events' | 'timeframes' | 'assets' | 'minConfidence'>;
+export type MatchFilters = Pick<SubscriptionRecord, 'events' | (typeof MATCH_FILTERS)[number]>;
+
+/** The filters matching reads (the rest choose a digest's markets and cadence). */
+const MATCH_FILTERS = ['timeframes', 'assets', 'minConfidence'] as const satisfies readonly EventFilter[];
 
 /**
  * Edits whose earlier filters are kept. A dispatcher more edits behind than this matches the
@@ -70,17 +74,6 @@ export const KEY_REVOKED = 'key_revoked';
 
 /** The `disabled_reason` of a subscription its subscriber paused (POST /api/webhooks/:id/disable). */
 export const DISABLED_BY_SUBSCRIBER = 'disabled_by_subscriber';
-
-/** The settings a SubscriptionUpdated replaces whole; an optional one it does not carry is removed. */
-const UPDATED_OPTIONAL = [
-  'timeframes',
-  'assets',
-  'minConfidence',
-  'timeframe',
-  'exchange',
-  'topN',
-  'cadence',
-] as const;
 
 export function subscriptionStream(keyId: string): string {
   return `webhooks-${keyId}`;
@@ -187,16 +180,11 @@ export function applySubscriptionEvent(state: SubscriptionState, event: DomainEv
         // Id, key, secret, status, creation position (what it takes from) and the delivery
         // counters stay: only what it takes and where it sends change.
         const { subscriptionId: _id, ...settings } = event.data;
-        const filters: MatchFilters = {
-          events: sub.events,
-          ...(sub.timeframes ? { timeframes: sub.timeframes } : {}),
-          ...(sub.assets ? { assets: sub.assets } : {}),
-          ...(sub.minConfidence !== undefined ? { minConfidence: sub.minConfidence } : {}),
-        };
+        const filters = { events: sub.events, ...heldFilters(pick(sub, MATCH_FILTERS)) } as MatchFilters;
         sub.earlierFilters = [...(sub.earlierFilters ?? []), { until: event.position, filters }].slice(
           -EARLIER_FILTERS_KEPT,
         );
-        for (const field of UPDATED_OPTIONAL) delete sub[field];
+        for (const field of EVENT_FILTERS) delete sub[field];
         Object.assign(sub, settings);
       }
       break;
@@ -259,13 +247,7 @@ export function toView(sub: SubscriptionRecord): WebhookView {
     id: sub.id,
     url: sub.url,
     events: sub.events,
-    ...(sub.timeframes ? { timeframes: sub.timeframes } : {}),
-    ...(sub.assets ? { assets: sub.assets } : {}),
-    ...(sub.minConfidence !== undefined ? { min_confidence: sub.minConfidence } : {}),
-    ...(sub.timeframe ? { timeframe: sub.timeframe } : {}),
-    ...(sub.exchange ? { exchange: sub.exchange } : {}),
-    ...(sub.topN !== undefined ? { top_n: sub.topN } : {}),
-    ...(sub.cadence ? { cadence: sub.cadence } : {}),
+    ...wireFiltersOf(sub),
     status: sub.status,
     event_version: sub.eventVersion ?? 1,
     created_at: sub.createdAt,
@@ -274,4 +256,10 @@ export function toView(sub: SubscriptionRecord): WebhookView {
     last_success_at: sub.lastSuccessAt,
     failing_since: sub.failingSince,
   };
+}
+
+function pick<T extends object, K extends keyof T>(from: T, keys: readonly K[]): Partial<Pick<T, K>> {
+  const out: Partial<Pick<T, K>> = {};
+  for (const key of keys) out[key] = from[key];
+  return out;
 }

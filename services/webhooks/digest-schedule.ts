@@ -11,13 +11,14 @@ export function periodStart(cadence: Cadence, now: number): number {
 
 /**
  * Digests due at `now`: one per active digest subscription for the current period, if the
- * subscription existed when the period began (a new subscriber's first digest comes at the next
- * boundary, not at once).
+ * subscription took digests on its cadence when the period began (`digestSince`: a new
+ * subscriber's, or an edit's that added scan_digest or changed the cadence, first digest comes at
+ * the next boundary, not at once).
  */
 export function dueDigests(
   subs: Iterable<SubscriptionRecord>,
   now: number,
-  existsSince: (sub: SubscriptionRecord) => number = (sub) => Date.parse(sub.createdAt),
+  existsSince: (sub: SubscriptionRecord) => number = (sub) => Date.parse(sub.digestSince),
 ): { sub: SubscriptionRecord; periodStart: number }[] {
   const due: { sub: SubscriptionRecord; periodStart: number }[] = [];
   for (const sub of subs) {

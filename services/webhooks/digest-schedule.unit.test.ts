@@ -9,6 +9,7 @@ const sub = {
   events: ['scan_digest'],
   cadence: '1h',
   createdAt: '2026-11-22T10:00:00.000Z',
+  digestSince: '2026-11-22T10:00:00.000Z',
 } as unknown as SubscriptionRecord;
 
 describe('digest schedule on the feed clock', () => {
@@ -22,5 +23,13 @@ describe('digest schedule on the feed clock', () => {
     ]);
     // Not in the period it was first seen in: the first digest comes at the next boundary.
     expect(dueDigests([sub], feedNow, () => feedNow - 10 * 60_000)).toEqual([]);
+  });
+
+  it('on the wall clock counts from digestSince (a create, or an edit that started its digests), not the creation', () => {
+    const edited = { ...sub, createdAt: '2026-11-22T08:00:00.000Z', digestSince: '2026-11-22T10:20:00.000Z' };
+    expect(dueDigests([edited], Date.parse('2026-11-22T10:40:00.000Z'))).toEqual([]);
+    expect(dueDigests([edited], Date.parse('2026-11-22T11:05:00.000Z'))).toEqual([
+      { sub: edited, periodStart: Date.parse('2026-11-22T11:00:00.000Z') },
+    ]);
   });
 });

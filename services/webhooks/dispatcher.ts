@@ -87,8 +87,12 @@ export class WebhookDispatcher {
   private scanned = { checkpoint: -1, nextDue: 0 };
   private digesting: Promise<void> | null = null;
   private readonly digestsFired = new Set<string>();
-  /** Feed time at which each digest subscription was first seen (replay clocks only). */
-  private readonly firstSeen = new Map<string, number>();
+  /**
+   * Feed time at which each digest subscription was first seen taking digests on its cadence (its
+   * `digestSincePosition`: created, or edited to add scan_digest or change the cadence), replay
+   * clocks only.
+   */
+  private readonly firstSeen = new Map<string, { since: number; at: number }>();
   /** The log's head when this dispatcher started: a subscription at or below it predates the start. */
   private headAtStart = Number.POSITIVE_INFINITY;
   private readonly digestScans = new Map<string, Promise<ScanTradeCallsOutput>>();
@@ -551,18 +555,19 @@ export class WebhookDispatcher {
     const { log, subscriptions } = this.options.runner.state;
     const now = (this.options.now ?? Date.now)();
     this.digestScans.clear();
-    // On a replay clock a subscription's wall-clock creation time says nothing about feed time:
-    // one created while this dispatcher runs counts as existing from the feed time it first saw
-    // it. One recorded before this dispatcher started existed before it: a restart (the replay
+    // On a replay clock a subscription's wall-clock creation (or edit) time says nothing about feed
+    // time: one created, or edited into a new digest series, while this dispatcher runs counts from
+    // the feed time it first saw that. One recorded before this dispatcher started existed before it: a restart (the replay
     // clock runs on meanwhile, anchored in the log) must not skip the period it comes back in.
     const seen = this.options.feedClock
-      ? (sub: { id: string; createdPosition: number }) => {
-          let t = this.firstSeen.get(sub.id);
-          if (t === undefined) {
-            t = sub.createdPosition <= this.headAtStart ? Number.NEGATIVE_INFINITY : now;
-            this.firstSeen.set(sub.id, t);
+      ? (sub: { id: string; digestSincePosition: number }) => {
+          const since = sub.digestSincePosition;
+          let first = this.firstSeen.get(sub.id);
+          if (first?.since !== since) {
+            first = { since, at: since <= this.headAtStart ? Number.NEGATIVE_INFINITY : now };
+            this.firstSeen.set(sub.id, first);
           }
-          return t;
+          return first.at;
         }
       : undefined;
     for (const { sub, periodStart } of dueDigests(Object.values(subscriptions.subs), now, seen)) {

@@ -15,6 +15,13 @@ export interface SubscriptionRecord extends Omit<CreatedData, 'secret' | 'subscr
    * dispatcher must not hand a new subscription what was recorded before it existed).
    */
   createdPosition: number;
+  /**
+   * Since when (recording time and log position) it takes digests on its present cadence: its
+   * creation, or the edit that added scan_digest or changed the cadence. Its first digest is
+   * the one of the next period boundary after it, whether it subscribed by a create or an edit.
+   */
+  digestSince: string;
+  digestSincePosition: number;
   disabledAt: string | null;
   disabledReason: string | null;
   /** Re-enables so far: makes each disable a distinct, idempotent fact. */
@@ -118,6 +125,8 @@ export function applySubscriptionEvent(state: SubscriptionState, event: DomainEv
         status: 'active',
         createdAt: event.recordedAt,
         createdPosition: event.position,
+        digestSince: event.recordedAt,
+        digestSincePosition: event.position,
         disabledAt: null,
         disabledReason: null,
         generation: 0,
@@ -184,8 +193,19 @@ export function applySubscriptionEvent(state: SubscriptionState, event: DomainEv
         sub.earlierFilters = [...(sub.earlierFilters ?? []), { until: event.position, filters }].slice(
           -EARLIER_FILTERS_KEPT,
         );
+        // An edit that adds scan_digest or changes the cadence starts a new series of periods, so
+        // its first digest waits for the next boundary as a create's does (none at once for the
+        // period the edit falls in). One that changes only the markets (exchange, timeframe,
+        // top_n, min_confidence) keeps the series: the period it falls in was already due.
+        const digestStarts =
+          settings.events.includes('scan_digest') &&
+          (!sub.events.includes('scan_digest') || settings.cadence !== sub.cadence);
         for (const field of EVENT_FILTERS) delete sub[field];
         Object.assign(sub, settings);
+        if (digestStarts) {
+          sub.digestSince = event.recordedAt;
+          sub.digestSincePosition = event.position;
+        }
       }
       break;
     }

@@ -144,4 +144,42 @@ describe('a subscription edited (SubscriptionUpdated)', () => {
     expect(filtersAt(sub, 11).assets).toEqual(['C3']);
     expect(filtersAt(sub, 100 + EARLIER_FILTERS_KEPT + 3).assets).toEqual([`C${EARLIER_FILTERS_KEPT + 3}`]);
   });
+
+  it('counts its digests from an edit that adds scan_digest or changes the cadence, not from one of the markets', () => {
+    const digest = { timeframe: '1h', exchange: 'BINANCE', topN: 3 };
+    const update = (position: number, recordedAt: string, data: Record<string, unknown>) =>
+      ({
+        type: 'SubscriptionUpdated',
+        position,
+        recordedAt,
+        data: { subscriptionId: 's-1', url: 'https://hooks.example.com/a', ...data },
+      }) as unknown as DomainEvent;
+    let state = applySubscriptionEvent(initialSubscriptions(), created);
+    expect(state.subs['s-1']).toMatchObject({ digestSince: at, digestSincePosition: 10 });
+    const since = (position: number, recordedAt: string, data: Record<string, unknown>) => {
+      state = applySubscriptionEvent(state, update(position, recordedAt, data));
+      const { digestSince, digestSincePosition } = state.subs['s-1']!;
+      return { digestSince, digestSincePosition };
+    };
+    const t = (hour: number) => `2031-06-10T${hour}:30:00.000Z`;
+    expect(since(20, t(13), { events: ['scan_digest'], ...digest, cadence: '1d' })).toEqual({
+      digestSince: t(13),
+      digestSincePosition: 20,
+    });
+    // Other markets, the same periods: the period it falls in was due already.
+    expect(since(30, t(14), { events: ['scan_digest'], ...digest, topN: 5, cadence: '1d' })).toEqual({
+      digestSince: t(13),
+      digestSincePosition: 20,
+    });
+    expect(since(40, t(15), { events: ['scan_digest'], ...digest, topN: 5, cadence: '1h' })).toEqual({
+      digestSince: t(15),
+      digestSincePosition: 40,
+    });
+    // Dropped and taken again: a new series.
+    since(50, t(16), { events: ['trade_call'] });
+    expect(since(60, t(17), { events: ['scan_digest'], ...digest, cadence: '1h' })).toEqual({
+      digestSince: t(17),
+      digestSincePosition: 60,
+    });
+  });
 });

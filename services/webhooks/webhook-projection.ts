@@ -33,8 +33,10 @@ export function webhookProjectionWith(retention: number): Projection<WebhookStat
     // 6: a delivery held for its subscription's disable is never evicted (the retry scan sends it
     // after a re-enable, from this log only); a snapshot folded before may have dropped one.
     // 7: an edited subscription keeps the filters of its earlier settings (earlierFilters), which a
-    // snapshot folded before lacks.
-    version: 7,
+    // snapshot folded before lacks. 8: a subscription keeps since when it takes digests on its
+    // cadence (digestSince, set by a create and by an edit that adds scan_digest or changes the
+    // cadence), which a snapshot folded before lacks.
+    version: 8,
     eventTypes: [
       ...SUBSCRIPTION_EVENT_TYPES,
       'DeliveryAttempted',

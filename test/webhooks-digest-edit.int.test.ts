@@ -1,0 +1,108 @@
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import type { ReplayFeed } from '../adapters/market/replay.ts';
+import { WebhookEnvelope } from '../contracts/webhooks.ts';
+import { requireNats } from './nats-server.ts';
+import { dispatcherPool, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
+import { type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
+
+const reachable = await requireNats();
+const tls = selfSignedCert();
+const HOUR = 3_600_000;
+const DAY = 24 * HOUR;
+
+/** The period (ISO) each digest the receiver got covers, in the order they came. */
+const periods = (receiver: Receiver): string[] =>
+  receiver.received.map((r) => {
+    const envelope = WebhookEnvelope.parse(JSON.parse(r.body));
+    if (envelope.data.type !== 'scan_digest') throw new Error('not a digest');
+    return envelope.data.period_start;
+  });
+
+describe.runIf(reachable)('a digest gained by an edit', () => {
+  let stack: WebhookStack;
+  let receiver: Receiver;
+  let dispatcher: Awaited<ReturnType<typeof pool.start>>;
+  const pool = dispatcherPool(() => stack, {
+    tag: 'digest-edit',
+    env: {},
+    settings: { tls: { ca: tls.cert } },
+  });
+
+  beforeAll(async () => {
+    // The dispatcher reads the replay feed's own clock, which the test steps by hand.
+    stack = await startWebhookStack({ settings: { tls: { ca: tls.cert } }, dispatcher: false });
+    receiver = await startReceiver(tls);
+    dispatcher = await pool.start();
+  });
+  afterAll(async () => {
+    await pool.stopAll();
+    await stack?.close();
+    await receiver?.close();
+  });
+
+  it('comes first at the next period boundary after the edit, as a new subscriber’s does', async () => {
+    const clock = (stack.engine.feed as ReplayFeed).clock;
+    const key = await stack.issue();
+    // A subscription of a market event only (an endpoint that takes nothing else here).
+    const created = await stack.request('POST', '/api/webhooks', key, {
+      url: receiver.url,
+      events: ['trade_call'],
+      assets: ['DOGE'],
+    });
+    expect(created.status, JSON.stringify(created.body)).toBe(201);
+    await dispatcher.runner.waitFor(await stack.store.headPosition());
+    await new Promise((r) => setTimeout(r, 500)); // digest ticks (WEBHOOK_TICK_MS 50) see it
+    // A period later it has existed since before the period began.
+    const edited = Math.floor(clock.now() / HOUR) * HOUR + HOUR;
+    clock.setTime(edited + 10 * 60_000);
+    await new Promise((r) => setTimeout(r, 500));
+    const patched = await stack.request('PATCH', `/api/webhooks/${created.body.id}`, key, {
+      events: ['scan_digest'],
+      assets: null,
+      timeframe: '1h',
+      exchange: 'BINANCE',
+      top_n: 3,
+      cadence: '1h',
+    });
+    expect(patched.status, JSON.stringify(patched.body)).toBe(200);
+    await dispatcher.runner.waitFor(await stack.store.headPosition());
+    await new Promise((r) => setTimeout(r, 500));
+    // Its first digest covers the period after the edit's, never the one the edit fell in.
+    clock.setTime(edited + HOUR + 10 * 60_000);
+    await receiver.waitFor(1, 40_000);
+    expect(periods(receiver)).toEqual([new Date(edited + HOUR).toISOString()]);
+  });
+
+  it('after a cadence change too: the period the change falls in gets none', async () => {
+    const clock = (stack.engine.feed as ReplayFeed).clock;
+    // Its own receiver: the first test's subscription takes hourly digests meanwhile.
+    const receiver = await startReceiver(tls);
+    onTestFinished(() => receiver.close());
+    // Clear of a day boundary, so the daily cadence it starts with owes nothing meanwhile.
+    if (new Date(clock.now()).getUTCHours() >= 21) {
+      clock.setTime(Math.floor(clock.now() / DAY) * DAY + DAY + 10 * 60_000);
+    }
+    const key = await stack.issue();
+    const created = await stack.request('POST', '/api/webhooks', key, {
+      url: receiver.url,
+      events: ['scan_digest'],
+      timeframe: '1h',
+      exchange: 'BINANCE',
+      top_n: 3,
+      cadence: '1d',
+    });
+    expect(created.status, JSON.stringify(created.body)).toBe(201);
+    await dispatcher.runner.waitFor(await stack.store.headPosition());
+    await new Promise((r) => setTimeout(r, 500));
+    const edited = Math.floor(clock.now() / HOUR) * HOUR + HOUR;
+    clock.setTime(edited + 10 * 60_000);
+    await new Promise((r) => setTimeout(r, 500));
+    const patched = await stack.request('PATCH', `/api/webhooks/${created.body.id}`, key, { cadence: '1h' });
+    expect(patched.status, JSON.stringify(patched.body)).toBe(200);
+    await dispatcher.runner.waitFor(await stack.store.headPosition());
+    await new Promise((r) => setTimeout(r, 500));
+    clock.setTime(edited + HOUR + 10 * 60_000);
+    await receiver.waitFor(1, 40_000);
+    expect(periods(receiver)).toEqual([new Date(edited + HOUR).toISOString()]);
+  });
+});

@@ -278,8 +278,8 @@ export const ConfigSchema = z
      */
     SHUTDOWN_DRAIN_MS: nonNegativeInt.default(0),
     /**
-     * /readyz is not ready once an append of this process has waited longer than this (ms) and none
-     * finished for as long; ready again below half of it (adapters/event-store/append-watch.ts).
+     * /readyz is not ready once a write of this process (an append or a snapshot save) has waited
+     * longer than this (ms) and none finished for as long; ready again below half of it (adapters/event-store/append-watch.ts).
      */
     APPEND_STALL_MS: positiveInt.default(5_000),
     DATA_DIR: z.string().min(1).default('./data'),

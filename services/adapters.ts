@@ -89,10 +89,12 @@ export async function openAdapters(
   const opened: { close(): Promise<void> }[] = [];
   try {
     const stores = await openStores(config, logger);
-    const { projectionStore, closeProjections } = stores;
-    // Every write of every role goes through here, so a store that stops completing appends
-    // (a lock held by a stopped process, a server that no longer answers) shows in /readyz.
-    const { store: eventStore, watch: appends } = watchAppends(stores.eventStore);
+    const { closeProjections } = stores;
+    // Every write of every role goes through here, appends and snapshot saves alike, so a store
+    // that stops completing writes (a lock held by a stopped process, a server that no longer
+    // answers) shows in /readyz.
+    const { store: eventStore, watch: appends, watchSnapshots } = watchAppends(stores.eventStore);
+    const projectionStore = watchSnapshots(stores.projectionStore);
     opened.push(eventStore, { close: closeProjections });
     const bus = await openBus(needBus ? config : { ...config, BUS: 'memory' }, logger);
     opened.push(bus);

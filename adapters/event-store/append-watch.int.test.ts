@@ -2,6 +2,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { holdWriteLock } from '../../test/lmdb-lock-holder.ts';
 import { watchAppends } from './append-watch.ts';
 import { openLmdbEventStore } from './lmdb.ts';
 
@@ -26,6 +27,33 @@ describe('watchAppends over a real LMDB store', () => {
     expect(watch.pending).toBe(0);
     expect(watch.oldestPendingMs()).toBe(0);
     await store.close();
+  });
+
+  it('counts a snapshot save stuck on a write lock held by another process, as an append, until the lock is freed', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'append-watch-'));
+    dirs.push(dir);
+    const inner = await openLmdbEventStore({ path: dir });
+    const { watch, watchSnapshots } = watchAppends(inner);
+    const snapshots = watchSnapshots(inner.projectionStore());
+    const holder = await holdWriteLock(dir);
+    try {
+      // The engine saving its band scales when a stopped writer took the lock: it appends nothing
+      // after, so a save the watch did not count left /readyz at 200 while writes had stopped.
+      const saving = snapshots.save('band-scales:test', { version: 1, checkpoint: 0, state: { n: 1 } });
+      expect(watch.pending).toBe(1);
+      expect(watch.oldestPendingMs(Date.now() + 10_000)).toBeGreaterThanOrEqual(10_000);
+      await holder.release();
+      await saving;
+      expect(watch.pending).toBe(0);
+      expect((await snapshots.load('band-scales:test'))?.state).toEqual({ n: 1 });
+      const removing = snapshots.delete('band-scales:test');
+      expect(watch.pending).toBe(1);
+      await removing;
+      expect(watch.pending).toBe(0);
+    } finally {
+      await holder.release();
+      await inner.close();
+    }
   });
 
   it('forgets an append that fails (the store closed under it), and the error reaches the caller', async () => {

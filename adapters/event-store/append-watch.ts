@@ -1,12 +1,16 @@
+import type { ProjectionStore } from '../projection-store/port.ts';
 import type { EventStore } from './port.ts';
 
-/** What a watched store tells about the appends it has started and not yet finished. */
+/**
+ * What a watched store tells about the writes it has started and not yet finished: appends, and
+ * the snapshot saves and deletes of a projection store watched beside it (watchSnapshots).
+ */
 export interface AppendWatch {
-  /** Appends started and not yet resolved or rejected. */
+  /** Writes started and not yet resolved or rejected. */
   readonly pending: number;
   /** How long the oldest of them has been waiting, in ms (0 when none is). */
   oldestPendingMs(now?: number): number;
-  /** How long since an append last finished (resolved or failed), or since the watch began, in ms. */
+  /** How long since a write last finished (resolved or failed), or since the watch began, in ms. */
   sinceLastFinishedMs(now?: number): number;
 }
 
@@ -19,7 +23,9 @@ export interface AppendWatch {
  * A Proxy rather than a class implementing the port: everything but `append` reaches the store
  * itself, including what a slice reads off the concrete adapter (LMDB's `root`).
  */
-export function watchAppends<S extends EventStore>(store: S): { store: S; watch: AppendWatch } {
+export function watchAppends<S extends EventStore>(
+  store: S,
+): { store: S; watch: AppendWatch; watchSnapshots<P extends ProjectionStore>(snapshots: P): P } {
   // Insertion order is start order, so the first entry is always the oldest still pending.
   const started = new Map<number, number>();
   let lastFinishedAt = Date.now();
@@ -28,33 +34,29 @@ export function watchAppends<S extends EventStore>(store: S): { store: S; watch:
     started.delete(id);
     lastFinishedAt = Date.now();
   };
-  const append: EventStore['append'] = (stream, events, options) => {
+  const tracked = <T>(write: () => Promise<T>): Promise<T> => {
     const id = next++;
     started.set(id, Date.now());
-    let result: ReturnType<EventStore['append']>;
+    let result: Promise<T>;
     try {
-      result = store.append(stream, events, options);
+      result = write();
     } catch (err) {
       finished(id);
       throw err;
     }
     return result.finally(() => finished(id));
   };
-  const bound = new Map<PropertyKey, unknown>();
-  const proxy = new Proxy(store, {
-    get(target, property) {
-      if (property === 'append') return append;
-      const value: unknown = Reflect.get(target, property, target);
-      if (typeof value !== 'function') return value;
-      // Bound once: methods run with the store itself as `this`, not the proxy.
-      let fn = bound.get(property);
-      if (!fn) {
-        fn = (value as (...args: unknown[]) => unknown).bind(target);
-        bound.set(property, fn);
-      }
-      return fn;
-    },
-  });
+  const append: EventStore['append'] = (stream, events, options) =>
+    tracked(() => store.append(stream, events, options));
+  const proxy = passThrough(store, { append });
+  // A snapshot save waits on the same LMDB write lock as an append: a process stuck in one (the
+  // engine saving band scales when a stopped process took the lock) stops appending too, so
+  // watching appends alone left it ready for good while nothing was written.
+  const watchSnapshots = <P extends ProjectionStore>(snapshots: P): P => {
+    const save: ProjectionStore['save'] = (name, snapshot) => tracked(() => snapshots.save(name, snapshot));
+    const remove: ProjectionStore['delete'] = (name) => tracked(() => snapshots.delete(name));
+    return passThrough(snapshots, { save, delete: remove });
+  };
   const watch: AppendWatch = {
     get pending() {
       return started.size;
@@ -67,7 +69,26 @@ export function watchAppends<S extends EventStore>(store: S): { store: S; watch:
       return Math.max(0, now - lastFinishedAt);
     },
   };
-  return { store: proxy, watch };
+  return { store: proxy, watch, watchSnapshots };
+}
+
+/** `target` with the methods in `own` replaced; the rest run on the target itself (bound once). */
+function passThrough<T extends object>(target: T, own: Record<PropertyKey, unknown>): T {
+  const bound = new Map<PropertyKey, unknown>();
+  return new Proxy(target, {
+    get(object, property) {
+      if (Object.hasOwn(own, property)) return own[property];
+      const value: unknown = Reflect.get(object, property, object);
+      if (typeof value !== 'function') return value;
+      // Bound once: methods run with the store itself as `this`, not the proxy.
+      let fn = bound.get(property);
+      if (!fn) {
+        fn = (value as (...args: unknown[]) => unknown).bind(object);
+        bound.set(property, fn);
+      }
+      return fn;
+    },
+  });
 }
 
 /**

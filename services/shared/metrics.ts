@@ -122,7 +122,7 @@ export function createMetrics() {
     oldestPendingAppend: scrapedGauge(
       registry,
       'event_store_oldest_pending_append_seconds',
-      'Age of the oldest append of this process still waiting for the event store (0 when none); /readyz fails past APPEND_STALL_MS',
+      'Age of the oldest write (append or snapshot save) of this process still waiting for the store (0 when none); /readyz fails past APPEND_STALL_MS',
       [],
     ),
     /** Read from the bus at scrape time: a stream running on fewer copies than asked for shows here. */

@@ -1,12 +1,9 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { subscriptionStream } from '../services/webhooks/subscription-fold.ts';
 import { consumerDrained, requireNats, streamMessageIds } from './nats-server.ts';
-import { dispatcherPool, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
-import { type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
+import { laggingDispatcherStack } from './webhooks-lagging.ts';
 
 const reachable = await requireNats();
-const tls = selfSignedCert();
-const env = { WEBHOOK_RETRY_SCHEDULE: '0' };
 
 /**
  * A `subscription_disabled` notice is matched as any event is: with the events the subscription
@@ -15,27 +12,14 @@ const env = { WEBHOOK_RETRY_SCHEDULE: '0' };
  * edit is not told of an earlier disable.
  */
 describe.runIf(reachable)('the notice of a disable recorded before an edit (PATCH)', () => {
-  let stack: WebhookStack;
-  let receiver: Receiver;
   const tag = 'notice';
-  const pool = dispatcherPool(() => stack, { tag, env, settings: { tls: { ca: tls.cert } } });
-
-  beforeAll(async () => {
-    // No dispatcher yet: the one started below lags behind the log, as a busy one does.
-    stack = await startWebhookStack({ env, settings: { tls: { ca: tls.cert } }, dispatcher: false });
-    receiver = await startReceiver(tls);
-  });
-  afterAll(async () => {
-    await pool.stopAll();
-    await stack?.close();
-    await receiver?.close();
-  });
+  const setup = laggingDispatcherStack(tag);
 
   it('goes to the subscriptions that took notices when the disable was recorded', async () => {
-    const { key, keyId } = await stack.issueWithId();
+    const { key, keyId } = await setup.stack.issueWithId();
     const create = async (path: string, events: string[]) => {
-      const res = await stack.request('POST', '/api/webhooks', key, {
-        url: `${receiver.url}${path}`,
+      const res = await setup.stack.request('POST', '/api/webhooks', key, {
+        url: `${setup.receiver.url}${path}`,
         events,
       });
       expect(res.status, JSON.stringify(res.body)).toBe(201);
@@ -45,25 +29,29 @@ describe.runIf(reachable)('the notice of a disable recorded before an edit (PATC
     const wasTold = await create('/was-told', ['trade_call', 'subscription_disabled']);
     const toldSince = await create('/told-since', ['trade_call']);
 
-    expect((await stack.request('POST', `/api/webhooks/${paused}/disable`, key)).status).toBe(200);
-    const disabled = (await stack.store.readStream(subscriptionStream(keyId))).find(
+    expect((await setup.stack.request('POST', `/api/webhooks/${paused}/disable`, key)).status).toBe(200);
+    const disabled = (await setup.stack.store.readStream(subscriptionStream(keyId))).find(
       (e) => e.type === 'SubscriptionDisabled',
     )!;
     for (const [id, events] of [
       [wasTold, ['trade_call']],
       [toldSince, ['trade_call', 'subscription_disabled']],
     ] as const) {
-      const res = await stack.request('PATCH', `/api/webhooks/${id}`, key, { events });
+      const res = await setup.stack.request('PATCH', `/api/webhooks/${id}`, key, { events });
       expect(res.status, JSON.stringify(res.body)).toBe(200);
     }
-    await expect.poll(async () => (await streamMessageIds(stack.stream)).includes(disabled.id)).toBe(true);
-
-    await pool.start();
     await expect
-      .poll(() => consumerDrained(stack.stream, `${tag}${stack.prefix}-disabled`), { timeout: 30_000 })
+      .poll(async () => (await streamMessageIds(setup.stack.stream)).includes(disabled.id))
+      .toBe(true);
+
+    await setup.pool.start();
+    await expect
+      .poll(() => consumerDrained(setup.stack.stream, `${tag}${setup.stack.prefix}-disabled`), {
+        timeout: 30_000,
+      })
       .toBe(true);
     const deliveries = async (id: string) =>
-      (await stack.request('GET', `/api/webhooks/${id}/deliveries`, key)).body.deliveries as {
+      (await setup.stack.request('GET', `/api/webhooks/${id}/deliveries`, key)).body.deliveries as {
         event: string;
       }[];
     await expect

@@ -171,8 +171,6 @@ function toRow(folding: Folding): LedgerRow | null {
   };
 }
 
-// The report's amounts, spelt as the refusals that name amounts spell them.
-
 export interface LedgerFilter {
   /** Authorised at or after (inclusive), ms since the epoch. */
   from?: number;

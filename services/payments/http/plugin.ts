@@ -52,7 +52,6 @@ interface Call {
 }
 
 const ANSWER_HEADERS: Record<string, string> = { ...CORS_RESPONSE_HEADERS, 'cache-control': 'no-store' };
-/** What Fastify sets for an object body; a prebuilt quote is sent as a string and must say so itself. */
 
 function header(request: FastifyRequest, name: string): string | undefined {
   const value = request.headers[name];

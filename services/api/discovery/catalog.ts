@@ -41,7 +41,6 @@ export interface QuotedRail {
 
 export const SERVICE_NAME = 'signal-service';
 export const SERVICE_TITLE = 'Crypto signal service';
-export { SERVICE_VERSION };
 export const SERVICE_DESCRIPTION =
   'Composite BUY/SELL/HOLD crypto verdicts, market regimes, ranked scans and funding-arbitrage scans, ' +
   'over MCP and keyless x402 pay-per-call HTTP.';

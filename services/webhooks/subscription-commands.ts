@@ -135,19 +135,7 @@ export async function disableSubscription(
   store: EventStore,
   input: { keyId: string; subscriptionId: string; reason: string; consecutiveFailures: number },
 ): Promise<boolean> {
-  const { events } = await handleCommand(
-    store,
-    subscriptionStream(input.keyId),
-    subscriptionDecider,
-    {
-      kind: 'disable',
-      subscriptionId: input.subscriptionId,
-      reason: input.reason,
-      consecutiveFailures: input.consecutiveFailures,
-    },
-    { retry: COMMAND_RETRIES },
-  );
-  return events.length > 0;
+  return (await recordDisable(store, input)) !== null;
 }
 
 /**
@@ -156,9 +144,17 @@ export async function disableSubscription(
  * position of the disable, or null when it was not active (already disabled, by either): nothing
  * is written then.
  */
-export async function pauseSubscription(
+export function pauseSubscription(
   store: EventStore,
   input: { keyId: string; subscriptionId: string; consecutiveFailures: number },
+): Promise<number | null> {
+  return recordDisable(store, { ...input, reason: DISABLED_BY_SUBSCRIBER });
+}
+
+/** The disable command on the key's stream: its log position, or null when nothing was written. */
+async function recordDisable(
+  store: EventStore,
+  input: { keyId: string; subscriptionId: string; reason: string; consecutiveFailures: number },
 ): Promise<number | null> {
   const { position } = await handleCommand(
     store,
@@ -167,7 +163,7 @@ export async function pauseSubscription(
     {
       kind: 'disable',
       subscriptionId: input.subscriptionId,
-      reason: DISABLED_BY_SUBSCRIBER,
+      reason: input.reason,
       consecutiveFailures: input.consecutiveFailures,
     },
     { retry: COMMAND_RETRIES },

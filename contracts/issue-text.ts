@@ -267,12 +267,11 @@ function given(value: unknown): string {
  * sent, both when known.
  */
 export function issueText(issue: IssueLike, field: string, schema?: z.ZodType, input?: unknown): string {
+  if (!isZodWording(issue.message)) return `${field}: ${issue.message}`;
   if (issue.code === 'unrecognized_keys') {
-    if (!isZodWording(issue.message)) return `${field}: ${issue.message}`;
     const keys = issue.keys ?? [];
     return `unknown field${keys.length === 1 ? '' : 's'} ${keys.map((k) => JSON.stringify(k)).join(', ')}`;
   }
-  if (!isZodWording(issue.message)) return `${field}: ${issue.message}`;
   const at = schema ? schemaAt(schema, issue.path) : undefined;
   const must = (at && requirement(at)) ?? fromIssue(issue);
   const sent: { present: boolean; value?: unknown; unknown?: true } =

@@ -1570,11 +1570,11 @@ export function extractiveAnswer(
   // a name the documentation uses for where the act is done, what it acts on or whose product is
   // asked about is what the question is about; a passage that never names it speaks of this
   // service's stops, installs or limits, not of that place's or product's.
-  const where = new Set([...termsIn(best.passage.text), ...termsIn(best.passage.title)]);
+  // Read off the passage's remembered term sets only when a placed name asks (no copy of them).
+  const named = (t: string) => termsIn(best.passage.text).has(t) || termsIn(best.passage.title).has(t);
   for (const name of placedNames(raw)) {
     const at = asked.findIndex(({ term }) => term === name);
-    if (at >= 0 && rarity[at]! < unknownWeight && ![...asked[at]!.meets].some((t) => where.has(t)))
-      return dontKnow;
+    if (at >= 0 && rarity[at]! < unknownWeight && ![...asked[at]!.meets].some(named)) return dontKnow;
   }
   // "… the webhook signature in Python?": the question, but for the tool named, is this service's
   // when the chosen unit carries TOOL_REST of what the documentation's words weigh in it.

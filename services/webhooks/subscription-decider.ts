@@ -149,12 +149,12 @@ export const subscriptionDecider: Decider<SubscriptionState, SubscriptionCommand
           },
         ];
       case 'update': {
-        const sub = existing(state, command.data.subscriptionId);
+        const held = settingsOf(existing(state, command.data.subscriptionId));
         // A PATCH carries some fields and keeps the others as its caller read them: another
         // change recorded since would be undone by it, field by field.
-        if (!sameSettings(settingsOf(sub), command.expected)) throw new SubscriptionChangedError();
+        if (!sameSettings(held, command.expected)) throw new SubscriptionChangedError();
         // A PATCH that changes nothing records nothing: the answer is the subscription as it is.
-        if (sameSettings(settingsOf(sub), command.data)) return [];
+        if (sameSettings(held, command.data)) return [];
         return [{ type: 'SubscriptionUpdated', data: command.data }];
       }
       case 'rotate':

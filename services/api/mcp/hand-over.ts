@@ -30,7 +30,7 @@ export async function handOver(
   } catch (err) {
     request.log.error({ err }, failure);
     if (!reply.raw.headersSent) {
-      reply.raw.writeHead(500, { 'content-type': MCP_JSON });
+      reply.raw.writeHead(500, { 'content-type': JSON_UTF8 });
       reply.raw.end(
         JSON.stringify({ jsonrpc: '2.0', error: { code: -32603, message: 'Internal error' }, id: null }),
       );
@@ -40,14 +40,10 @@ export async function handOver(
 }
 
 /**
- * The media type of every JSON answer at /mcp, whoever writes it: the route's own refusals and
- * tool answers (Fastify adds the charset to a JSON body), the 2.x SDK's handler, and the 1.x SDK
- * transports, which say `application/json` bare: a client sees one spelling on every answer of a
- * session, its tools/call, tools/list, ping and batches alike.
+ * The 1.x transport's `application/json` (its JSON answers and refusals) spelled as every other JSON
+ * answer at /mcp is (JSON_UTF8: the route's refusals, tool answers, the 2.x SDK's handler), so a
+ * client sees one spelling on every answer of a session.
  */
-export const MCP_JSON = JSON_UTF8;
-
-/** The 1.x transport's `application/json` (its JSON answers and refusals) spelled as MCP_JSON. */
 function jsonWithCharset(res: ServerResponse): void {
   const writeHead = res.writeHead;
   res.writeHead = function (this: ServerResponse, ...args: unknown[]) {
@@ -56,7 +52,7 @@ function jsonWithCharset(res: ServerResponse): void {
     if (headers !== null && typeof headers === 'object' && !Array.isArray(headers)) {
       for (const [name, value] of Object.entries(headers)) {
         if (value === 'application/json' && name.toLowerCase() === 'content-type') {
-          args[at] = { ...headers, [name]: MCP_JSON };
+          args[at] = { ...headers, [name]: JSON_UTF8 };
           break;
         }
       }

@@ -1,6 +1,6 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import { JSON_UTF8 } from '../../shared/media-types.ts';
 import { escapeJson, joinBytes } from './answer-json.ts';
-import { MCP_JSON } from './hand-over.ts';
 import { isPlainObject } from './json-shape.ts';
 import { metaIssue } from './params-check.ts';
 import { SERVER_INFO } from './server.ts';
@@ -266,7 +266,7 @@ export async function answerToolCall(
   reply.code(200);
   // Sent as bytes, with the one media type of every JSON answer at /mcp (Fastify adds a charset
   // only to a string body). Resolves to nothing, not the reply: see answeredBy.
-  reply.header('content-type', MCP_JSON);
+  reply.header('content-type', JSON_UTF8);
   if (channel.kind === 'session') reply.header('mcp-session-id', channel.sessionId);
   reply.send(body);
 }

@@ -45,8 +45,9 @@ export const MIN_RISK_BUDGET_USD = 0.01;
 const RiskBudgetUsd = z
   .number()
   // Below a cent the notional and the losses at the stops would read 0 beside a quantity that is not.
-  .min(MIN_RISK_BUDGET_USD, `must be at least ${MIN_RISK_BUDGET_USD} (USD)`)
-  .max(MAX_RISK_BUDGET_USD, `must be at most ${MAX_RISK_BUDGET_USD} (USD)`)
+  // No message of its own: issue-text words the refusal from these bounds with the value sent.
+  .min(MIN_RISK_BUDGET_USD)
+  .max(MAX_RISK_BUDGET_USD)
   .default(DEFAULT_RISK_BUDGET_USD)
   .describe(
     'Risk budget in USD (at least 0.01, at most 10,000,000; default 100): the answer sizes the position whose one-σ move over each horizon is this amount.',

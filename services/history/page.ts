@@ -211,6 +211,16 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
     note.hidden = points > 0;
     document.getElementById(id + '-table').hidden = points === 0;
     if (points === 0) { note.textContent = empty; return; }
+    // The legend reads as the chart's table does (a share in percent beside a percent axis, not
+    // uPlot's raw fraction) and, with no point hovered, the last point's figures rather than
+    // uPlot's blank "--". Every chart's last column only carries its reference lines.
+    var latest = data[0].length - 2;
+    opts.series.forEach(function (s, i) {
+      s.value = function (u, raw, si, idx) {
+        var v = u.data[si][idx == null ? latest : idx];
+        return v == null ? '–' : format[i === 0 ? 0 : 1](v);
+      };
+    });
     // Days are UTC days (the API's): ticks and the hovered time in UTC, whatever the reader's zone.
     opts.tzDate = utc;
     opts.width = Math.max(240, Math.floor(el.clientWidth));

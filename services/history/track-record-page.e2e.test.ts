@@ -462,6 +462,32 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     await page.close();
   });
 
+  it("each chart's legend reads as its table: the last point's figures until one is hovered, shares in percent", async () => {
+    const { page, problems } = await open(1400, 1000);
+    const legends = (await page.evaluate(`Object.entries(window.trackRecordPlots).map(([id, u]) => {
+      const read = () => [...u.root.querySelectorAll('.u-legend .u-value')].map((e) => e.textContent);
+      const idle = read();
+      u.setCursor({ left: u.valToPos(u.data[0][1], 'x'), top: 10 });
+      const hovered = read();
+      const rows = [...document.querySelectorAll('#' + id + '-table tbody tr')]
+        .map((tr) => [...tr.children].map((c) => c.textContent));
+      return { id, idle, hovered, first: rows[0], last: rows[rows.length - 1] };
+    })`)) as { id: string; idle: string[]; hovered: string[]; first: string[]; last: string[] }[];
+    expect(legends.map((l) => l.id).sort()).toEqual(CHARTS);
+    for (const l of legends) {
+      // uPlot's own legend says "--" until a point is hovered, and a share as a raw fraction (0.8).
+      expect(l.idle, l.id).toEqual(l.last);
+      expect(l.hovered, l.id).toEqual(l.first);
+    }
+    const coverage = legends.find((l) => l.id === 'chart-coverage')!;
+    expect(
+      coverage.idle.slice(1).every((v) => / %$/.test(v)),
+      coverage.idle.join(', '),
+    ).toBe(true);
+    expect(problems).toEqual([]);
+    await page.close();
+  });
+
   it('in another time zone (America/New_York) the days plotted are UTC days, on the axis and on hover', async () => {
     const { page, problems } = await open(1400, 1000, server.url, 'America/New_York');
     expect(await page.evaluate('Intl.DateTimeFormat().resolvedOptions().timeZone')).toBe('America/New_York');

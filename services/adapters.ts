@@ -1,10 +1,11 @@
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import type { Bus } from '../adapters/bus/port.ts';
 import type { Cache } from '../adapters/cache/port.ts';
 import { type AppendWatch, watchAppends } from '../adapters/event-store/append-watch.ts';
 import type { EventStore } from '../adapters/event-store/port.ts';
+import { makeDirectory } from '../adapters/make-directory.ts';
 import type { ProjectionStore } from '../adapters/projection-store/port.ts';
 import type { Config } from '../contracts/config.ts';
 import { maskUrlCredentials } from '../contracts/mask-url.ts';
@@ -142,7 +143,7 @@ async function openStores(config: Config, logger: Logger) {
     case 'lmdb': {
       const { openLmdbEventStore } = await import('../adapters/event-store/lmdb.ts');
       const path = join(config.DATA_DIR, 'events');
-      mkdirSync(path, { recursive: true });
+      makeDirectory(path);
       const store = await openLmdbEventStore({ path, logger, readAhead: config.LMDB_READ_AHEAD });
       logger.info({ path }, 'event store: LMDB');
       // Snapshots share the log's environment.
@@ -170,7 +171,7 @@ async function openStores(config: Config, logger: Logger) {
       const eventStore = await connectKurrentEventStore({ connectionString: config.KURRENTDB_URL! });
       // Projection snapshots stay local to the role that folds them (its DATA_DIR volume).
       const path = join(config.DATA_DIR, 'projections');
-      mkdirSync(path, { recursive: true });
+      makeDirectory(path);
       logger.info({ path }, 'event store: KurrentDB; projection snapshots: local LMDB');
       const projectionStore = LmdbProjectionStore.open(path, logger);
       return {

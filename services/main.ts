@@ -6,6 +6,7 @@ import { ROLES, type Role } from './component.ts';
 import { DataDirInUse, lockDataDir } from './shared/data-dir-lock.ts';
 import { startExitWatchdog } from './shared/exit-watchdog.ts';
 import { createLogger } from './shared/logger.ts';
+import { pathRefusal } from './shared/path-refusal.ts';
 import { isEcho } from './shared/signal-echo.ts';
 
 /**
@@ -49,8 +50,14 @@ async function main(): Promise<void> {
       const lock = lockDataDir(config.DATA_DIR);
       process.on('exit', () => lock.release());
     } catch (err) {
-      if (!(err instanceof DataDirInUse)) throw err;
-      process.stderr.write(`${err.message}\n`);
+      // Another process on it, or a directory this user may not write or that takes no new
+      // entries (/proc, /sys): one line, as a refused setting, not a stack.
+      if (err instanceof DataDirInUse) process.stderr.write(`${err.message}\n`);
+      else if (typeof (err as NodeJS.ErrnoException).code === 'string')
+        process.stderr.write(
+          `DATA_DIR: ${pathRefusal(err) ?? `cannot use ${config.DATA_DIR}: ${(err as Error).message}`}\n`,
+        );
+      else throw err;
       process.exit(1);
     }
   }

@@ -207,6 +207,28 @@ describe('operator command lines on an expected failure', () => {
     );
   });
 
+  it('a DATA_DIR, --out or DEST under /proc, which takes no new directory: one line each, exit 1 (a recursive mkdir of Node hung there)', async () => {
+    const proc = '/proc/signal-service-test';
+    const line = `cannot use ${proc}: its parent takes no new directories (as /proc and /sys) (ENOENT); use a path on an ordinary writable file system`;
+    const service = await run('services/main.ts', [], { DATA_DIR: proc, PORT: '0' });
+    expect(service).toMatchObject({ code: 1, stderr: `DATA_DIR: ${line}\n` });
+    const created = await run('services/operator/cli.ts', ['create', '--plan', 'free', '--owner', 'ops'], {
+      DATA_DIR: proc,
+    });
+    expect(created).toMatchObject({ code: 1, stderr: `${line}\n` });
+    const exported = await run(
+      'services/history/cli.ts',
+      ['export', '--store', '--out', `${proc}/x.ndjson`],
+      {
+        DATA_DIR: dataDir,
+      },
+    );
+    expect(exported.code).toBe(1);
+    expect(told(exported.stderr).split('\n').at(-1)).toBe(line);
+    const backup = await run('services/operator/backup.ts', [proc], { DATA_DIR: dataDir });
+    expect(backup).toMatchObject({ code: 1, stderr: `backup failed: ${line}\n` });
+  });
+
   it('history --store with PostgreSQL down: the one line of the store, no "Error:", exit 1', async () => {
     const port = await closedPort();
     const out = await run('services/history/cli.ts', ['verify', '--store'], {

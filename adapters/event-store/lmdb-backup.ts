@@ -1,7 +1,8 @@
-import { closeSync, fsyncSync, mkdirSync, openSync, renameSync, rmSync, statSync } from 'node:fs';
+import { closeSync, fsyncSync, openSync, renameSync, rmSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { open } from 'lmdb';
 import type { RecordedEvent } from '../../contracts/envelope.ts';
+import { makeDirectory } from '../make-directory.ts';
 import { EVENT_ENCODING } from './lmdb.ts';
 import { decodeStoredEvent } from './lmdb-codec.ts';
 
@@ -54,7 +55,7 @@ function fsyncPath(path: string): void {
 export async function backupLmdbEnvironment(source: string, dest: string): Promise<BackupPoint> {
   const partial = `${dest}.partial`;
   rmSync(partial, { recursive: true, force: true });
-  mkdirSync(partial, { recursive: true });
+  makeDirectory(partial);
   const env = openReadOnly(source);
   try {
     await env.backup(partial, true);

@@ -3,7 +3,6 @@ import {
   closeSync,
   createWriteStream,
   existsSync,
-  mkdirSync,
   openSync,
   readdirSync,
   readFileSync,
@@ -19,6 +18,7 @@ import { pipeline } from 'node:stream/promises';
 import { parseArgs } from 'node:util';
 import { SingleBar } from 'cli-progress';
 import type { EventStore } from '../../adapters/event-store/port.ts';
+import { makeDirectory } from '../../adapters/make-directory.ts';
 import {
   HISTORY_FORMATS,
   type HistoryFormat,
@@ -450,7 +450,7 @@ async function exportCommand(
     checkpoint = { format: format as HistoryFormat, cursor: null, rows: 0, bytes: 0, parts: 0, done: false };
     // The folders asked for are made, as for Parquet's folder of parts: the README's
     // exports/… does not exist in a fresh checkout.
-    mkdirSync(format === 'parquet' ? out : dirname(out), { recursive: true });
+    makeDirectory(format === 'parquet' ? out : dirname(out));
     if (format !== 'parquet') writeFileSync(out, format === 'csv' ? CSV_HEADER : '');
     checkpoint.bytes = format === 'csv' ? Buffer.byteLength(CSV_HEADER) : 0;
     saveCheckpoint(checkpointPath, checkpoint);

@@ -3,6 +3,7 @@ import { CACHE_LOG_COMPONENT, CacheUnavailableError } from '../../adapters/cache
 import { DependencyRefusedError } from '../../adapters/dependency-refused.ts';
 import { EventStoreUnavailableError, NewerLogError } from '../../adapters/event-store/port.ts';
 import { exitFlushed } from './exit-flushed.ts';
+import { pathRefusal } from './path-refusal.ts';
 
 /**
  * A failure an operator command expects and can name (another run came first, a store it could
@@ -12,21 +13,6 @@ import { exitFlushed } from './exit-flushed.ts';
 export class CommandFailedError extends Error {
   override readonly name = 'CommandFailedError';
 }
-
-/**
- * Node's codes for a path the process may not use (a DATA_DIR or an output it cannot write): what
- * the code means, and what the operator can do about it.
- */
-const WRITABLE = 'use a path this user (USER) may write, or fix its permissions';
-const PATH_REFUSALS: Record<string, [meaning: string, remedy: string]> = {
-  EACCES: ['permission denied', WRITABLE],
-  EPERM: ['operation not permitted', WRITABLE],
-  ENOTDIR: ['a part of the path is a file, not a directory', 'move that file or choose another path'],
-  EROFS: ['read-only file system', 'use a path on a writable file system'],
-  ENOSPC: ['no space left on the device', 'free space on that disk or use a path on another'],
-  EISDIR: ['it is a directory', 'name a file, not a directory'],
-  EEXIST: ['a file of that name is in the way', 'move that file or choose another path'],
-};
 
 /**
  * The one line an operator command line prints for a failure it expects, or null for anything
@@ -45,16 +31,7 @@ export function expectedFailure(err: unknown): string | null {
   // Their messages already say what to do (correct a setting, start the server; run the newer
   // version, or restore a backup).
   if (err instanceof DependencyRefusedError || err instanceof NewerLogError) return err.message;
-  const { code, path } = err as { code?: unknown; path?: unknown };
-  if (typeof code === 'string' && typeof path === 'string' && code in PATH_REFUSALS) {
-    const [meaning, remedy] = PATH_REFUSALS[code]!;
-    return `cannot use ${path}: ${meaning} (${code}); ${remedy.replace('USER', userName())}`;
-  }
-  return null;
-}
-
-function userName(): string {
-  return process.env.USER ?? process.env.LOGNAME ?? `uid ${process.getuid?.() ?? '?'}`;
+  return pathRefusal(err);
 }
 
 /** What a command line prints for `err`: the expected failure's line, else the error with its stack. */

@@ -1,5 +1,6 @@
-import { linkSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { linkSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { makeDirectory } from '../../adapters/make-directory.ts';
 
 /** Another live service process holds the data directory. */
 export class DataDirInUse extends Error {
@@ -47,7 +48,7 @@ export function lockDataDir(
   /** Runs between finding a lock file stale and taking it away: a test's stand-in for a rival. */
   beforeTakeover: () => void = () => undefined,
 ): DataDirLock {
-  mkdirSync(dataDir, { recursive: true });
+  makeDirectory(dataDir);
   const file = join(dataDir, LOCK_FILE);
   const mine: Holder = { pid: process.pid, started: startTime(process.pid) };
   const draft = `${file}.${process.pid}.tmp`;

@@ -1,7 +1,8 @@
-import { spawn } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { existsSync, readFileSync, rmSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 /** `npm run build` (the image's build stage) into a folder of its own, and what it emits. */
@@ -55,6 +56,24 @@ describe('npm run build', () => {
       expect(existsSync(join(out, asset)), `${asset} is missing from the build`).toBe(true);
     }
     expect(JSON.parse(readFileSync(join(out, 'package.json'), 'utf8'))).toEqual({ type: 'module' });
+  });
+
+  it('has operator command lines that name themselves as run, node and the compiled file: the image has no npm scripts', async () => {
+    const env = { ...process.env };
+    delete env.npm_lifecycle_event;
+    for (const cli of [
+      'services/operator/cli.js',
+      'services/history/cli.js',
+      'services/operator/backup.js',
+    ]) {
+      const file = relative(ROOT, join(out, cli));
+      // No arguments: the usage on stdout, exit 2.
+      const told = await promisify(execFile)(process.execPath, [file], { cwd: ROOT, env }).catch(
+        (err: { code: number; stdout: string }) => err,
+      );
+      expect(told).toMatchObject({ code: 2 });
+      expect((told as { stdout: string }).stdout).toMatch(new RegExp(`^(usage: )?node ${file} `));
+    }
   });
 
   it('leaves tests out of the build', () => {

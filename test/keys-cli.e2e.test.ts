@@ -64,12 +64,14 @@ const CLI = ['--import', 'tsx', join(ROOT, 'services/operator/cli.ts')];
 describe('npm run keys (the real CLI on an LMDB store)', () => {
   const dir = mkdtempSync(join(tmpdir(), 'keys-cli-'));
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
-  const cli = (...args: string[]) =>
+  const cliUnder = (npmScript: string | undefined, ...args: string[]) =>
     exec(process.execPath, [...CLI, ...args], {
       cwd: ROOT,
       // No service runs here: port 9 (discard) answers nothing, so the CLI does not wait for one.
       env: {
         ...process.env,
+        // What npm sets for the script it runs (npm run keys); unset, the command was node's.
+        npm_lifecycle_event: npmScript,
         EVENT_STORE: 'lmdb',
         DATA_DIR: dir,
         CACHE: 'memory',
@@ -77,6 +79,7 @@ describe('npm run keys (the real CLI on an LMDB store)', () => {
         PUBLIC_BASE_URL: 'http://127.0.0.1:9',
       },
     });
+  const cli = (...args: string[]) => cliUnder(undefined, ...args);
 
   it('creates a key in one command and lists it from a second process', async () => {
     const created = await cli('create', '--plan', 'pro', '--owner', 'ops');
@@ -102,6 +105,13 @@ describe('npm run keys (the real CLI on an LMDB store)', () => {
     const unknown = await refused('plan', 'key_nope', 'starter');
     expect(unknown.code).toBe(1);
     expect(unknown.stderr).toBe(
+      'no key key_nope on this event log: `node --import tsx services/operator/cli.ts list --all` lists the key ids\n',
+    );
+    // Under npm (npm run keys), the npm script; the compiled CLI names itself (test/build.int).
+    const underNpm = await cliUnder('keys', 'plan', 'key_nope', 'starter').catch(
+      (err: { stderr: string }) => err,
+    );
+    expect(underNpm.stderr).toBe(
       'no key key_nope on this event log: `npm run keys -- list --all` lists the key ids\n',
     );
     const created = await cli('create', '--plan', 'free', '--owner', 'ops');

@@ -30,6 +30,7 @@ import {
 import { EXCHANGES, type Exchange, TIMEFRAMES } from '../../contracts/market.ts';
 import { parseVerdictStream, verdictStream } from '../engine/verdict-recorder.ts';
 import { CommandFailedError } from '../shared/cli-failure.ts';
+import { invocation } from '../shared/invocation.ts';
 import { AnchorCheck, type ChainAnchor, readChainAnchors } from './anchor-check.ts';
 import { scoreRows, verifyRows } from './audit.ts';
 import { decodeCursor, tagMatches } from './cursor.ts';
@@ -39,7 +40,7 @@ import { OutcomeRecompute } from './recompute.ts';
 import { type HistoryFilter, ScanProgress, scanHistory } from './scan.ts';
 import { CSV_HEADER, csvLine, parquetStream } from './writers.ts';
 
-export const USAGE = `npm run history -- <command> [options]
+export const USAGE = `${invocation('history')} <command> [options]
 
   export --out PATH [--format ndjson|csv|parquet] [--resume] [--page N]
          [--exchange X] [--coin C] [--timeframe T] [--call BUY|SELL|HOLD] [--from T] [--to T]

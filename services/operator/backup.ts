@@ -6,8 +6,9 @@ import { NoEventStoreError, requireExistingStore } from '../adapters.ts';
 import { commandLineConfig } from '../shared/cli-config.ts';
 import { failureText } from '../shared/cli-failure.ts';
 import { exitFlushed } from '../shared/exit-flushed.ts';
+import { invocation } from '../shared/invocation.ts';
 
-export const USAGE = `usage: npm run backup -- DEST
+export const USAGE = `usage: ${invocation('backup')} DEST
 
   A consistent, compacted copy of the embedded event log (EVENT_STORE=lmdb: DATA_DIR/events, with
   its projection snapshots and export rows), taken while the service runs. DEST must be a new or

@@ -18,6 +18,7 @@ import {
 } from '../payments/ledger-report.ts';
 import type { PaymentStatus } from '../payments/payment-state.ts';
 import { CommandFailedError } from '../shared/cli-failure.ts';
+import { invocation } from '../shared/invocation.ts';
 import { describeReseal, resealSecrets } from '../webhooks/reseal.ts';
 import type { SecretBox } from '../webhooks/secret-box.ts';
 
@@ -55,7 +56,8 @@ export class UnfinishedError extends Error {
   }
 }
 
-export const USAGE = `usage: npm run keys -- <command>
+/** The usage text, naming the command as it was started (`npm run keys --` or its node command). */
+export const USAGE = `usage: ${invocation('keys')} <command>
   create --plan <free|starter|pro> --owner <who>   issue a key (printed once)
   list [--all]                                     keys with id, prefix, plan, owner (--all: with revoked)
   plan <keyId> <free|starter|pro>                  move a key to another plan
@@ -165,7 +167,7 @@ async function existing(store: EventStore, keyId: string | undefined): Promise<K
   // are, not the usage text (exit 1, as for any refused state).
   if (!record)
     throw new CommandFailedError(
-      `no key ${keyId} on this event log: \`npm run keys -- list --all\` lists the key ids`,
+      `no key ${keyId} on this event log: \`${invocation('keys')} list --all\` lists the key ids`,
     );
   return record;
 }

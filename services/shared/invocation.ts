@@ -1,0 +1,12 @@
+import { relative } from 'node:path';
+
+/**
+ * How this command line was started, for its usage and hints to name a command that works where
+ * it runs: `npm run <script> --` under npm (which names the script it runs in
+ * npm_lifecycle_event), else the node command itself, such as `node dist/services/operator/cli.js`
+ * in the image, where there are no npm scripts (no sources, no TypeScript runner).
+ */
+export function invocation(script: string): string {
+  if (process.env.npm_lifecycle_event === script) return `npm run ${script} --`;
+  return ['node', ...process.execArgv, relative(process.cwd(), process.argv[1] ?? '')].join(' ');
+}

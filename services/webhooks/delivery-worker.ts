@@ -217,6 +217,8 @@ class QueuedAttempt {
 
   constructor(
     private readonly worker: DeliveryWorker,
+    /** The endpoint whose queue it waits in (its subscription's when queued). */
+    readonly endpoint: string,
     readonly waiting: DeliveryJob,
     /** Bytes of its body counted in the worker's overflow until its turn (0: none). */
     readonly keptBytes: number,
@@ -240,8 +242,18 @@ class QueuedAttempt {
     return this.turn;
   }
 
-  /** A failure is the run's to report when its turn comes (it awaits the same promise). */
+  /** Its claim is made (ahead of its turn, or at it): it is sent from the queue it waits in. */
+  get taken(): boolean {
+    return this.turn !== null;
+  }
+
+  /**
+   * A failure is the run's to report when its turn comes (it awaits the same promise). Not for an
+   * attempt whose subscription's url moved to another endpoint: claimed here, it would have to be
+   * sent from this queue, in a slot of the old origin; unclaimed, it moves at its turn.
+   */
   prepare(): void {
+    if (this.worker.movedEndpoint(this) !== null) return;
     this.take(this.worker.prepareHorizonMs).catch(ignore);
   }
 }
@@ -755,7 +767,7 @@ export class DeliveryWorker {
     if (kept) this.overflowBytes += bodyBytes;
     const parked = overLimit && !kept;
     const waiting = parked ? { ...queued, body: '' } : queued;
-    const attempt = new QueuedAttempt(this, waiting, kept ? bodyBytes : 0, parked, resolve, reject);
+    const attempt = new QueuedAttempt(this, endpoint, waiting, kept ? bodyBytes : 0, parked, resolve, reject);
     if (queued.slot) this.queues.runIn(endpoint, attempt);
     else this.queues.push(endpoint, attempt);
     if (this.abandoned) this.queues.flush();
@@ -786,9 +798,69 @@ export class DeliveryWorker {
     return ready && queued.parked && !this.abandoned ? await this.unpark(ready) : ready;
   }
 
+  /**
+   * The endpoint a waiting attempt's subscription is at now, when its url moved (a PATCH) off the
+   * endpoint whose queue the attempt waits in; null when it did not.
+   */
+  movedEndpoint(queued: QueuedAttempt): string | null {
+    const current = findSubscription(this.deps.runner.state.subscriptions, queued.waiting.subscription.id);
+    if (!current) return null;
+    const endpoint = EndpointQueues.keyOf(current);
+    return endpoint === queued.endpoint ? null : endpoint;
+  }
+
+  /**
+   * A waiting attempt whose subscription's url moved (a PATCH) to another endpoint, as the same
+   * attempt waiting there; null for one that stays (not moved, or claimed already: sent from here).
+   * It is sent to the new origin, so it waits for and takes that endpoint's slots (its concurrency,
+   * its share of the origin's cap), not the old one's, whose hung or slow requests are no longer
+   * its business.
+   */
+  private relocated(task: unknown): { endpoint: string; attempt: QueuedAttempt } | null {
+    if (!(task instanceof QueuedAttempt) || task.taken || this.abandoned) return null;
+    const endpoint = this.movedEndpoint(task);
+    if (endpoint === null) return null;
+    const current = findSubscription(this.deps.runner.state.subscriptions, task.waiting.subscription.id)!;
+    const { waiting, keptBytes, parked, resolve, reject } = task;
+    const job = { ...waiting, subscription: current };
+    return { endpoint, attempt: new QueuedAttempt(this, endpoint, job, keptBytes, parked, resolve, reject) };
+  }
+
+  /** Each subscription's endpoint as `followMoves` last saw it, and the projection position then. */
+  private endpointsSeen: { checkpoint: number; of: Map<string, string> } = { checkpoint: -1, of: new Map() };
+
+  /**
+   * Moves the attempts waiting in an endpoint's queue whose subscription's url a PATCH moved to
+   * another endpoint into that one's queue, at once rather than at their turn (which a hung old
+   * origin would hold back for up to `timeoutMs` per request ahead of them). Called by the
+   * dispatcher's scan; reads the subscriptions only when the projection moved.
+   */
+  followMoves(): void {
+    const { checkpoint, state } = this.deps.runner;
+    if (checkpoint === this.endpointsSeen.checkpoint) return;
+    const of = new Map<string, string>();
+    for (const sub of Object.values(state.subscriptions.subs)) {
+      const endpoint = EndpointQueues.keyOf(sub);
+      of.set(sub.id, endpoint);
+      const before = this.endpointsSeen.of.get(sub.id);
+      if (before === undefined || before === endpoint || this.queues.waiting(before) === 0) continue;
+      this.queues.move(before, endpoint, (task) => {
+        const moved = this.relocated(task);
+        return moved?.endpoint === endpoint ? moved.attempt : null;
+      });
+    }
+    this.endpointsSeen = { checkpoint, of };
+  }
+
   /** A queued attempt's turn: its request, then its outcome recorded (see `enqueue`). */
   async runQueued(queued: QueuedAttempt): Promise<void> {
     const { waiting, resolve, reject } = queued;
+    // Its url moved while it waited and `followMoves` has not moved it yet: its turn here used no request.
+    const moved = this.relocated(queued);
+    if (moved) {
+      this.queues.push(moved.endpoint, moved.attempt);
+      return;
+    }
     let job: DeliveryJob | null;
     let sent: { result: Outcome; record: boolean; notBefore?: number };
     try {

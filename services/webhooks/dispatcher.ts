@@ -504,6 +504,7 @@ export class WebhookDispatcher {
    */
   async tick(): Promise<void> {
     if (!this.running) return;
+    this.options.worker.followMoves();
     const now = Date.now();
     const checkpoint = this.options.runner.checkpoint;
     if (checkpoint === this.scanned.checkpoint && now < this.scanned.nextDue) return;

@@ -177,6 +177,34 @@ export class EndpointQueues {
   }
 
   /**
+   * Moves the waiting tasks of endpoint `from` that `replace` maps to a task (null for one that
+   * stays) to the end of endpoint `to`'s queue, in their order, where they take `to`'s slots; the
+   * rest keep their places. Returns how many moved.
+   */
+  move(from: string, to: string, replace: (task: Task) => Task | null): number {
+    const source = this.queues.get(from);
+    if (!source || from === to || waitingIn(source) === 0) return 0;
+    const staying: Task[] = [];
+    const moving: Task[] = [];
+    for (let i = source.head; i < source.waiting.length; i++) {
+      const task = source.waiting[i]!;
+      const moved = replace(task);
+      if (moved) moving.push(moved);
+      else staying.push(task);
+    }
+    if (moving.length === 0) return 0;
+    source.waiting = staying;
+    source.head = 0;
+    // Those that moved up among the next `prepareAhead` (preparing is idempotent).
+    if (this.prepares(source)) for (const task of staying.slice(0, this.prepareAhead)) task.prepare?.();
+    // `push` counts each again.
+    this.count -= moving.length;
+    for (const task of moving) this.push(to, task);
+    this.dropIfIdle(from, source);
+    return moving.length;
+  }
+
+  /**
    * Runs every waiting task now, whatever the concurrency: for a stopping dispatcher, whose
    * waiting tasks only let their deliveries go (see DeliveryWorker.abandon) and must not wait
    * for slots behind requests that may run until their timeout.

@@ -37,6 +37,41 @@ describe('endpoint queues', () => {
     expect(queues.depths().size).toBe(0);
   });
 
+  it('moves the waiting tasks picked to another endpoint, in order, into its slots; the rest stay', async () => {
+    const queues = new EndpointQueues(1);
+    const started: number[] = [];
+    const gates = new Map<number, () => void>();
+    const ids = new Map<object, number>();
+    // Task 0 holds a's one slot (a hung request); 1-5 wait behind it.
+    for (let i = 0; i < 6; i++) {
+      const task = gated(started, i, gates);
+      ids.set(task, i);
+      queues.push('k https://a.example', task);
+    }
+    expect(started).toEqual([0]);
+    const odd = (task: object) => ids.get(task)! % 2 === 1;
+    expect(queues.move('k https://a.example', 'k https://b.example', (t) => (odd(t) ? t : null))).toBe(3);
+    // b's one slot runs the first moved at once, without waiting for a's hung task.
+    expect(started).toEqual([0, 1]);
+    expect(queues.waiting('k https://a.example')).toBe(2);
+    expect(queues.waiting('k https://b.example')).toBe(2);
+    expect(queues.size).toBe(6);
+    for (const id of [1, 3]) {
+      gates.get(id)!();
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    expect(started).toEqual([0, 1, 3, 5]);
+    gates.get(5)!();
+    gates.get(0)!();
+    for (const id of [2, 4]) {
+      await new Promise((resolve) => setImmediate(resolve));
+      gates.get(id)!();
+    }
+    await queues.drained();
+    expect(started).toEqual([0, 1, 3, 5, 2, 4]);
+    expect(queues.depths().size).toBe(0);
+  });
+
   it('prepares the next `prepareAhead` waiting tasks, in order, each once, as the queue moves', async () => {
     const queues = new EndpointQueues(2, 3);
     const started: number[] = [];

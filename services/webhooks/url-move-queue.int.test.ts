@@ -1,0 +1,67 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { appendVerdict, until, type WebhookStack } from '../../test/webhooks-harness.ts';
+import type { Receiver } from '../../test/webhooks-receiver.ts';
+import {
+  anotherReceiver,
+  closeBoth,
+  type Delivery,
+  latest,
+  stackBesideReceiver,
+} from '../../test/webhooks-shared-origin.ts';
+
+/**
+ * One slot, and a timeout no case outlasts: the old origin's hung request holds that slot for the
+ * whole case, and a stuck time long enough that nothing is claimed ahead of its turn.
+ */
+const ONE_SLOT_HUNG = { WEBHOOK_ENDPOINT_CONCURRENCY: '1', WEBHOOK_TIMEOUT_MS: '100000' };
+
+describe('deliveries queued behind a hung origin when a PATCH moves the url', () => {
+  let stack: WebhookStack;
+  let old: Receiver;
+  let moved: Receiver | undefined;
+
+  beforeAll(async () => {
+    ({ stack, receiver: old } = await stackBesideReceiver({ env: ONE_SLOT_HUNG }));
+    old.behave = () => 'hang';
+    moved = await anotherReceiver();
+  });
+  afterAll(async () => {
+    await moved?.close();
+    await closeBoth(stack, old);
+  });
+
+  it('go to the new origin in its slots while the old origin still holds its request', async () => {
+    const key = await stack.issue('url-move');
+    const sub = await stack.request('POST', '/api/webhooks', key, {
+      url: `${new URL(old.url).origin}/old`,
+      events: ['trade_call'],
+      assets: ['MOVQ'],
+    });
+    expect(sub.status, JSON.stringify(sub.body)).toBe(201);
+    const log = async (): Promise<Delivery[]> =>
+      (await stack.request('GET', `/api/webhooks/${sub.body.id}/deliveries`, key)).body.deliveries;
+
+    for (let i = 0; i < 3; i++)
+      await appendVerdict(stack.store, { coin: 'MOVQ', call: 'BUY', confidence: 60 + i });
+    // The first holds the old origin's one slot; the other two wait behind it.
+    await old.waitFor(1);
+    await until(log, (d) => d.length === 3);
+
+    const patched = await stack.request('PATCH', `/api/webhooks/${sub.body.id}`, key, {
+      url: `${new URL(moved!.url).origin}/new`,
+    });
+    expect(patched.status, JSON.stringify(patched.body)).toBe(200);
+
+    // Sent at the new origin while the old one's request is still hung: they no longer wait for
+    // (or run in) the old origin's slot.
+    await moved!.waitFor(2, 60_000);
+    expect(moved!.received.map((r) => r.path)).toEqual(['/new', '/new']);
+    expect(old.received).toHaveLength(1);
+    expect(old.connections.open).toBe(1);
+    const deliveries = await until(
+      log,
+      (d) => d.filter((x) => latest(x).outcome === 'succeeded').length === 2,
+    );
+    expect(deliveries.map((x) => latest(x).outcome).sort()).toEqual(['pending', 'succeeded', 'succeeded']);
+  });
+});

@@ -123,7 +123,11 @@ export function dispatcherComponent(deps: {
    * runner would fold the same log again into the same snapshot key.
    */
   verdicts?: ProjectionRunner<LatestVerdicts>;
-}): Component & { runner: ProjectionRunner<WebhookState> } {
+}): Component & {
+  runner: ProjectionRunner<WebhookState>;
+  /** The running dispatcher's digest bookkeeping (see WebhookDispatcher.digestsTracked). */
+  digestsTracked(): { seen: number; fired: number };
+} {
   const { config, adapters, logger } = deps;
   const { settings, runner, agent, worker } = parts(
     config,
@@ -148,6 +152,7 @@ export function dispatcherComponent(deps: {
   return {
     name: 'dispatcher',
     runner,
+    digestsTracked: () => dispatcher?.digestsTracked ?? { seen: 0, fired: 0 },
     async start() {
       if (settings.urlPolicy.addresses.allow.length > 0) {
         logger.warn(

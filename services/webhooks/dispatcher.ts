@@ -86,7 +86,11 @@ export class WebhookDispatcher {
   /** What the last retry scan saw: the log position it read and the earliest due time after it. */
   private scanned = { checkpoint: -1, nextDue: 0 };
   private digesting: Promise<void> | null = null;
-  private readonly digestsFired = new Set<string>();
+  /**
+   * The delivery id of the latest digest fired per subscription, until the projection has it: only
+   * the current period's digest can be due, so an older one's id need not be kept.
+   */
+  private readonly digestsFired = new Map<string, string>();
   /**
    * Feed time at which each digest subscription was first seen taking digests on its cadence (its
    * `digestSincePosition`: created, or edited to add scan_digest or change the cadence), replay
@@ -574,7 +578,7 @@ export class WebhookDispatcher {
     for (const { sub, periodStart } of dueDigests(Object.values(subscriptions.subs), now, seen)) {
       const eventId = digestEventId(sub.id, periodStart);
       const deliveryId = deliveryIdFor(eventId, sub.id);
-      if (this.digestsFired.has(deliveryId) || findDelivery(log, deliveryId)) continue;
+      if (this.digestsFired.get(sub.id) === deliveryId || findDelivery(log, deliveryId)) continue;
       const input: ScanTradeCallsInput = {
         timeframe: sub.timeframe!,
         exchange: sub.exchange!,
@@ -613,9 +617,19 @@ export class WebhookDispatcher {
         trigger: 'digest',
         body: JSON.stringify(pinnedEnvelope(envelope, sub.eventVersion)),
       });
-      this.digestsFired.add(deliveryId);
+      this.digestsFired.set(sub.id, deliveryId);
       if (job) this.submit(job);
     }
+    // A deleted subscription's entries go with it: over a long run of creates and deletes they
+    // would otherwise pile up, one per subscription ever seen.
+    const live = this.options.runner.state.subscriptions.subs;
+    for (const id of this.firstSeen.keys()) if (!Object.hasOwn(live, id)) this.firstSeen.delete(id);
+    for (const id of this.digestsFired.keys()) if (!Object.hasOwn(live, id)) this.digestsFired.delete(id);
+  }
+
+  /** Subscriptions the digest bookkeeping holds an entry for: first seen (replay clocks), fired. */
+  get digestsTracked(): { seen: number; fired: number } {
+    return { seen: this.firstSeen.size, fired: this.digestsFired.size };
   }
 }
 

@@ -25,10 +25,16 @@ export function encodeCursor(position: number, eventId: string | null): string {
   return Buffer.from(`${PREFIX}:${position}:${tag}`, 'latin1').toString('base64url');
 }
 
-/** Null when the text is not a cursor at all. */
+/**
+ * Null when the text is not a cursor at all, or not one as issued: its bytes encode back to the
+ * same text (base64url ignores the spare low bits of its last character, so four texts would name
+ * one position) and its position has no leading zero.
+ */
 export function decodeCursor(text: string): Cursor | null {
   if (!/^[A-Za-z0-9_-]{1,64}$/.test(text)) return null;
-  const m = /^h([12]):(\d{1,15}):([0-9a-f]{0,12})$/.exec(Buffer.from(text, 'base64url').toString('utf8'));
+  const bytes = Buffer.from(text, 'base64url');
+  if (bytes.toString('base64url') !== text) return null;
+  const m = /^h([12]):(0|[1-9]\d{0,14}):([0-9a-f]{0,12})$/.exec(bytes.toString('utf8'));
   if (!m) return null;
   const position = Number(m[2]);
   const tag = m[3]!;

@@ -461,6 +461,9 @@ describe('GET /api/verdicts', () => {
       // The trailer line is NDJSON's: refused of another format rather than left out unsaid.
       ['?trailer=true&format=csv', {}, 400, 'UNSUPPORTED_FORMAT'],
       ['?trailer=true', { accept: 'application/vnd.apache.parquet' }, 400, 'UNSUPPORTED_FORMAT'],
+      // So is the trailer profile on the Accept range an answer would be served as.
+      ['', { accept: 'text/csv; profile="trailer"' }, 400, 'UNSUPPORTED_FORMAT'],
+      ['', { accept: 'application/vnd.apache.parquet;profile=trailer' }, 400, 'UNSUPPORTED_FORMAT'],
       ['', { authorization: '' }, 401, 'UNAUTHORIZED'],
       [
         '',

@@ -9,7 +9,7 @@ import { defaultCalibration } from '../engine/signals/index.ts';
 import { tradeCallEnvelope } from '../webhooks/payloads.ts';
 import { decodeCursor, encodeCursor, tagMatches } from './cursor.ts';
 import { resolveOutcome } from './outcome.ts';
-import { HistoryQueryError, negotiateFormat, parseTime } from './query.ts';
+import { acceptAsksTrailer, HistoryQueryError, negotiateFormat, parseTime } from './query.ts';
 import { isoTime } from './rows.ts';
 import {
   addPoint,
@@ -410,6 +410,10 @@ describe('cursor and query', () => {
       Buffer.from('h2:5:').toString('base64url'),
       Buffer.from('h3:5:0123456789ab').toString('base64url'),
       'a'.repeat(100),
+      // Not as issued: a leading zero, and the spare low bits of the last character set (the
+      // issued text ends in ...NGE; ...NGF decodes to the same bytes).
+      Buffer.from('h2:05:7b0e5aa9fa4a').toString('base64url'),
+      'aDI6Mjo3YjBlNWFhOWZhNGF',
     ]) {
       expect(decodeCursor(bad), bad).toBeNull();
     }
@@ -428,6 +432,20 @@ describe('cursor and query', () => {
     expect(negotiateFormat('parquet', 'text/csv')).toBe('parquet');
     expect(() => negotiateFormat(undefined, 'text/html')).toThrow(HistoryQueryError);
     expect(() => negotiateFormat('json', undefined)).toThrow('format must be one of');
+  });
+
+  it('reads the trailer profile on the Accept range the answer is served as, not on the others', () => {
+    expect(acceptAsksTrailer(undefined, 'text/csv; profile="trailer"')).toBe(true);
+    expect(acceptAsksTrailer(undefined, 'application/x-ndjson; profile="trailer"')).toBe(true);
+    // Served as CSV: the profile sits on the NDJSON range, which was not chosen.
+    expect(acceptAsksTrailer(undefined, 'text/csv, application/x-ndjson; profile="trailer"')).toBe(false);
+    expect(acceptAsksTrailer(undefined, 'text/csv;q=0.5, application/x-ndjson; profile="trailer"')).toBe(
+      true,
+    );
+    // format= wins over Accept.
+    expect(acceptAsksTrailer('csv', 'text/csv; profile="trailer"')).toBe(false);
+    expect(acceptAsksTrailer(undefined, 'text/csv')).toBe(false);
+    expect(acceptAsksTrailer(undefined, undefined)).toBe(false);
   });
 
   it('reads times as ISO 8601 with a zone or Unix ms', () => {

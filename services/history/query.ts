@@ -83,6 +83,37 @@ export function wantsTrailer(trailer: boolean | undefined, accept: string | unde
   });
 }
 
+/** The media range of `Accept` an answer is served as: the first we can serve, by q; null when none. */
+function chosenRange(accept: string): { format: HistoryFormat; trailer: boolean } | null {
+  const types = accept
+    .split(',')
+    .map((part) => {
+      const [type, ...params] = part.trim().toLowerCase().split(';');
+      const q = params.map((p) => p.trim()).find((p) => p.startsWith('q='));
+      const trailer = params.some(
+        (p) => p.trim().replaceAll('"', '') === `profile=${HISTORY_TRAILER_PROFILE}`,
+      );
+      return { type: type!.trim(), q: q ? Number(q.slice(2)) : 1, trailer };
+    })
+    .filter((t) => t.q > 0)
+    .sort((a, b) => b.q - a.q);
+  for (const { type, trailer } of types) {
+    const hit = MEDIA.find(([re]) => re.test(type));
+    if (hit) return { format: hit[1] === 'any' ? 'ndjson' : hit[1], trailer };
+  }
+  return null;
+}
+
+/**
+ * Whether the Accept range an answer is served as (no `format=`) asks for the trailer line
+ * (`text/csv; profile="trailer"`): on a range other than NDJSON's it asks for what that format
+ * has not. A profile on a range not chosen (`text/csv, application/x-ndjson; profile="trailer"`
+ * served as CSV) asks nothing of the answer.
+ */
+export function acceptAsksTrailer(format: string | undefined, accept: string | undefined): boolean {
+  return format === undefined && !!accept?.trim() && chosenRange(accept)?.trailer === true;
+}
+
 /** `format=` wins; otherwise the first type of `Accept` we can serve; none given: NDJSON. */
 export function negotiateFormat(format: string | undefined, accept: string | undefined): HistoryFormat {
   if (format !== undefined) {
@@ -96,19 +127,8 @@ export function negotiateFormat(format: string | undefined, accept: string | und
     return format as HistoryFormat;
   }
   if (!accept?.trim()) return 'ndjson';
-  const types = accept
-    .split(',')
-    .map((part) => {
-      const [type, ...params] = part.trim().toLowerCase().split(';');
-      const q = params.map((p) => p.trim()).find((p) => p.startsWith('q='));
-      return { type: type!.trim(), q: q ? Number(q.slice(2)) : 1 };
-    })
-    .filter((t) => t.q > 0)
-    .sort((a, b) => b.q - a.q);
-  for (const { type } of types) {
-    const hit = MEDIA.find(([re]) => re.test(type));
-    if (hit) return hit[1] === 'any' ? 'ndjson' : hit[1];
-  }
+  const chosen = chosenRange(accept);
+  if (chosen) return chosen.format;
   throw new HistoryQueryError(
     'UNSUPPORTED_FORMAT',
     `cannot answer Accept: ${accept}; ask for application/x-ndjson, text/csv or application/vnd.apache.parquet (or format=)`,

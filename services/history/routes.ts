@@ -28,6 +28,7 @@ import { type Cursor, tagMatches } from './cursor.ts';
 import { trackRecordPage, trackRecordPolicy } from './page.ts';
 import { type ParquetEncoders, sharedParquetEncoders } from './parquet-encoders.ts';
 import {
+  acceptAsksTrailer,
   HISTORY_QUERY_CODES,
   HistoryQueryError,
   HistoryQuerySchema,
@@ -312,12 +313,15 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
         const { query } = request;
         const service = request.service!;
         const format = negotiateFormat(query.format, request.headers.accept);
-        // The trailer line is NDJSON's: asked of CSV or Parquet it would be left out without a word.
-        if (query.trailer === true && format !== 'ndjson') {
+        // The trailer line is NDJSON's: asked of CSV or Parquet (trailer=true, or the trailer
+        // profile on the Accept range served) it would be left out without a word.
+        const byProfile =
+          query.trailer === undefined && acceptAsksTrailer(query.format, request.headers.accept);
+        if ((query.trailer === true || byProfile) && format !== 'ndjson') {
           throw new HistoryQueryError(
             'UNSUPPORTED_FORMAT',
-            `trailer=true ends an NDJSON answer with its cursor line; ${format} has no such line: every row carries its cursor, and the HTTP trailer X-History-Cursor the last one`,
-            'trailer',
+            `${byProfile ? `Accept: ${request.headers.accept} asks for the trailer line, which` : 'trailer=true'} ends an NDJSON answer with its cursor line; ${format} has no such line: every row carries its cursor, and the HTTP trailer X-History-Cursor the last one`,
+            byProfile ? 'accept' : 'trailer',
           );
         }
         await checkVenue(deps.venues, query);

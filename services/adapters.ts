@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import type { Bus } from '../adapters/bus/port.ts';
 import type { Cache } from '../adapters/cache/port.ts';
 import { type AppendWatch, watchAppends } from '../adapters/event-store/append-watch.ts';
-import type { EventStore } from '../adapters/event-store/port.ts';
+import { type EventStore, NoEventStoreError } from '../adapters/event-store/port.ts';
 import { makeDirectory } from '../adapters/make-directory.ts';
 import type { ProjectionStore } from '../adapters/projection-store/port.ts';
 import type { Config } from '../contracts/config.ts';
@@ -20,15 +20,6 @@ export interface Adapters {
   close(): Promise<void>;
 }
 
-/**
- * A command that only reads the log (the operator's `list`, the history CLI's `--store`) refuses a
- * DATA_DIR that holds no LMDB log instead of opening, and so creating, an empty one: a mistyped
- * DATA_DIR would otherwise answer "no keys". Thrown before any adapter is opened.
- */
-export class NoEventStoreError extends Error {
-  override readonly name = 'NoEventStoreError';
-}
-
 /** Throws NoEventStoreError when the configured LMDB log does not exist yet (other stores: never). */
 export function requireExistingStore(config: Pick<Config, 'EVENT_STORE' | 'DATA_DIR'>): void {
   if (config.EVENT_STORE !== 'lmdb') return;
@@ -41,55 +32,23 @@ export function requireExistingStore(config: Pick<Config, 'EVENT_STORE' | 'DATA_
 }
 
 /**
- * requireExistingStore, and on PostgreSQL the same for POSTGRES_SCHEMA: opening the store runs
- * the migrations, so a mistyped schema would be created empty and a read would
- * answer "no keys". A server out of reach is left to the store's own opening, which names it.
- */
-export async function requireExistingLog(
-  config: Pick<Config, 'EVENT_STORE' | 'DATA_DIR' | 'POSTGRES_URL' | 'POSTGRES_SCHEMA'>,
-): Promise<void> {
-  requireExistingStore(config);
-  if (config.EVENT_STORE !== 'postgres' || config.POSTGRES_URL === undefined) return;
-  const { default: pg } = await import('pg');
-  const client = new pg.Client({ connectionString: config.POSTGRES_URL, connectionTimeoutMillis: 2_000 });
-  // The client's own errors after a failed connect would otherwise be unhandled.
-  client.on('error', () => undefined);
-  let found: boolean;
-  try {
-    await client.connect();
-    const { rows } = await client.query<{ found: boolean }>('SELECT to_regclass($1) IS NOT NULL AS found', [
-      `${config.POSTGRES_SCHEMA}.events`,
-    ]);
-    found = rows[0]?.found === true;
-  } catch {
-    return;
-  } finally {
-    await client.end().catch(() => undefined);
-  }
-  if (found) return;
-  throw new NoEventStoreError(
-    `POSTGRES_SCHEMA=${config.POSTGRES_SCHEMA} at ${maskUrlCredentials(config.POSTGRES_URL)} holds no event log ` +
-      `(no table ${config.POSTGRES_SCHEMA}.events): set POSTGRES_SCHEMA and POSTGRES_URL to the service's; ` +
-      'a command that only reads does not create one',
-  );
-}
-
-/**
  * Chooses each port's adapter from configuration: embedded by default (LMDB, in-process bus and
  * cache), the distributed engines when EVENT_STORE/BUS/CACHE say so. Adapters are imported
  * lazily so an embedded start never loads the network clients. The bus is opened as configured
  * only when asked (`bus: true`: the roles that carry events on it, the relay and the dispatcher);
  * elsewhere an in-process one stands in, unused, so an api replica or an operator command starts
- * while NATS is down, as it keeps serving through an outage.
+ * while NATS is down, as it keeps serving through an outage. `existingLog`: a command that only
+ * reads opens the log only if it exists (a DATA_DIR or PostgreSQL schema without one is refused,
+ * NoEventStoreError, and nothing is created), so a mistyped one does not answer "no keys".
  */
 export async function openAdapters(
   config: Config,
   logger: Logger,
-  { bus: needBus = false }: { bus?: boolean } = {},
+  { bus: needBus = false, existingLog = false }: { bus?: boolean; existingLog?: boolean } = {},
 ): Promise<Adapters> {
   const opened: { close(): Promise<void> }[] = [];
   try {
-    const stores = await openStores(config, logger);
+    const stores = await openStores(config, logger, existingLog);
     const { closeProjections } = stores;
     // Every write of every role goes through here, appends and snapshot saves alike, so a store
     // that stops completing writes (a lock held by a stopped process, a server that no longer
@@ -129,7 +88,7 @@ function withOwnSnapshots(store: EventStore & { projectionStore(): ProjectionSto
   };
 }
 
-async function openStores(config: Config, logger: Logger) {
+async function openStores(config: Config, logger: Logger, existingLog: boolean) {
   switch (config.EVENT_STORE) {
     case 'memory': {
       const { MemoryEventStore } = await import('../adapters/event-store/memory.ts');
@@ -143,7 +102,8 @@ async function openStores(config: Config, logger: Logger) {
     case 'lmdb': {
       const { openLmdbEventStore } = await import('../adapters/event-store/lmdb.ts');
       const path = join(config.DATA_DIR, 'events');
-      makeDirectory(path);
+      if (existingLog) requireExistingStore(config);
+      else makeDirectory(path);
       const store = await openLmdbEventStore({ path, logger, readAhead: config.LMDB_READ_AHEAD });
       logger.info({ path }, 'event store: LMDB');
       // Snapshots share the log's environment.
@@ -156,6 +116,7 @@ async function openStores(config: Config, logger: Logger) {
         schema: config.POSTGRES_SCHEMA,
         poolSize: config.POSTGRES_POOL_SIZE,
         statementTimeoutMs: config.POSTGRES_STATEMENT_TIMEOUT_MS,
+        create: !existingLog,
         logger,
       });
       logger.info(

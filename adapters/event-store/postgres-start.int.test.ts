@@ -2,8 +2,14 @@ import { randomBytes } from 'node:crypto';
 import net from 'node:net';
 import pg from 'pg';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { POSTGRES_URL, shouldRunPostgresSuite, uniqueSchema } from '../../test/postgres-probe.ts';
+import {
+  dropSchemas,
+  POSTGRES_URL,
+  shouldRunPostgresSuite,
+  uniqueSchema,
+} from '../../test/postgres-probe.ts';
 import { DependencyRefusedError } from '../dependency-refused.ts';
+import { NoEventStoreError } from './port.ts';
 import { openPostgresEventStore } from './postgres.ts';
 
 const run = await shouldRunPostgresSuite('PostgreSQL start refusals');
@@ -34,6 +40,24 @@ describe.runIf(run)('opening the PostgreSQL event store', () => {
     );
     expect(message).toContain("Start the server, or correct POSTGRES_URL's host and port");
     expect(message).not.toContain('s3cret');
+  });
+
+  it('with create: false refuses a schema that holds no log and creates nothing, and opens one that does', async () => {
+    const schema = uniqueSchema('nolog');
+    onTestFinished(() => dropSchemas([schema]));
+    const error = await openPostgresEventStore({ url: POSTGRES_URL, schema, create: false }).catch(
+      (err: unknown) => err,
+    );
+    expect(error).toBeInstanceOf(NoEventStoreError);
+    expect((error as Error).message).toContain(`POSTGRES_SCHEMA=${schema} at `);
+    const client = new pg.Client({ connectionString: POSTGRES_URL });
+    await client.connect();
+    const named = () => client.query('SELECT 1 FROM pg_namespace WHERE nspname = $1', [schema]);
+    expect((await named()).rowCount).toBe(0);
+    await (await openPostgresEventStore({ url: POSTGRES_URL, schema })).close();
+    expect((await named()).rowCount).toBe(1);
+    await client.end();
+    await (await openPostgresEventStore({ url: POSTGRES_URL, schema, create: false })).close();
   });
 
   it('names the database to create when the server has none of that name', async () => {

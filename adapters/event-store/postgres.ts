@@ -15,6 +15,7 @@ import {
   type HealthReport,
   IdempotencyConflictError,
   NewerLogError,
+  NoEventStoreError,
   type Subscription,
   WrongExpectedRevisionError,
 } from './port.ts';
@@ -34,6 +35,11 @@ export interface PostgresEventStoreOptions {
   url: string;
   /** Schema holding the log, the projections and the migrations table (created when missing). */
   schema: string;
+  /**
+   * false: a schema without the log is refused (NoEventStoreError) and nothing is created, for a
+   * command that only reads. Default true.
+   */
+  create?: boolean;
   /** Connections in the pool (appends, reads, projection saves). */
   poolSize?: number;
   /** Fallback poll of a live subscription when a NOTIFY is missed (listener reconnecting). */
@@ -108,7 +114,7 @@ export async function openPostgresEventStore(
   let recorded: string[];
   try {
     await firstConnection(pool, options.url);
-    await migrate(pool, options.schema, names, options.logger).catch((err: unknown) => {
+    await migrate(pool, options.schema, names, options.logger, options.create).catch((err: unknown) => {
       throw setupRefusal(err, options.url, options.schema) ?? err;
     });
     recorded = (await pool.query<{ name: string }>(`SELECT name FROM ${names.schema}.event_types`)).rows.map(
@@ -189,8 +195,17 @@ async function firstConnection(pool: pg.Pool, url: string): Promise<void> {
   }
 }
 
-/** Applies every migration newer than the schema's recorded version; safe to run concurrently. */
-export async function migrate(pool: pg.Pool, schema: string, names: SchemaNames, logger?: Logger) {
+/**
+ * Applies every migration newer than the schema's recorded version; safe to run concurrently.
+ * With `create` false, a schema that holds no log yet is refused (NoEventStoreError), not made.
+ */
+export async function migrate(
+  pool: pg.Pool,
+  schema: string,
+  names: SchemaNames,
+  logger?: Logger,
+  create = true,
+) {
   const client = await pool.connect();
   try {
     // Waiting for another process's migration, or a long one, is not a statement gone astray; nor
@@ -199,6 +214,7 @@ export async function migrate(pool: pg.Pool, schema: string, names: SchemaNames,
     await client.query('SET statement_timeout = 0; SET lock_timeout = 0');
     await client.query('SELECT pg_advisory_lock($1)', [migrationLockKey(schema).toString()]);
     try {
+      if (!create) await requireLog(client, pool, schema, names);
       await client.query(`CREATE SCHEMA IF NOT EXISTS ${names.schema}`);
       await client.query(
         `CREATE TABLE IF NOT EXISTS ${names.schema}.schema_migrations (
@@ -237,6 +253,18 @@ export async function migrate(pool: pg.Pool, schema: string, names: SchemaNames,
     throw err;
   }
   client.release();
+}
+
+async function requireLog(client: pg.PoolClient, pool: pg.Pool, schema: string, names: SchemaNames) {
+  const { rows } = await client.query<{ found: boolean }>('SELECT to_regclass($1) IS NOT NULL AS found', [
+    `${names.schema}.events`,
+  ]);
+  if (rows[0]?.found === true) return;
+  const url = maskUrlCredentials(pool.options.connectionString ?? '');
+  throw new NoEventStoreError(
+    `POSTGRES_SCHEMA=${schema} at ${url} holds no event log (no table ${schema}.events): set POSTGRES_SCHEMA ` +
+      "and POSTGRES_URL to the service's; a command that only reads does not create one",
+  );
 }
 
 interface EventRow {

@@ -1,4 +1,4 @@
-import { type Adapters, NoEventStoreError, openAdapters, requireExistingLog } from '../adapters.ts';
+import { type Adapters, openAdapters } from '../adapters.ts';
 import { commandLineConfig } from '../shared/cli-config.ts';
 import { commandLineLogger, failureText, openedOrExit } from '../shared/cli-failure.ts';
 import { exitFlushed } from '../shared/exit-flushed.ts';
@@ -28,10 +28,10 @@ try {
       // A refused setting is told in the service's words, exit 2 as a DATA_DIR without a log
       // (verify's 1 means a broken chain): nothing was read.
       const config = await commandLineConfig(2);
-      // Every history command only reads: a DATA_DIR or PostgreSQL schema without a log is refused, not created.
-      await requireExistingLog(config);
-      // A store that cannot be opened (a server down, a log written by a newer version): one line, exit 1.
-      adapters = await openedOrExit(() => openAdapters(config, commandLineLogger()));
+      // Every history command only reads: a DATA_DIR or PostgreSQL schema without a log is refused,
+      // not created (exit 2); a store that cannot be opened (a server down, a log written by a
+      // newer version): one line, exit 1.
+      adapters = await openedOrExit(() => openAdapters(config, commandLineLogger(), { existingLog: true }));
       return adapters.eventStore;
     },
   });
@@ -39,8 +39,7 @@ try {
   if (argv[0] === 'verify') code = verifyExitCode(JSON.parse(output) as { ok: boolean });
 } catch (err) {
   const usage = err instanceof UsageError || err instanceof HistoryQueryError;
-  const noStore = err instanceof NoEventStoreError;
-  code = usage || noStore ? 2 : 1;
+  code = usage ? 2 : 1;
   // An interrupted export says what failed and how to go on; a stack trace would bury that. An
   // expected failure (a store down, an --out this user may not write) is one line too; a bug keeps
   // its stack.
@@ -48,7 +47,6 @@ try {
   // stop there) is the file's fault, not a bug: its place and what to do, in one line.
   const told =
     usage ||
-    noStore ||
     err instanceof ExportInterruptedError ||
     err instanceof ForeignCursorError ||
     err instanceof MalformedRowError;

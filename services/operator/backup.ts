@@ -1,8 +1,9 @@
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
+import { NoEventStoreError } from '../../adapters/event-store/port.ts';
 import type { Config } from '../../contracts/config.ts';
-import { NoEventStoreError, requireExistingStore } from '../adapters.ts';
+import { requireExistingStore } from '../adapters.ts';
 import { commandLineConfig } from '../shared/cli-config.ts';
 import { failureText } from '../shared/cli-failure.ts';
 import { exitFlushed } from '../shared/exit-flushed.ts';

@@ -7,6 +7,7 @@ import { exitFlushed } from '../shared/exit-flushed.ts';
 import { type SecretBox, secretBoxFromConfig } from '../webhooks/secret-box.ts';
 import {
   OtherLogError,
+  READS_EXISTING_LOG,
   refuseBeforeOpening,
   runOperatorCommand,
   serviceApplied,
@@ -28,14 +29,16 @@ const config = await commandLineConfig(1);
 let secrets: SecretBox | undefined;
 if (argv[0] === 'reseal-webhook-secrets') secrets = await settingOrExit(() => secretBoxFromConfig(config), 1);
 try {
-  await refuseBeforeOpening(argv[0], config);
+  refuseBeforeOpening(argv[0], config);
 } catch (err) {
   console.error((err as Error).message);
   await exitFlushed(2);
 }
 // A store that cannot be opened (a server down, a log written by a newer version, a DATA_DIR this
-// user may not write): one line, exit 1.
-const adapters = await openedOrExit(() => openAdapters(config, commandLineLogger()));
+// user may not write): one line, exit 1; a log a reading command would have to create: exit 2.
+const adapters = await openedOrExit(() =>
+  openAdapters(config, commandLineLogger(), { existingLog: READS_EXISTING_LOG.has(argv[0] ?? '') }),
+);
 let code = 0;
 try {
   // A key change returns once the running service (PUBLIC_BASE_URL, else localhost:PORT) has it.

@@ -3,7 +3,6 @@ import type { Cache } from '../../adapters/cache/port.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { Config } from '../../contracts/config.ts';
 import { Plan } from '../../contracts/events.ts';
-import { requireExistingLog } from '../adapters.ts';
 import { changeKeyPlan, issueKey, KeyRuleError, revokeKey } from '../keys/key-commands.ts';
 import { findById, type KeyRecord } from '../keys/key-registry.ts';
 import { foldKeyRegistry } from '../keys/registry-fold.ts';
@@ -79,37 +78,32 @@ export const USAGE = `usage: ${invocation('keys')} <command>
 Every command but create refuses a DATA_DIR (EVENT_STORE=lmdb) or POSTGRES_SCHEMA (postgres) that holds no event log.`;
 
 /**
+ * The commands that read a log that must exist: every one but `create`, which may start a new log
+ * (keys can be issued before the service first starts). On a DATA_DIR or PostgreSQL schema holding
+ * no log they are refused (openAdapters' existingLog, exit 2) rather than create an empty one and
+ * answer as if it were the service's.
+ */
+export const READS_EXISTING_LOG = new Set([
+  'list',
+  'plan',
+  'revoke',
+  'rebuild-quota',
+  'payments',
+  'reseal-webhook-secrets',
+]);
+
+/**
  * What the CLI refuses before it opens any adapter (a UsageError, exit 2): `rebuild-quota` on the
  * in-process cache, which would rebuild the counters of the CLI's own throwaway cache while the
- * service's stay as they were (the command needs the shared one, CACHE=redis); and any command but
- * `create` on a DATA_DIR or PostgreSQL schema holding no log (requireExistingLog), which would
- * otherwise create an empty one and answer as if it were the service's. `create` may start a new
- * log: keys can be issued before the service first starts.
+ * service's stay as they were (the command needs the shared one, CACHE=redis).
  */
-export async function refuseBeforeOpening(
-  command: string | undefined,
-  config: Pick<Config, 'CACHE' | 'EVENT_STORE' | 'DATA_DIR' | 'POSTGRES_URL' | 'POSTGRES_SCHEMA'>,
-): Promise<void> {
+export function refuseBeforeOpening(command: string | undefined, config: Pick<Config, 'CACHE'>): void {
   if (command === 'rebuild-quota' && config.CACHE !== 'redis') {
     throw new UsageError(
       'rebuild-quota rebuilds the quota counters in the shared cache: set CACHE=redis (and REDIS_URL) ' +
         `as the service has them. With CACHE=${config.CACHE} the counters live inside each service ` +
         'process, out of reach of this command (a restart of the service rebuilds them from the log)',
     );
-  }
-  if (
-    command === 'list' ||
-    command === 'plan' ||
-    command === 'revoke' ||
-    command === 'rebuild-quota' ||
-    command === 'payments' ||
-    command === 'reseal-webhook-secrets'
-  ) {
-    try {
-      await requireExistingLog(config);
-    } catch (err) {
-      throw new UsageError((err as Error).message);
-    }
   }
 }
 

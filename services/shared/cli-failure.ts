@@ -1,7 +1,11 @@
 import { pino } from 'pino';
 import { CACHE_LOG_COMPONENT, CacheUnavailableError } from '../../adapters/cache/port.ts';
 import { DependencyRefusedError } from '../../adapters/dependency-refused.ts';
-import { EventStoreUnavailableError, NewerLogError } from '../../adapters/event-store/port.ts';
+import {
+  EventStoreUnavailableError,
+  NewerLogError,
+  NoEventStoreError,
+} from '../../adapters/event-store/port.ts';
 import { exitFlushed } from './exit-flushed.ts';
 import { pathRefusal } from './path-refusal.ts';
 
@@ -61,14 +65,19 @@ export const commandLineLogger = () =>
   );
 
 /**
- * What `open` opens (a command line's stores), or the end of the process, exit 1, with what
- * failureText prints on stderr: the expected failure's one line (a server down, a DATA_DIR this
- * user may not write, a log written by a newer version), else the error with its stack (a bug).
+ * What `open` opens (a command line's stores), or the end of the process with what failureText
+ * prints on stderr: exit 1 for the expected failure's one line (a server down, a DATA_DIR this
+ * user may not write, a log written by a newer version) or the error with its stack (a bug); exit
+ * 2, as for a usage error, for a log a command that only reads would not create (nothing was read).
  */
 export async function openedOrExit<T>(open: () => Promise<T>): Promise<T> {
   try {
     return await open();
   } catch (err) {
+    if (err instanceof NoEventStoreError) {
+      process.stderr.write(`${err.message}\n`);
+      return exitFlushed(2);
+    }
     process.stderr.write(`${failureText(err)}\n`);
     return exitFlushed(1);
   }

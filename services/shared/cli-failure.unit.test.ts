@@ -71,7 +71,7 @@ await openedOrExit(async () => { throw new TypeError("Cannot read properties of 
   }, 60_000);
 
   it("history's usage text names its exit codes", () => {
-    // A POSTGRES_SCHEMA without a log is refused as a DATA_DIR is (requireExistingLog), exit 2.
+    // A POSTGRES_SCHEMA without a log is refused as a DATA_DIR is (openAdapters' existingLog), exit 2.
     expect(USAGE).toContain('a DATA_DIR\nor POSTGRES_SCHEMA that holds no event log');
     expect(USAGE).toContain(
       'Exit 2: a usage error (a filter refused here, by the service or, for --coin, by the log)',

@@ -5,13 +5,7 @@ import {
   x402Facilitator,
 } from '@x402/core/facilitator';
 import type { FacilitatorClient } from '@x402/core/server';
-import type {
-  Network,
-  PaymentPayload,
-  PaymentRequirements,
-  SupportedResponse,
-  VerifyResponse,
-} from '@x402/core/types';
+import type { Network, SupportedResponse } from '@x402/core/types';
 import { toFacilitatorEvmSigner } from '@x402/evm';
 import { ExactEvmScheme } from '@x402/evm/exact/facilitator';
 import type { Logger } from 'pino';
@@ -19,8 +13,11 @@ import {
   BaseError,
   ContractFunctionRevertedError,
   createWalletClient,
+  decodeFunctionData,
+  decodeFunctionResult,
   defineChain,
   ExecutionRevertedError,
+  erc20Abi,
   FeeCapTooHighError,
   FeeCapTooLowError,
   type Hex,
@@ -42,11 +39,12 @@ import {
   TransactionNotFoundError,
   TransactionTypeNotSupportedError,
   type Transport,
+  toFunctionSelector,
 } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import { ignoreStrayRejections } from '../../adapters/stray-rejections.ts';
 import { chainIdOf } from './rails.ts';
-import { SIMULATION_FAILED, VALID_AFTER } from './reasons.ts';
+import { INSUFFICIENT_BALANCE, type VerifyAnswer } from './reasons.ts';
 import { SubmissionWatch } from './submissions.ts';
 
 export interface LocalFacilitatorOptions {
@@ -78,14 +76,44 @@ export interface LocalFacilitator extends FacilitatorClient {
 }
 
 /**
- * The chain reads of the verification in flight that failed without the chain answering them
- * (the RPC refused, rate-limited or timed out). @x402/evm's verify answers such a failure as the payment's fault:
- * an unreadable payer code is `invalid_exact_evm_signature`, a failed simulation
- * `invalid_exact_evm_transaction_simulation_failed`. A payer told that during an RPC outage
+ * The verification in flight: the balances it read (see noteBalances), and its first chain read
+ * that failed without the chain answering it (the RPC refused, rate-limited or timed out).
+ * @x402/evm's verify answers such a failure as the payment's fault: an unreadable payer code is
+ * `invalid_exact_evm_signature`, a failed simulation `invalid_exact_evm_transaction_simulation_failed`. A payer told that during an RPC outage
  * would think its wallet broken; the verify wrapper below turns such an answer into an error
  * (503 facilitator_unavailable, retryable, nothing charged).
  */
-const verifying = new AsyncLocalStorage<{ unreachable: unknown }>();
+const verifying = new AsyncLocalStorage<{ unreachable: unknown; balances: Map<string, bigint> }>();
+
+const BALANCE_OF = toFunctionSelector('balanceOf(address)');
+const balanceKey = (asset: string, account: string) => `${asset.toLowerCase()} ${account.toLowerCase()}`;
+
+/**
+ * The balances a Multicall3 tryAggregate read returned, noted on the verification in flight:
+ * @x402/evm diagnoses a failed simulation with one (the payer's balance among its calls), and
+ * answers a balance too low without the figure. Handed on with the refusal (`reads`), the
+ * payer is told what it holds without the balance being read again.
+ */
+function noteBalances(args: { functionName?: string; args?: readonly unknown[] }, result: unknown): void {
+  const verification = verifying.getStore();
+  if (!verification || args.functionName !== 'tryAggregate' || !Array.isArray(result)) return;
+  const calls = (args.args?.[1] ?? []) as readonly { target: Hex; callData: Hex }[];
+  calls.forEach((call, i) => {
+    const answer = result[i] as { success?: boolean; returnData?: Hex } | undefined;
+    if (!answer?.success || !answer.returnData || !call.callData.startsWith(BALANCE_OF)) return;
+    try {
+      const { args: called } = decodeFunctionData({ abi: erc20Abi, data: call.callData });
+      const balance = decodeFunctionResult({
+        abi: erc20Abi,
+        functionName: 'balanceOf',
+        data: answer.returnData,
+      });
+      verification.balances.set(balanceKey(call.target, String(called?.[0])), balance);
+    } catch {
+      // Not a balance after all (another contract's function of that selector): nothing noted.
+    }
+  });
+}
 
 /**
  * A read that failed without the chain answering it: anything but a revert (a refused or
@@ -339,7 +367,6 @@ export function createLocalFacilitator(options: LocalFacilitatorOptions): LocalF
   const submissions = new SubmissionWatch();
   const receiptDeadlines = new Map<string, number>();
   const budgetMs = options.chainBudgetMs ?? CHAIN_BUDGET_MS;
-  const latestBlockTime = new Map<string, () => Promise<bigint>>();
   for (const { network, rpcUrl } of options.networks) {
     const id = chainIdOf(network);
     const chain = defineChain({
@@ -354,13 +381,16 @@ export function createLocalFacilitator(options: LocalFacilitatorOptions): LocalF
       transport: noticingLostSends(http(rpcUrl, { timeout: Math.min(RPC_TIMEOUT_MS, budgetMs) })),
       pollingInterval: RECEIPT_POLL_MS,
     }).extend(publicActions);
-    latestBlockTime.set(network, async () => (await client.getBlock({ blockTag: 'latest' })).timestamp);
     const codes = new CodeCache(options.payerCodeTtlMs ?? 30_000);
     const signer = toFacilitatorEvmSigner(
       {
         address: account.address,
         readContract: (args) =>
-          noted(() => client.readContract(args as Parameters<typeof client.readContract>[0])),
+          noted(async () => {
+            const result = await client.readContract(args as Parameters<typeof client.readContract>[0]);
+            noteBalances(args, result);
+            return result;
+          }),
         // A smart wallet's signature is checked with an eth_call: a refused one is the chain's
         // failure too, not the payer's.
         verifyTypedData: (args) =>
@@ -450,39 +480,6 @@ export function createLocalFacilitator(options: LocalFacilitatorOptions): LocalF
     facilitator.register(network, new ExactEvmScheme(signer, { pendingSettlementStore }));
   }
 
-  /**
-   * @x402/evm checks validAfter against this host's clock, then simulates the transfer on the
-   * latest block, whose time trails the clock by up to a block: an authorisation valid from
-   * this second (a client signing validAfter = now, or a clock a little ahead) passes the first
-   * and reverts in the second, which it reports as `transaction_simulation_failed` ("would fail
-   * on chain"), telling the payer nothing. A simulation that failed while validAfter is not
-   * before the latest block's time failed for that (the token requires block.timestamp >
-   * validAfter): it is the not-yet-valid refusal, which says to sign it earlier.
-   */
-  const notYetValidOnChain = async (
-    verified: VerifyResponse,
-    payload: PaymentPayload,
-    requirements: PaymentRequirements,
-  ): Promise<VerifyResponse> => {
-    if (verified.isValid || verified.invalidReason !== SIMULATION_FAILED) return verified;
-    const validAfter = (payload.payload as { authorization?: { validAfter?: string } }).authorization
-      ?.validAfter;
-    const blockTime = latestBlockTime.get(requirements.network);
-    if (validAfter === undefined || !/^\d+$/.test(validAfter) || !blockTime) return verified;
-    let latest: bigint;
-    try {
-      latest = await blockTime();
-    } catch {
-      return verified;
-    }
-    if (BigInt(validAfter) < latest) return verified;
-    return {
-      ...verified,
-      invalidReason: VALID_AFTER,
-      invalidMessage: `validAfter ${validAfter} is not before the latest block's time ${latest}`,
-    };
-  };
-
   return {
     kind: 'local',
     facilitator,
@@ -492,15 +489,20 @@ export function createLocalFacilitator(options: LocalFacilitatorOptions): LocalF
     // so a chain that accepts connections and never answers held a payer over a minute.
     verify: (payload, requirements) =>
       withDeadline(
-        verifying.run({ unreachable: undefined }, async () => {
+        verifying.run({ unreachable: undefined, balances: new Map() }, async (): Promise<VerifyAnswer> => {
           const verified = await facilitator.verify(payload, requirements);
-          const { unreachable } = verifying.getStore()!;
+          const { unreachable, balances } = verifying.getStore()!;
           if (!verified.isValid && unreachable !== undefined) {
             throw new Error('the chain could not be read while verifying the payment', {
               cause: unreachable,
             });
           }
-          return notYetValidOnChain(verified, payload, requirements);
+          if (verified.isValid || verified.invalidReason !== INSUFFICIENT_BALANCE) return verified;
+          // The balance its diagnosis read, handed on: the refusal names it without reading it again.
+          const payer = (payload.payload as { authorization?: { from?: string } }).authorization?.from;
+          const payerBalance =
+            payer === undefined ? undefined : balances.get(balanceKey(requirements.asset, payer));
+          return payerBalance === undefined ? verified : { ...verified, reads: { payerBalance } };
         }),
         budgetMs,
         'the chain did not answer the verification',

@@ -34,14 +34,19 @@ import {
 } from './payment-state.ts';
 import { v1NetworkName } from './rails.ts';
 import {
+  type ChainFacts,
   describeMismatch,
   describeReason,
   describeUnsent,
   describeVerifyRefusal,
+  factsReason,
   INSUFFICIENT_BALANCE,
   NONCE_ALREADY_USED,
   REFUSED_BEFORE_SENDING,
+  revertReason,
+  SIMULATION_FAILED,
   TRANSACTION_FAILED,
+  type VerifyAnswer,
 } from './reasons.ts';
 import type { SubmissionWatch } from './submissions.ts';
 import type { PaidTool } from './tools.ts';
@@ -131,6 +136,13 @@ export interface PaymentFlowDeps {
    * reader covers the network.
    */
   balanceOf(id: PaymentIdentity): (() => Promise<bigint>) | null;
+  /**
+   * How to read what the chain says of the payment's authorisation (the payer's balance, whether
+   * its nonce is used, the chain's time), each null when unread, or null when no chain reader
+   * covers the network: a simulated transfer refused for a reason the facilitator did not name
+   * is named from them.
+   */
+  chainFacts(id: PaymentIdentity): (() => Promise<ChainFacts>) | null;
   /**
    * How to read whether an authorisation already used on chain paid the agreed transfer (see
    * chain-reader.ts), or null when no chain reader covers the network.
@@ -507,6 +519,25 @@ function notServed(recorded: 'refused' | 'unrecorded'): PaidOutcome {
 }
 
 /**
+ * The payer's balance of the asset, read for a refusal's words: null when no chain reader covers
+ * the network or the read failed (the words then leave it out).
+ */
+async function heldFor(
+  deps: PaymentFlowDeps,
+  identity: PaymentIdentity,
+  requestId: string,
+): Promise<bigint | null> {
+  const read = deps.balanceOf(identity);
+  if (!read) return null;
+  try {
+    return await read();
+  } catch (err) {
+    deps.logger.warn({ err, requestId }, 'payer balance could not be read for the refusal');
+    return null;
+  }
+}
+
+/**
  * One paid call, in the only safe order: look for an answer this payment already paid for,
  * verify the authorisation, check the payer's exposure, reserve the payment in the event store,
  * run the handler, keep the answer, and hand the settlement to the background: the caller is
@@ -663,49 +694,50 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
     };
 
     /**
-     * A refused verification in words with its amounts (describeVerifyRefusal). The facilitators
-     * read the payer's balance and do not say it: for a balance too low it is read again here,
-     * where a chain reader covers the network; unread, the words leave it out.
+     * A refused verification, the same reason and words whichever facilitator refused it. A
+     * simulated transfer that reverted for a reason the facilitator did not name (a remote one
+     * may name none; none compares validAfter with the chain's time) is named from the revert it
+     * quoted, else from the chain's facts where a reader covers the network. Its amounts
+     * (describeVerifyRefusal): a balance too low names what the payer holds, as the facilitator
+     * read it (handed over with its answer, `reads`), else read here.
      */
-    const refusedInWords = async (reason: string, detail: string | undefined): Promise<string> => {
-      let held: bigint | null = null;
-      const read = reason === INSUFFICIENT_BALANCE ? deps.balanceOf(identity) : null;
-      if (read) {
-        try {
-          held = await read();
-        } catch (err) {
-          deps.logger.warn(
-            { err, requestId: call.requestId },
-            'payer balance could not be read for the refusal',
-          );
-        }
+    const refused = async (answer: VerifyAnswer): Promise<PaidOutcome> => {
+      const meanwhile = await recordedMeanwhile();
+      if (meanwhile) return meanwhile;
+      let reason = answer.invalidReason ?? 'invalid_payment';
+      let facts: ChainFacts | null = null;
+      if (reason === SIMULATION_FAILED) {
+        const named = revertReason(answer.invalidMessage);
+        const read = named === null ? deps.chainFacts(identity) : null;
+        facts = read ? await read() : null;
+        reason = named ?? (facts && factsReason(auth, requirement.amount, facts)) ?? reason;
       }
-      return describeVerifyRefusal(reason, detail, { signed: auth.value, asked: requirement.amount, held });
+      const unserved = await paidUnserved(reason);
+      if (unserved) return unserved;
+      let held = answer.reads?.payerBalance ?? facts?.balance ?? null;
+      if (reason === INSUFFICIENT_BALANCE && held === null)
+        held = await heldFor(deps, identity, call.requestId);
+      return {
+        kind: 'payment_rejected',
+        reason,
+        message: describeVerifyRefusal(reason, answer.invalidMessage, {
+          signed: auth.value,
+          asked: requirement.amount,
+          held,
+        }),
+      };
     };
 
     try {
       const verified = await deps.server.verifyPayment(payload, requirement);
-      if (!verified.isValid) {
-        const reason = verified.invalidReason ?? 'invalid_payment';
-        return (
-          (await recordedMeanwhile()) ??
-          (await paidUnserved(reason)) ?? {
-            kind: 'payment_rejected',
-            reason,
-            message: await refusedInWords(reason, verified.invalidMessage),
-          }
-        );
-      }
+      if (!verified.isValid) return await refused(verified);
     } catch (err) {
       if (err instanceof VerifyError && err.invalidReason) {
-        return (
-          (await recordedMeanwhile()) ??
-          (await paidUnserved(err.invalidReason)) ?? {
-            kind: 'payment_rejected',
-            reason: err.invalidReason,
-            message: await refusedInWords(err.invalidReason, err.invalidMessage),
-          }
-        );
+        return await refused({
+          isValid: false,
+          invalidReason: err.invalidReason,
+          ...(err.invalidMessage === undefined ? {} : { invalidMessage: err.invalidMessage }),
+        });
       }
       deps.logger.warn({ err, requestId: call.requestId }, 'payment verification could not run');
       return {
@@ -1103,6 +1135,8 @@ async function settleAndRecord(
 ): Promise<Settled> {
   const { handle, payload, requirement, identity } = paid;
   const payer = identity.payer;
+  const signed =
+    (payload.payload as { authorization?: { value?: string } }).authorization?.value ?? requirement.amount;
   const record = async (step: PaymentStep): Promise<'recorded' | 'already_settled' | 'unrecorded'> => {
     await answered.servedRecorded();
     try {
@@ -1158,7 +1192,13 @@ async function settleAndRecord(
     if (unsent) {
       if (!answered.claimRefusal()) return servedThenFailed(reason, detail, sent);
       await record({ kind: 'fail', reason });
-      return { kind: 'failed', reason, message: describeUnsent(reason, detail), settle: response };
+      // The balance fell between verification and settlement (the payer spent it meanwhile): named
+      // with its figures, as the verification's refusal names them; no facilitator says it here.
+      const amounts =
+        reason === INSUFFICIENT_BALANCE
+          ? { signed, asked: requirement.amount, held: await heldFor(deps, identity, call.requestId) }
+          : undefined;
+      return { kind: 'failed', reason, message: describeUnsent(reason, detail, amounts), settle: response };
     }
     if (answered.served) return servedThenFailed(reason, detail, sent);
     deps.logger.warn(

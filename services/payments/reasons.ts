@@ -1,4 +1,4 @@
-import type { PaymentRequirements } from '@x402/core/types';
+import type { PaymentRequirements, VerifyResponse } from '@x402/core/types';
 import { ERRORS, type ErrorCode, isErrorCode } from '../../contracts/errors.ts';
 import type { DecodedPayment } from './codecs.ts';
 import { v1NetworkName } from './rails.ts';
@@ -81,6 +81,72 @@ const VALUE_MISMATCH: ReadonlySet<string> = new Set<string>([
 /** The payer's balance of the asset is below the quoted amount. */
 export const INSUFFICIENT_BALANCE = 'invalid_exact_evm_insufficient_balance' satisfies ErrorCode;
 
+/** The authorisation's validBefore has passed (or is too close). */
+const VALID_BEFORE = 'invalid_exact_evm_payload_authorization_valid_before' satisfies ErrorCode;
+
+/**
+ * The token's words for why the simulated transfer reverted, and the reason each names: FiatToken
+ * v2's (Base's USDC; the test token says the same without the "FiatTokenV2: " prefix), and the
+ * custom errors of newer EIP-3009 tokens. The facilitators quote the revert in their message.
+ */
+const REVERT_REASONS: readonly [RegExp, ErrorCode][] = [
+  [/authorization is not yet valid|AuthorizationNotYetValid/i, VALID_AFTER],
+  [/authorization is expired|AuthorizationExpired/i, VALID_BEFORE],
+  [
+    /authorization is used or canceled|AuthorizationUsedOrCanceled|AuthorizationAlreadyUsed/i,
+    NONCE_ALREADY_USED,
+  ],
+  [/transfer amount exceeds balance|ERC20InsufficientBalance/i, INSUFFICIENT_BALANCE],
+  [/invalid signature|InvalidSignature|SignerMismatch/i, 'invalid_exact_evm_signature'],
+];
+
+/** What the chain says of an authorisation, as far as it was read (null: not read, or unreadable). */
+export interface ChainFacts {
+  /** The payer's balance of the asset, atomic units. */
+  balance: bigint | null;
+  /** Whether the authorisation's nonce is used (or cancelled). */
+  used: boolean | null;
+  /** The latest block's time, seconds: the clock the token checks validAfter and validBefore against. */
+  chainTime: bigint | null;
+}
+
+/** The reason a simulation failure's quoted revert names (nothing read), or null when it names none. */
+export function revertReason(quoted: string | undefined): ErrorCode | null {
+  if (quoted === undefined) return null;
+  return REVERT_REASONS.find(([words]) => words.test(quoted))?.[1] ?? null;
+}
+
+/**
+ * Why a simulated transfer reverted, read from the chain's facts in the token's own order of
+ * checks (time window, nonce, balance); null when they tell nothing (the catch-all stands).
+ */
+export function factsReason(
+  auth: { validAfter: string; validBefore: string },
+  asked: string,
+  { balance, used, chainTime }: ChainFacts,
+): ErrorCode | null {
+  if (chainTime !== null && BigInt(auth.validAfter) >= chainTime) return VALID_AFTER;
+  if (chainTime !== null && BigInt(auth.validBefore) <= chainTime) return VALID_BEFORE;
+  if (used === true) return NONCE_ALREADY_USED;
+  if (balance !== null && balance < BigInt(asked)) return INSUFFICIENT_BALANCE;
+  return null;
+}
+
+/**
+ * What a facilitator read on the chain while refusing a payment, handed on with its answer (the
+ * in-process facilitator's `reads`), so that the refusal's words reuse it rather than read it again.
+ */
+export interface RefusalReads {
+  /** The payer's balance of the asset, as the refusal's diagnosis read it. */
+  payerBalance?: bigint;
+}
+
+/**
+ * A facilitator's verification answer, with what it read when it refused: the in-process one's
+ * (an HTTP facilitator's never carries it: the official client's schema drops unknown fields).
+ */
+export type VerifyAnswer = VerifyResponse & { reads?: RefusalReads };
+
 /** An amount in the asset's atomic units and in USDC (every rail's asset, 6 decimals). */
 const amountText = (atomic: bigint): string => `${atomic} (${usdc(atomic)} USDC)`;
 
@@ -90,14 +156,15 @@ export interface VerifyAmounts {
   signed: string;
   /** The quote's amount, atomic units. */
   asked: string;
-  /** The payer's balance of the asset as read after the refusal; null when it could not be read. */
+  /** The payer's balance of the asset as the refusal read it; null when it could not be read. */
   held: bigint | null;
 }
 
 /**
- * A refused verification in words: describeReason's, and for an amount the facilitators' words
- * leave out (they name no figure), what was signed, what the quote asks and, for a balance too
- * low, what the payer holds when it could be read, so the payer knows what to sign or fund.
+ * A refused verification (or settlement) in words: describeReason's, and for an amount the
+ * facilitators' words leave out (they name no figure), what was signed, what the quote asks and,
+ * for a balance too low, what the payer holds when it could be read, so the payer knows what to
+ * sign or fund.
  */
 export function describeVerifyRefusal(
   reason: string,
@@ -214,11 +281,15 @@ function firstDifference(quoted: PaymentRequirements, accepted: PaymentRequireme
 
 /**
  * Why a settlement refused before its transaction was sent failed: the catalog's words for a
- * reason it has, except @x402/evm's catch-all for a send that failed, whose words ("failed on
- * chain") would tell a payer the chain saw it; the first line of what failed is named instead.
+ * reason it has, with the amounts where given (a balance that fell between verification and
+ * settlement names what the payer holds, as the verification's refusal does), except
+ * @x402/evm's catch-all for a send that failed, whose words ("failed on chain") would tell a
+ * payer the chain saw it; the first line of what failed is named instead.
  */
-export function describeUnsent(reason: string, detail?: string): string {
-  if (reason !== TRANSACTION_FAILED) return describeReason(reason, detail);
+export function describeUnsent(reason: string, detail?: string, amounts?: VerifyAmounts): string {
+  if (reason !== TRANSACTION_FAILED) {
+    return amounts ? describeVerifyRefusal(reason, detail, amounts) : describeReason(reason, detail);
+  }
   const first = detail?.split('\n')[0]?.trim().slice(0, 200);
   return `the settlement transaction was not sent${first ? ` (${first})` : ''}; nothing was charged`;
 }

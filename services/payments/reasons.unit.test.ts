@@ -8,8 +8,10 @@ import type { DecodedPayment } from './codecs.ts';
 import {
   describeMismatch,
   FACILITATOR_REASONS,
+  factsReason,
   NONCE_ALREADY_USED,
   REFUSED_BEFORE_SENDING,
+  revertReason,
   TRANSACTION_FAILED,
 } from './reasons.ts';
 
@@ -89,5 +91,40 @@ describe('a v2 payment whose echoed quote matches none of this request’s', () 
       reason: 'terms_mismatch',
       message: `the accepted payment terms differ from the quote of this request: ${detail}; send this request's quote back unchanged`,
     });
+  });
+});
+
+describe('a simulated transfer that reverted, named as the in-process facilitator names it', () => {
+  it.each([
+    ['FiatTokenV2: authorization is not yet valid', 'invalid_exact_evm_payload_authorization_valid_after'],
+    ['FiatTokenV2: authorization is expired', 'invalid_exact_evm_payload_authorization_valid_before'],
+    ['FiatTokenV2: authorization is used or canceled', 'invalid_exact_evm_nonce_already_used'],
+    ['ERC20: transfer amount exceeds balance', 'invalid_exact_evm_insufficient_balance'],
+    ['FiatTokenV2: invalid signature', 'invalid_exact_evm_signature'],
+    [
+      'reverted with the custom error AuthorizationNotYetValid()',
+      'invalid_exact_evm_payload_authorization_valid_after',
+    ],
+    ['Blacklistable: account is blacklisted', null],
+    [undefined, null],
+  ])('from the revert quoted (%s)', (quoted, reason) => {
+    expect(revertReason(quoted)).toBe(reason);
+  });
+
+  const auth = { validAfter: '100', validBefore: '200' };
+  const facts = { balance: 20_000n, used: false, chainTime: 150n };
+  it.each([
+    [
+      'validAfter not before the chain time',
+      { chainTime: 100n },
+      'invalid_exact_evm_payload_authorization_valid_after',
+    ],
+    ['validBefore reached', { chainTime: 200n }, 'invalid_exact_evm_payload_authorization_valid_before'],
+    ['nonce used', { used: true }, 'invalid_exact_evm_nonce_already_used'],
+    ['balance below the price', { balance: 19_999n }, 'invalid_exact_evm_insufficient_balance'],
+    ['nothing wrong', {}, null],
+    ['nothing read', { balance: null, used: null, chainTime: null }, null],
+  ])('from the chain facts: %s', (_name, changed, reason) => {
+    expect(factsReason(auth, '20000', { ...facts, ...changed })).toBe(reason);
   });
 });

@@ -248,6 +248,29 @@ export async function setupX402(
             )
         : null;
     },
+    chainFacts: (id) => {
+      const chain = chains.get(id.network);
+      if (!chain) return null;
+      const asset = id.asset as `0x${string}`;
+      const payer = id.payer as `0x${string}`;
+      // Each within the facilitator's budget, and unread rather than failed: a fact missing
+      // leaves the facilitator's own reason standing.
+      const fact = <T>(read: Promise<T>, what: string): Promise<T | null> =>
+        withDeadline(read, config.X402_FACILITATOR_TIMEOUT_MS, `the chain did not answer ${what}`).catch(
+          (err: unknown) => {
+            deps.logger.warn({ err, payer }, `${what} could not be read for a refusal`);
+            return null;
+          },
+        );
+      return async () => {
+        const [balance, used, chainTime] = await Promise.all([
+          fact(chain.balanceOf(asset, payer), "the payer's balance"),
+          fact(chain.authorizationUsed(asset, payer, id.nonce as `0x${string}`), "the authorisation's state"),
+          fact(chain.chainTime(), "the chain's time"),
+        ]);
+        return { balance, used, chainTime };
+      };
+    },
     authorizationOutcome: (id) => {
       const chain = chains.get(id.network);
       return chain

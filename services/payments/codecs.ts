@@ -1,6 +1,6 @@
 import type { PaymentPayload, PaymentRequired, PaymentRequirements, SettleResponse } from '@x402/core/types';
 import { z } from 'zod';
-import { issueText } from '../../contracts/issue-text.ts';
+import { invalidInput } from '../engine/operation-errors.ts';
 import { v1NetworkName } from './rails.ts';
 
 /**
@@ -77,13 +77,6 @@ function decodeBase64Json(value: string): { ok: true; json: unknown } | { ok: fa
   }
 }
 
-/** The header's refused fields, each worded by issueText: what it must be and what was sent. */
-function issuesText(error: z.ZodError, schema: z.ZodType, json: unknown): string {
-  return error.issues
-    .map((i) => issueText(i, i.path.map(String).join('.') || '(header)', schema, json))
-    .join('; ');
-}
-
 /** Reads the payment a request carries: v2 `PAYMENT-SIGNATURE` first, else v1 `X-PAYMENT`. */
 export function decodePaymentHeader(headers: {
   paymentSignature: string | undefined;
@@ -134,13 +127,21 @@ function parsePayment(version: 1 | 2, json: unknown, name: string, reason: strin
   if (version === 2) {
     const parsed = V2Header.safeParse(json);
     if (!parsed.success)
-      return { ok: false, reason, message: `${name}: ${issuesText(parsed.error, V2Header, json)}` };
+      return {
+        ok: false,
+        reason,
+        message: `${name}: ${invalidInput(parsed.error, V2Header, json, '(header)').message}`,
+      };
     const payload = parsed.data as unknown as PaymentPayload;
     return { ok: true, payment: { version: 2, payload, eip3009: parsed.data.payload } };
   }
   const parsed = V1Header.safeParse(json);
   if (!parsed.success)
-    return { ok: false, reason, message: `${name}: ${issuesText(parsed.error, V1Header, json)}` };
+    return {
+      ok: false,
+      reason,
+      message: `${name}: ${invalidInput(parsed.error, V1Header, json, '(header)').message}`,
+    };
   return {
     ok: true,
     payment: {

@@ -220,7 +220,7 @@ export function describeMismatch(
   if (sameAsset.length === 0) {
     return {
       reason: 'asset_mismatch',
-      message: `asset ${accepted.asset} is not accepted on ${accepted.network}`,
+      message: `asset ${accepted.asset} is not accepted on ${accepted.network} (accepted: ${sameNetwork.map((r) => r.asset).join(', ')})`,
     };
   }
   const quoted = sameAsset[0]!;

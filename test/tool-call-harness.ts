@@ -5,12 +5,13 @@ import { type Caller, credentialOf } from '../services/metering/caller.ts';
 import { QuotaMeter } from '../services/metering/quota-meter.ts';
 
 /**
- * What callTool needs, over in-process parts: the tools given and a quota meter of 1,000 calls a
- * month on every plan. The meters are pushed onto `meters` for the test to stop.
+ * What callTool needs, over in-process parts: the tools given and a quota meter of `monthly`
+ * calls a month (1,000 unless told) on every plan. The meters are pushed onto `meters` for the
+ * test to stop.
  */
-export function toolCallDeps(tools: ToolDefinition[], meters: QuotaMeter[]) {
+export function toolCallDeps(tools: ToolDefinition[], meters: QuotaMeter[], monthly = 1_000) {
   const store = new MemoryEventStore();
-  const limits = { monthly: 1_000, daily: null };
+  const limits = { monthly, daily: null };
   const quota = new QuotaMeter({
     cache: new MemoryCache(),
     store,

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { Logger } from 'pino';
+import { ERRORS, isErrorCode } from '../../../contracts/errors.ts';
 import type { ToolName } from '../../../contracts/tools.ts';
 import { describeFailure, invalidInput } from '../../engine/operation-errors.ts';
 import { type Caller, type CallerRejectedError, undebitedService } from '../../metering/caller.ts';
@@ -448,6 +449,17 @@ function servedResult(structured: Record<string, unknown>, made: ResultJson): Ca
   return result;
 }
 
+/**
+ * A tool error. Every one that is not a quote says whether the same call may pass later (its
+ * code's `retryable` in the catalog), as every refusal of the pay-per-call routes does: a caller
+ * reads the same thing whichever channel refused it. A quote (x402 payment requirements) answers
+ * with the requirements instead, as HTTP's 402 and 429 do.
+ */
 function toolError(text: string, structured: Record<string, unknown>): CallToolResult {
-  return { isError: true, content: [{ type: 'text', text }], structuredContent: structured };
+  const { code } = structured;
+  const says =
+    'retryable' in structured || 'x402Version' in structured || typeof code !== 'string' || !isErrorCode(code)
+      ? structured
+      : { code, retryable: ERRORS[code].retryable, ...structured };
+  return { isError: true, content: [{ type: 'text', text }], structuredContent: says };
 }

@@ -84,3 +84,39 @@ describe('callTool arguments', () => {
     expect(extra.structuredContent).toMatchObject({ code: 'invalid_arguments' });
   });
 });
+
+describe('callTool refusals', () => {
+  const free: ToolDefinition = {
+    name: 'free_tool',
+    title: 'Free',
+    description: 'test',
+    input: z.strictObject({ n: z.number().int() }),
+    run: async (args) => ({ args }),
+  };
+  const structured = (result: { structuredContent?: unknown }) =>
+    result.structuredContent as Record<string, unknown>;
+
+  it('say whether the same call may pass later (the catalog retryable), as the pay-per-call routes do', async () => {
+    const deps = depsFor([free]);
+    const refusals = [
+      // A payment where the server sells no call (payments off): no quote to answer with.
+      ['payment_not_accepted', { ...request('free_tool', { n: 1 }), payment: { x402Version: 2 } }],
+      ['unknown_tool', request('no_such_tool', {})],
+      ['invalid_arguments', request('free_tool', { n: 'one' })],
+      ['invalid_arguments', { ...request('free_tool', undefined), name: 7 }],
+    ] as const;
+    for (const [code, call] of refusals) {
+      const result = await callTool(deps, call);
+      expect(result.isError, code).toBe(true);
+      expect(structured(result), code).toMatchObject({ code, retryable: false });
+    }
+  });
+
+  it('a quota used up with nothing to pay with is retryable (after the reset)', async () => {
+    const deps = toolCallDeps([free], meters, 1);
+    expect((await callTool(deps, request('free_tool', { n: 1 }))).isError).toBeUndefined();
+    const refused = structured(await callTool(deps, request('free_tool', { n: 1 })));
+    expect(refused).toMatchObject({ code: 'quota_exhausted', retryable: true, window: 'monthly' });
+    expect(refused).not.toHaveProperty('x402Version');
+  });
+});

@@ -1,5 +1,6 @@
 import type { ResourceInfo } from '@x402/core/types';
 import type { Logger } from 'pino';
+import { ERRORS } from '../../contracts/errors.ts';
 import type { PaymentRequirementsFor, PayPerCall } from '../api/mcp/tool-call.ts';
 import { decodeMcpPayment, settlementResponse } from './codecs.ts';
 import { type PaymentFlowDeps, runPaidCall } from './payment-flow.ts';
@@ -97,15 +98,15 @@ export function mcpPayments(options: McpPaymentsOptions): {
             ...(outcome.settle ? { settlement: settlementResponse(2, outcome.settle) } : {}),
           };
         }
+        // Whether a retry may pass is the catalog's word for the code, as on HTTP.
         case 'unavailable':
+        case 'conflict':
           return {
             kind: 'unavailable',
             code: outcome.reason,
             message: outcome.message,
-            retryable: outcome.reason !== 'facilitator_not_configured',
+            retryable: ERRORS[outcome.reason].retryable,
           };
-        case 'conflict':
-          return { kind: 'unavailable', code: outcome.reason, message: outcome.message, retryable: false };
         case 'refused':
           return { kind: 'failed', error: outcome.error ?? outcome.refusal };
       }

@@ -262,29 +262,29 @@ export function errorBody(error: ServiceError): ErrorBody {
   };
 }
 
-/** A catalog error in the JSON-RPC shape of /mcp. */
-export function rpcErrorBody(error: ServiceError): RpcErrorBody {
-  const spec = ERRORS[error.code as ErrorCode] as { rpc?: number };
-  return {
-    jsonrpc: '2.0',
-    error: { code: spec.rpc ?? -32600, message: error.message, data: { code: error.code } },
-    id: null,
-  };
+/**
+ * A refusal in the JSON-RPC shape of /mcp, with the caller's `_service` in `error.data` beside
+ * `data` once the caller hook resolved the caller (answerService), as /api's errors carry it beside
+ * theirs; as it is for a request refused before that (a Host or Origin refused, the sign-in path's
+ * 401: no caller to report). Neither: no `data` member.
+ */
+export async function rpcErrorWithService(
+  request: FastifyRequest,
+  code: number,
+  message: string,
+  id: string | number | null,
+  data: Record<string, unknown> = {},
+): Promise<RpcErrorBody> {
+  const service = answerService(request);
+  const all = service === null ? data : { ...data, _service: await service };
+  const error = Object.keys(all).length === 0 ? { code, message } : { code, message, data: all };
+  return { jsonrpc: '2.0', error, id };
 }
 
-/**
- * A catalog error in the JSON-RPC shape of /mcp with the caller's `_service` in `error.data`, as
- * /api's errors carry it beside theirs, where the caller hook ran (answerService); as it is for a
- * request refused before (no caller: nothing to report).
- */
-export async function rpcErrorBodyWithService(
-  error: ServiceError,
-  request: FastifyRequest,
-): Promise<RpcErrorBody> {
-  const body = rpcErrorBody(error);
-  const service = answerService(request);
-  if (service !== null) body.error.data = { ...body.error.data, _service: await service };
-  return body;
+/** A catalog error in that shape: its JSON-RPC code (else -32600) and its catalog code in `data.code`. */
+export function rpcErrorBodyWithService(error: ServiceError, request: FastifyRequest): Promise<RpcErrorBody> {
+  const spec = ERRORS[error.code as ErrorCode] as { rpc?: number };
+  return rpcErrorWithService(request, spec.rpc ?? -32600, error.message, null, { code: error.code });
 }
 
 /** Writes a catalog error in a channel's shape; it may read the request (the caller's `_service`). */

@@ -4,11 +4,11 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import { isInitializeRequest, LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { ERRORS, type ErrorCode, errorMessage, ServiceError } from '../../../contracts/errors.ts';
-import { answerService, type Caller, decorateCaller } from '../../metering/caller.ts';
+import { type Caller, decorateCaller } from '../../metering/caller.ts';
 import { JSON_UTF8 } from '../../shared/media-types.ts';
 import { onResponseClosed } from '../../shared/response-closed.ts';
 import { answeredBy } from '../answer-at-turn-end.ts';
-import { errorHandler, rpcErrorBodyWithService } from '../errors.ts';
+import { errorHandler, rpcErrorBodyWithService, rpcErrorWithService } from '../errors.ts';
 import { codesText, documented, RESPONSE_HEADERS, type ResponseDoc, undocumented } from '../openapi.ts';
 import { envelopeRefusal } from './envelope.ts';
 import { MCP_INVALID_REQUEST } from './error-codes.ts';
@@ -263,34 +263,20 @@ function bodyId(body: unknown): string | number | null {
   return Array.isArray(body) || (typeof id !== 'string' && typeof id !== 'number') ? null : id;
 }
 
-/** A refusal in JSON-RPC's shape, with the request's id when its body parsed and carries one. */
-function jsonRpcError(
-  reply: FastifyReply,
-  status: number,
-  code: number,
-  message: string,
-  id: string | number | null = bodyId(reply.request.body),
-): FastifyReply {
-  return reply.code(status).type(JSON_UTF8).send({ jsonrpc: '2.0', error: { code, message }, id });
-}
-
 /**
- * A refusal of the route once its caller is known: as jsonRpcError, with the caller's `_service`
- * (auth and live quota) in `error.data` beside `extra`, as every /api refusal, the rate limit's
- * and the tool channel's JSON-RPC errors carry it (contract 2.2, 8: the live count in any answer).
+ * A refusal of the route in JSON-RPC's shape (rpcErrorWithService: with the caller's `_service`
+ * once the caller is known), with the request's id when its body parsed and carries one.
  */
-async function callerRpcError(
+async function rpcRefusal(
   reply: FastifyReply,
   status: number,
   code: number,
   message: string,
   id: string | number | null = bodyId(reply.request.body),
-  extra: Record<string, unknown> = {},
+  data: Record<string, unknown> = {},
 ): Promise<FastifyReply> {
-  const service = answerService(reply.request);
-  const data = service === null ? extra : { ...extra, _service: await service };
-  const error = Object.keys(data).length === 0 ? { code, message } : { code, message, data };
-  return reply.code(status).type(JSON_UTF8).send({ jsonrpc: '2.0', error, id });
+  const body = await rpcErrorWithService(reply.request, code, message, id, data);
+  return reply.code(status).type(JSON_UTF8).send(body);
 }
 
 /**
@@ -406,7 +392,7 @@ type Guard = (request: FastifyRequest, reply: FastifyReply) => boolean;
 type Handler = (request: FastifyRequest, reply: FastifyReply) => Promise<FastifyReply | undefined>;
 type RouteHandler = (request: FastifyRequest, reply: FastifyReply) => undefined;
 
-/** Host and Origin checks (DNS rebinding); false once the refusal is answered. */
+/** Host and Origin checks (DNS rebinding); false once the refusal is sent (no caller yet: no `_service` in it). */
 function requestGuard(config: GuardConfig): Guard {
   // The Host last allowed: a client sends the same one on every call, and taking it apart (trim,
   // lower case, the port cut off) made two strings per call.
@@ -417,7 +403,7 @@ function requestGuard(config: GuardConfig): Guard {
     if (host === undefined || host !== allowedHost) {
       if (!hostAllowed(config, host)) {
         logRefusedHost(request.log, host);
-        jsonRpcError(reply, 403, -32000, 'Forbidden: Host not allowed');
+        void rpcRefusal(reply, 403, -32000, 'Forbidden: Host not allowed');
         return false;
       }
       allowedHost = host;
@@ -426,7 +412,7 @@ function requestGuard(config: GuardConfig): Guard {
     // Without an Origin (not a browser) there is nothing to check and no CORS header to send.
     if (origin === undefined) return true;
     if (!originAllowed(config, origin)) {
-      jsonRpcError(reply, 403, -32000, 'Forbidden: Origin not allowed');
+      void rpcRefusal(reply, 403, -32000, 'Forbidden: Origin not allowed');
       return false;
     }
     // Its CORS headers are on the reply already (the plugin's onRequest hook).
@@ -454,7 +440,7 @@ function mcpHandler(deps: HandlerDeps): Handler {
     const method = request.method;
     if (method !== 'GET' && method !== 'POST' && method !== 'DELETE') {
       reply.header('allow', MCP_METHODS);
-      return callerRpcError(reply, 405, -32000, 'Method not allowed.');
+      return rpcRefusal(reply, 405, -32000, 'Method not allowed.');
     }
     const header = request.headers['mcp-session-id'];
     const sessionId = Array.isArray(header) ? header[0] : header;
@@ -464,15 +450,15 @@ function mcpHandler(deps: HandlerDeps): Handler {
         owner: sessionOwner(request),
         credential: () => credentialOf(request),
       });
-      if (transport === undefined) return callerRpcError(reply, 404, -32001, 'Session not found');
+      if (transport === undefined) return rpcRefusal(reply, 404, -32001, 'Session not found');
     }
     // The revision the request speaks and the answers it takes, read as HTTP defines them, before
     // any transport (whose checks compared substrings and trusted the header over the session).
     const versionFault = protocolVersionFault(request, sessionId);
-    if (versionFault !== null) return callerRpcError(reply, 400, -32000, versionFault);
+    if (versionFault !== null) return rpcRefusal(reply, 400, -32000, versionFault);
     const accept = request.headers.accept;
     if (!acceptsAnswer(accept, method)) {
-      return callerRpcError(
+      return rpcRefusal(
         reply,
         406,
         -32000,
@@ -495,12 +481,12 @@ function mcpHandler(deps: HandlerDeps): Handler {
         : null;
     if (refusal !== null) {
       const data = 'data' in refusal ? (refusal.data as Record<string, unknown>) : {};
-      return callerRpcError(reply, refusal.status, refusal.code, refusal.message, refusal.id, data);
+      return rpcRefusal(reply, refusal.status, refusal.code, refusal.message, refusal.id, data);
     }
     // initialize on an open session: refused here with the request's id (the transport's own
     // refusal carried id null, which JSON-RPC keeps for an id that could not be read).
     if (sessionId !== undefined && method === 'POST' && isInitialize(request.body)) {
-      return callerRpcError(reply, 400, MCP_INVALID_REQUEST, SESSION_ALREADY_INITIALISED);
+      return rpcRefusal(reply, 400, MCP_INVALID_REQUEST, SESSION_ALREADY_INITIALISED);
     }
     if (sessionId === undefined && method === 'POST' && isInitialize(request.body)) {
       const owner = sessionOwner(request);
@@ -525,7 +511,7 @@ function mcpHandler(deps: HandlerDeps): Handler {
       }
       return stateless.serve(request, reply, signedIn.get(request));
     } else if (transport === undefined) {
-      return callerRpcError(reply, 400, -32000, 'Bad Request: Mcp-Session-Id header is required');
+      return rpcRefusal(reply, 400, -32000, 'Bad Request: Mcp-Session-Id header is required');
     }
     if (sessionId !== undefined && method === 'POST') {
       // A client cancelling a call in flight here: the call is not counted if it has not been
@@ -620,7 +606,7 @@ function negotiatedVersion(body: unknown): string {
 
 /** 409 for a request whose id (or one of whose ids) is already in flight on its session. */
 function inFlightConflict(reply: FastifyReply, id: string | number): Promise<FastifyReply> {
-  return callerRpcError(
+  return rpcRefusal(
     reply,
     409,
     -32600,
@@ -713,6 +699,6 @@ function signInGate(gate: SignInGate) {
       return;
     }
     if (outcome.challenge !== null) reply.header('www-authenticate', outcome.challenge);
-    return jsonRpcError(reply, outcome.status, -32000, outcome.message);
+    return rpcRefusal(reply, outcome.status, -32000, outcome.message);
   };
 }

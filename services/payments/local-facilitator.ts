@@ -96,19 +96,22 @@ const balanceKey = (asset: string, account: string) => `${asset.toLowerCase()} $
  */
 function noteBalances(args: { functionName?: string; args?: readonly unknown[] }, result: unknown): void {
   const verification = verifying.getStore();
-  if (!verification || args.functionName !== 'tryAggregate' || !Array.isArray(result)) return;
-  const calls = (args.args?.[1] ?? []) as readonly { target: Hex; callData: Hex }[];
-  calls.forEach((call, i) => {
+  const calls = args.args?.[1];
+  if (!verification || args.functionName !== 'tryAggregate') return;
+  if (!Array.isArray(result) || !Array.isArray(calls)) return;
+  calls.forEach((call: { target?: unknown; callData?: unknown }, i) => {
     const answer = result[i] as { success?: boolean; returnData?: Hex } | undefined;
-    if (!answer?.success || !answer.returnData || !call.callData.startsWith(BALANCE_OF)) return;
+    const { target, callData } = call;
+    if (!answer?.success || !answer.returnData || typeof target !== 'string') return;
+    if (typeof callData !== 'string' || !callData.startsWith(BALANCE_OF)) return;
     try {
-      const { args: called } = decodeFunctionData({ abi: erc20Abi, data: call.callData });
+      const { args: called } = decodeFunctionData({ abi: erc20Abi, data: callData as Hex });
       const balance = decodeFunctionResult({
         abi: erc20Abi,
         functionName: 'balanceOf',
         data: answer.returnData,
       });
-      verification.balances.set(balanceKey(call.target, String(called?.[0])), balance);
+      verification.balances.set(balanceKey(target, String(called?.[0])), balance);
     } catch {
       // Not a balance after all (another contract's function of that selector): nothing noted.
     }

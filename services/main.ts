@@ -112,7 +112,11 @@ function failedToStart(logger: Logger, err: unknown): never {
     process.stderr.write(`${err.message}\n`);
     process.exit(1);
   }
-  logger.fatal({ err }, `failed to start: ${err instanceof Error ? err.message : String(err)}`);
+  // A path it may not use (a DATA_DIR of another user's) is named with what to do.
+  logger.fatal(
+    { err },
+    `failed to start: ${pathRefusal(err) ?? (err instanceof Error ? err.message : String(err))}`,
+  );
   flushLogs(logger);
   process.exit(1);
 }

@@ -1,5 +1,5 @@
 import { execFile, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { connect, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -18,12 +18,13 @@ async function run(
   entry: string,
   args: string[],
   env: Record<string, string>,
+  user: { uid?: number; gid?: number } = {},
 ): Promise<{ code: number; stdout: string; stderr: string }> {
   try {
     const { stdout, stderr } = await promisify(execFile)(
       process.execPath,
       ['--import', 'tsx', join(ROOT, entry), ...args],
-      { cwd: ROOT, env: { PATH: process.env.PATH ?? '', ...env } },
+      { cwd: ROOT, env: { PATH: process.env.PATH ?? '', ...env }, ...user },
     );
     return { code: 0, stdout, stderr };
   } catch (err) {
@@ -227,6 +228,35 @@ describe('operator command lines on an expected failure', () => {
     expect(told(exported.stderr).split('\n').at(-1)).toBe(line);
     const backup = await run('services/operator/backup.ts', [proc], { DATA_DIR: dataDir });
     expect(backup).toMatchObject({ code: 1, stderr: `backup failed: ${line}\n` });
+  });
+
+  it('keys list, backup and the service on a log another user wrote, its lock file not theirs to write: one line naming it, exit 1 (lmdb-js crashed on it)', async () => {
+    // Root may write anything: as root the commands run as nobody, otherwise as this user.
+    const asRoot = process.getuid?.() === 0;
+    const user = asRoot ? { uid: 65534, gid: 65534 } : {};
+    const theirs = join(root, 'theirs');
+    const store = await openLmdbEventStore({ path: join(theirs, 'events') });
+    await store.append('key-test', [newEvent('ApiKeyRevoked', { keyId: 'k', reason: 'test' })]);
+    await store.close();
+    // Everything open to that user but the lock file (mkdtemp's folder is its owner's alone).
+    chmodSync(root, 0o755);
+    for (const dir of [theirs, join(theirs, 'events')]) chmodSync(dir, 0o777);
+    chmodSync(join(theirs, 'events', 'data.mdb'), 0o666);
+    const lock = join(theirs, 'events', 'lock.mdb');
+    chmodSync(lock, 0o444);
+    const line = `cannot use ${lock}: permission denied (EACCES); use a path this user (uid ${asRoot ? 65534 : process.getuid?.()}) may write, or fix its permissions`;
+    const listed = await run('services/operator/cli.ts', ['list'], { DATA_DIR: theirs }, user);
+    expect(listed).toMatchObject({ code: 1, stderr: `${line}\n` });
+    const backup = await run(
+      'services/operator/backup.ts',
+      [join(theirs, 'backup')],
+      { DATA_DIR: theirs },
+      user,
+    );
+    expect(backup).toMatchObject({ code: 1, stderr: `backup failed: ${line}\n` });
+    const service = await run('services/main.ts', [], { DATA_DIR: theirs, PORT: '0' }, user);
+    expect(service.code).toBe(1);
+    expect(service.stdout).toContain(`"msg":"failed to start: ${line}"`);
   });
 
   it('history --store with PostgreSQL down: the one line of the store, no "Error:", exit 1', async () => {

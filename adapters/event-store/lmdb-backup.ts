@@ -5,6 +5,7 @@ import type { RecordedEvent } from '../../contracts/envelope.ts';
 import { makeDirectory } from '../make-directory.ts';
 import { EVENT_ENCODING } from './lmdb.ts';
 import { decodeStoredEvent } from './lmdb-codec.ts';
+import { requireWritableEnvironment } from './lmdb-writable.ts';
 
 /** The log a backup holds: its head (the backup point) and the event there. */
 export interface BackupPoint {
@@ -28,6 +29,7 @@ export interface BackupPoint {
  * taken while the service writes, without its free pages.
  */
 function openReadOnly(path: string) {
+  requireWritableEnvironment(path);
   return open({
     path,
     noSubdir: false,

@@ -1,6 +1,7 @@
 import { type Database, open, type RootDatabase } from 'lmdb';
 import type { Logger } from 'pino';
 import type { ProjectionStore, StoredProjection } from '../projection-store/port.ts';
+import { requireWritableEnvironment } from './lmdb-writable.ts';
 import {
   commitCause,
   ignoreStrayCommitRejections,
@@ -35,6 +36,7 @@ export class LmdbProjectionStore implements ProjectionStore {
 
   /** A projection store in its own LMDB environment at directory `path`. */
   static open(path: string, logger?: Logger): LmdbProjectionStore {
+    requireWritableEnvironment(path);
     return new LmdbProjectionStore(open({ path, noSubdir: false, maxDbs: 4 }), true, {
       path,
       ...(logger ? { logger } : {}),

@@ -16,6 +16,7 @@ import {
   typeCodeOf,
 } from './lmdb-codec.ts';
 import { LmdbProjectionStore } from './lmdb-snapshots.ts';
+import { requireWritableEnvironment } from './lmdb-writable.ts';
 import {
   checkExpected,
   type EventStore,
@@ -202,6 +203,7 @@ export class LmdbEventStore implements EventStore {
     const readAhead = options.readAhead ?? true;
     // lmdb-js reads noReadAhead (open.js) but its types do not declare it.
     const advice = { noReadAhead: !readAhead };
+    requireWritableEnvironment(options.path);
     this.root = open({
       path: options.path,
       noSubdir: false,

@@ -76,7 +76,7 @@ export const OAuthErrorBody = z.object({
  */
 
 /**
- * RFC 8414 authorization server metadata (also served as /.well-known/openid-configuration): an
+ * RFC 8414 authorization server metadata (at /.well-known/oauth-authorization-server alone): an
  * OAuth server's, with no OpenID Connect Discovery member (no ID tokens are issued).
  */
 export const AuthorizationServerMetadata = z.looseObject({

@@ -669,7 +669,6 @@ describe('the OpenAPI document describes every real answer', () => {
     })) as { resource: string };
     for (const template of [
       '/.well-known/oauth-authorization-server',
-      '/.well-known/openid-configuration',
       '/oauth/jwks',
       '/mcp/signin/server-card',
     ]) {

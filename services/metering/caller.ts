@@ -44,11 +44,7 @@ export const UNLIMITED_PATHS: ReadonlySet<string> = new Set(['/healthz', '/ready
  * blocks its sign-in or its token refresh.
  */
 export function isSignInPath(path: string): boolean {
-  return (
-    path.startsWith(`${OAUTH_PREFIX}/`) ||
-    path.startsWith('/.well-known/oauth-') ||
-    path === '/.well-known/openid-configuration'
-  );
+  return path.startsWith(`${OAUTH_PREFIX}/`) || path.startsWith('/.well-known/oauth-');
 }
 
 /**

@@ -1,11 +1,13 @@
 import { createHash, randomBytes } from 'node:crypto';
+import { discoverAuthorizationServerMetadata } from '@modelcontextprotocol/sdk/client/auth.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestService, type TestService } from '../../../test/service-harness.ts';
 
 /**
  * What the authorization server says of itself and of a client, as a plain OAuth server (no
- * OpenID Connect: openid is refused, no ID token is issued): its RFC 8414 metadata, at both
- * well-known paths, carries no member OpenID Connect Discovery defines and none about DPoP (its
+ * OpenID Connect: openid is refused, no ID token is issued): its RFC 8414 metadata, served at
+ * RFC 8414's well-known path alone (not at OpenID Connect Discovery's, which names an OpenID
+ * provider), carries no member OpenID Connect Discovery defines and none about DPoP (its
  * tokens are Bearer tokens, /mcp/signin checks no proof), and names how a client authenticates at
  * the revocation endpoint (left out, RFC 8414 reads it as client_secret_basic alone); a
  * registered client (RFC 7591/7592) is answered without OpenID registration defaults; an
@@ -51,24 +53,34 @@ afterAll(async () => {
 
 describe('OAuth metadata of a server that is not an OpenID provider', () => {
   it('RFC 8414 metadata: no OpenID Discovery or DPoP members, revocation authentication named', async () => {
-    for (const path of ['/.well-known/oauth-authorization-server', '/.well-known/openid-configuration']) {
-      const metadata = (await (await fetch(`${url}${path}`)).json()) as Record<string, unknown>;
-      expect(metadata.issuer, path).toBe(url);
-      expect(metadata.response_types_supported, path).toEqual(['code']);
-      expect(metadata.code_challenge_methods_supported, path).toEqual(['S256']);
-      expect(metadata.scopes_supported, path).not.toContain('openid');
-      for (const member of [...OPENID_DISCOVERY_MEMBERS, 'dpop_signing_alg_values_supported']) {
-        expect(metadata, `${path} ${member}`).not.toHaveProperty(member);
-      }
-      expect(metadata.revocation_endpoint, path).toBe(`${url}/oauth/revoke`);
-      expect(metadata.revocation_endpoint_auth_methods_supported, path).toContain('none');
-      expect(metadata.revocation_endpoint_auth_methods_supported, path).toEqual(
-        metadata.token_endpoint_auth_methods_supported,
-      );
-      expect(metadata.revocation_endpoint_auth_signing_alg_values_supported, path).toEqual(
-        metadata.token_endpoint_auth_signing_alg_values_supported,
-      );
+    const path = '/.well-known/oauth-authorization-server';
+    const metadata = (await (await fetch(`${url}${path}`)).json()) as Record<string, unknown>;
+    expect(metadata.issuer, path).toBe(url);
+    expect(metadata.response_types_supported, path).toEqual(['code']);
+    expect(metadata.code_challenge_methods_supported, path).toEqual(['S256']);
+    expect(metadata.scopes_supported, path).not.toContain('openid');
+    for (const member of [...OPENID_DISCOVERY_MEMBERS, 'dpop_signing_alg_values_supported']) {
+      expect(metadata, `${path} ${member}`).not.toHaveProperty(member);
     }
+    expect(metadata.revocation_endpoint, path).toBe(`${url}/oauth/revoke`);
+    expect(metadata.revocation_endpoint_auth_methods_supported, path).toContain('none');
+    expect(metadata.revocation_endpoint_auth_methods_supported, path).toEqual(
+      metadata.token_endpoint_auth_methods_supported,
+    );
+    expect(metadata.revocation_endpoint_auth_signing_alg_values_supported, path).toEqual(
+      metadata.token_endpoint_auth_signing_alg_values_supported,
+    );
+  });
+
+  it('serves no OpenID provider configuration: the RFC 8414 document is the one a client finds', async () => {
+    // An SDK client, as a host discovers the authorization server: RFC 8414 first, OpenID Connect
+    // Discovery only if that fails; it finds the RFC 8414 document.
+    const found = await discoverAuthorizationServerMetadata(url);
+    expect(found?.issuer).toBe(url);
+    expect(found).not.toHaveProperty('subject_types_supported');
+    const openid = await fetch(`${url}/.well-known/openid-configuration`);
+    expect(openid.status).toBe(404);
+    expect(((await openid.json()) as { code: string }).code).toBe('NOT_FOUND');
   });
 
   it('a registered client is answered without OpenID registration defaults or DPoP binding, read back too', async () => {

@@ -72,8 +72,8 @@ describe('the OAuth sign-in paths have a rate budget of their own', () => {
     // Each answer tells the sign-in budget (7), the library's hijacked ones too.
     const as = await get('/.well-known/oauth-authorization-server');
     expect([as.status, ...limits(as)]).toEqual([200, '7', '6']);
-    const openid = await get('/.well-known/openid-configuration');
-    expect([openid.status, ...limits(openid)]).toEqual([200, '7', '5']);
+    const jwks = await get('/oauth/jwks');
+    expect([jwks.status, ...limits(jwks)]).toEqual([200, '7', '5']);
     const resource = await get('/.well-known/oauth-protected-resource/mcp/signin');
     expect([resource.status, ...limits(resource)]).toEqual([200, '7', '4']);
     const registered = await register();

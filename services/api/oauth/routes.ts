@@ -62,6 +62,8 @@ export interface OAuthRoutesOptions {
 
 /** RFC 9728 path insertion: the metadata of `<origin>/mcp/signin`. */
 export const PROTECTED_RESOURCE_PATH = `/.well-known/oauth-protected-resource${SIGNIN_MCP_PATH}`;
+/** RFC 8414 authorization server metadata: the one discovery document of the authorization server. */
+const AS_METADATA_PATH = '/.well-known/oauth-authorization-server';
 
 const PUBLIC_CORS = {
   'access-control-allow-origin': '*',
@@ -112,7 +114,7 @@ const resourceDoc = documented({
 });
 const asDoc = documented({
   summary:
-    'OAuth authorization server metadata (RFC 8414; the same document at /.well-known/openid-configuration)',
+    'OAuth authorization server metadata (RFC 8414; not an OpenID provider: no /.well-known/openid-configuration)',
   description:
     'Authorization code with PKCE S256 only; dynamic client registration (RFC 7591) at /oauth/register; client ID metadata documents (client_id_metadata_document_supported); token revocation (RFC 7009).',
   tags: ['oauth'],
@@ -489,18 +491,21 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
           );
         }
       }
-      for (const url of ['/.well-known/oauth-authorization-server', '/.well-known/openid-configuration']) {
-        const handler = (request: FastifyRequest, reply: FastifyReply) =>
-          passThrough(request, reply, '/.well-known/openid-configuration');
-        raw.get(url, { config: asDoc }, (request, reply) => {
-          // Without PUBLIC_BASE_URL the library names its endpoints after the request's Host, which
-          // any client names: no shared cache may keep that answer for other clients (see
-          // originCacheControl). The library sends no Cache-Control of its own here.
-          if (!publicUrl) reply.raw.setHeader('cache-control', 'private');
-          return handler(request, reply);
-        });
-        raw.options(url, handler);
-      }
+      // RFC 8414 metadata only, at its own well-known path: the library's discovery document is
+      // served under the RFC 8414 name, never under its own, /.well-known/openid-configuration,
+      // which announces an OpenID provider (ID tokens, its required members), and this server is
+      // none (openid is refused). MCP clients read the RFC 8414 path first (OpenID Connect
+      // Discovery is their fallback, an authorization server needs only one of the two).
+      const handler = (request: FastifyRequest, reply: FastifyReply) =>
+        passThrough(request, reply, '/.well-known/openid-configuration');
+      raw.get(AS_METADATA_PATH, { config: asDoc }, (request, reply) => {
+        // Without PUBLIC_BASE_URL the library names its endpoints after the request's Host, which
+        // any client names: no shared cache may keep that answer for other clients (see
+        // originCacheControl). The library sends no Cache-Control of its own here.
+        if (!publicUrl) reply.raw.setHeader('cache-control', 'private');
+        return handler(request, reply);
+      });
+      raw.options(AS_METADATA_PATH, handler);
     });
 
     // Names the request's origin without PUBLIC_BASE_URL: cached by no shared cache then (originCacheControl).

@@ -64,13 +64,13 @@ describe.runIf(present || process.env.CI === 'true')('OAuth scopes', () => {
     }
   };
 
-  it('advertises only the scopes it grants: no openid in either metadata document', async () => {
-    for (const path of ['/.well-known/oauth-authorization-server', '/.well-known/openid-configuration']) {
-      const metadata = (await (await fetch(`${base}${path}`)).json()) as { scopes_supported: string[] };
-      expect(metadata.scopes_supported, path).not.toContain('openid');
-      expect(metadata.scopes_supported, path).toContain('mcp');
-      expect(metadata.scopes_supported, path).toContain('offline_access');
-    }
+  it('advertises only the scopes it grants: no openid in its metadata', async () => {
+    const metadata = (await (await fetch(`${base}/.well-known/oauth-authorization-server`)).json()) as {
+      scopes_supported: string[];
+    };
+    expect(metadata.scopes_supported).not.toContain('openid');
+    expect(metadata.scopes_supported).toContain('mcp');
+    expect(metadata.scopes_supported).toContain('offline_access');
   });
 
   it('sends a request for openid, or one without mcp, back to the host with invalid_scope before any sign-in', async () => {

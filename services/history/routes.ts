@@ -21,7 +21,13 @@ import type { ProjectionRunner } from '../../projections/runner.ts';
 import { openToAnyOrigin } from '../api/cors.ts';
 import { apiErrorBody, errorHandler } from '../api/errors.ts';
 import { declared, documented, RESPONSE_HEADERS, refusal } from '../api/openapi.ts';
-import { callerHook, decorateCaller, keyRefusal, undebitedService } from '../metering/caller.ts';
+import {
+  callerHook,
+  decorateCaller,
+  keyRefusal,
+  keyStillLive,
+  undebitedService,
+} from '../metering/caller.ts';
 import type { QuotaMeter } from '../metering/quota-meter.ts';
 import { onResponseClosed } from '../shared/response-closed.ts';
 import { type Cursor, tagMatches } from './cursor.ts';
@@ -358,6 +364,7 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
           get waitUntil() {
             return closing ? 0 : waitUntil;
           },
+          live: () => keyStillLive(request),
           now: deps.now,
           signal: abort.signal,
           ...(deps.outcomes ? { outcomes: deps.outcomes } : {}),

@@ -46,6 +46,8 @@ export interface ScanOptions {
   limit: number;
   /** With no row to give, keep looking for new ones until this time (long poll). */
   waitUntil?: number;
+  /** Asked after each wait for new rows: false once the caller may no longer be served (its key revoked), which ends the wait with nothing more. */
+  live?: () => boolean;
   now: () => number;
   pageSize?: number;
   signal?: AbortSignal;
@@ -262,6 +264,8 @@ export async function* scanHistory<T>(
       const waitUntil = options.waitUntil ?? 0;
       if (progress.rows > 0 || Date.now() >= waitUntil) return;
       await sleep(Math.min(250, waitUntil - Date.now()), options.signal);
+      // A key revoked while its long poll waited gets no row appended after: its next call is refused.
+      if (options.live?.() === false) return;
       continue;
     }
     const now = options.now();

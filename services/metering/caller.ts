@@ -24,7 +24,28 @@ declare module 'fastify' {
   interface FastifyInstance {
     /** The quota meter the caller hook peeks `_service` figures on (callerPlugin's; absent without it). */
     callerQuota?: Pick<QuotaMeter, 'peek'>;
+    /** The key resolver the caller hook resolves with (callerPlugin's), for keyStillLive. */
+    callerKeys?: Pick<KeyResolver, 'resolve'>;
   }
+}
+
+/**
+ * Whether the Bearer key a request is served on is still live, asked while an answer is still
+ * giving (a long poll's wait): a key revoked meanwhile is given nothing more. True for a request
+ * not served on a Bearer key, and for a key that cannot be checked right now.
+ */
+export function keyStillLive(request: FastifyRequest): boolean {
+  const keys = request.server.callerKeys;
+  if (keys === undefined || request.caller === null || request.caller.keyId === null) return true;
+  const credential = credentialOf({ headers: request.headers, clientAddress: request.ip });
+  if (typeof credential !== 'string') return true;
+  const lookup = keys.resolve(credential);
+  if (lookup instanceof Promise) {
+    // Not in the registry now (or the registry is stopped): unknown, not revoked.
+    lookup.catch(() => {});
+    return true;
+  }
+  return lookup.status === 'active';
 }
 
 /** Declares `request.caller`, `request.service` and `request.callerRefused` where they are not yet. */
@@ -79,6 +100,7 @@ export function callerPlugin(
   const plugin: FastifyPluginAsync = async (app) => {
     decorateCaller(app);
     if (quota !== undefined && !app.hasDecorator('callerQuota')) app.decorate('callerQuota', quota);
+    if (!app.hasDecorator('callerKeys')) app.decorate('callerKeys', keys);
     app.addHook('preParsing', (request, _reply, _payload, done) => {
       if (request.caller !== null || callerPath(request) === null) return done();
       const found = resolveCaller(keys, { headers: request.headers, clientAddress: request.ip });

@@ -5,6 +5,7 @@ import { flushAccessLines } from './api/request-log.ts';
 import { ROLES, type Role } from './component.ts';
 import { DataDirInUse, lockDataDir } from './shared/data-dir-lock.ts';
 import { startExitWatchdog } from './shared/exit-watchdog.ts';
+import { invocation } from './shared/invocation.ts';
 import { createLogger } from './shared/logger.ts';
 import { pathRefusal } from './shared/path-refusal.ts';
 import { isEcho } from './shared/signal-echo.ts';
@@ -32,16 +33,30 @@ function parseRoles(argv: string[]): Role[] {
   return requested as Role[];
 }
 
+/** How to start it, naming the command as it was started (`npm run start --`, the image's node command). */
+function usage(): string {
+  return `usage: ${invocation('start')} [--role <role>]...\n  <role>: all (the default), ${ROLES.join(', ')}; repeatable or comma-separated`;
+}
+
 async function main(): Promise<void> {
   let config: ReturnType<typeof loadConfig>;
   let roles: Role[];
+  // Asked before anything is read: a configuration the service would refuse does not hide it.
+  if (process.argv.slice(2).some((arg) => arg === '--help' || arg === '-h')) {
+    process.stdout.write(`${usage()}\n`);
+    process.exit(0);
+  }
   try {
     readDotEnv();
     config = loadConfig();
     roles = parseRoles(process.argv.slice(2));
   } catch (err) {
-    // No logger yet: the configuration that would set it up is what is wrong.
-    process.stderr.write(`${err instanceof Error ? err.message : String(err)}\n`);
+    // No logger yet: the configuration that would set it up is what is wrong. An argument it does
+    // not take (parseArgs' codes) is followed by the usage.
+    const badArgument = String((err as { code?: unknown }).code).startsWith('ERR_PARSE_ARGS');
+    process.stderr.write(
+      `${err instanceof Error ? err.message : String(err)}\n${badArgument ? `\n${usage()}\n` : ''}`,
+    );
     process.exit(1);
   }
   if (config.EVENT_STORE === 'lmdb') {

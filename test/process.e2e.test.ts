@@ -45,6 +45,29 @@ describe('the service process', () => {
     expect(r.stderr).toContain('unknown role "janitor"');
   });
 
+  it('answers --help with how to start it, as it was started, before reading a configuration it would refuse', () => {
+    const start = (...args: string[]) =>
+      spawnSync(process.execPath, ['--import', 'tsx', 'services/main.ts', ...args], {
+        cwd: ROOT,
+        env: { PATH: process.env.PATH, PORT: 'eighty' },
+        encoding: 'utf8',
+      });
+    const usage =
+      'usage: node --import tsx services/main.ts [--role <role>]...\n' +
+      '  <role>: all (the default), api, engine, projections, dispatcher; repeatable or comma-separated\n';
+    expect(start('--help')).toMatchObject({ status: 0, stdout: usage });
+    // An argument it does not take is followed by the usage (the configuration is refused first).
+    const positional = spawnSync(process.execPath, ['--import', 'tsx', 'services/main.ts', 'api'], {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH, DATA_DIR: '/nonexistent-never-made' },
+      encoding: 'utf8',
+    });
+    expect(positional.status).toBe(1);
+    expect(positional.stderr).toBe(
+      `Unexpected argument 'api'. This command does not take positional arguments\n\n${usage}`,
+    );
+  });
+
   it('answers --role relay with the role that runs the relay', async () => {
     const r = run({ DATA_DIR: await tempDir() }, ['--role', 'relay']);
     running.push(r);

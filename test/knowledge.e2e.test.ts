@@ -474,6 +474,7 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
     expect(statuses.filter((s) => s === 429)).toHaveLength(20);
     const refused = answers.find((a) => a.res.status === 429)!;
     expect(refused.body.code).toBe('CHAT_QUOTA_EXHAUSTED');
+    expect(refused.body.retryable).toBe(true);
     const retryAfter = Number(refused.res.headers.get('retry-after'));
     const toMonthEnd = (quotaPeriod(Date.now()).monthResetsAt - Date.now()) / 1000;
     expect(retryAfter).toBeGreaterThan(0);
@@ -514,15 +515,18 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
     ).toBe(200);
     expect((await post('/api/search', { query: 'webhooks' }, bearer(key.key))).res.status).toBe(200);
     const search = await post('/api/search', { query: 'webhooks' }, bearer(key.key));
-    expect({ status: search.res.status, code: search.body.code }).toEqual({
+    // retryable as on every /api answer that may be retried (the catalog's), here once the window resets.
+    expect({ status: search.res.status, code: search.body.code, retryable: search.body.retryable }).toEqual({
       status: 429,
       code: 'QUOTA_EXHAUSTED',
+      retryable: true,
     });
     expect(Number(search.res.headers.get('retry-after'))).toBeGreaterThan(0);
     const chat = await post('/api/chat', { question: 'what does squeeze mean' }, bearer(key.key));
-    expect({ status: chat.res.status, code: chat.body.code }).toEqual({
+    expect({ status: chat.res.status, code: chat.body.code, retryable: chat.body.retryable }).toEqual({
       status: 429,
       code: 'QUOTA_EXHAUSTED',
+      retryable: true,
     });
     // The refused chat did not take a unit of the chat quota.
     const redis = new Redis(REDIS_URL);

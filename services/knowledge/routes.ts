@@ -253,6 +253,8 @@ export function knowledgeRoutes(deps: KnowledgeDeps): FastifyPluginAsync {
       errorHandler(async (error, request) => ({
         code: error.code,
         message: error.message,
+        // As every /api answer says it, only when true (a quota's 429, KEY_UNVERIFIABLE's 503).
+        ...(error.retryable ? { retryable: true } : {}),
         _service: { ...(await serviceOf(request)), ...error.meta },
       })),
     );

@@ -281,10 +281,15 @@ export async function rpcErrorWithService(
   return { jsonrpc: '2.0', error, id };
 }
 
-/** A catalog error in that shape: its JSON-RPC code (else -32600) and its catalog code in `data.code`. */
+/**
+ * A catalog error in that shape: its JSON-RPC code (else -32600), its catalog code in `data.code`,
+ * and `data.retryable` when the same request may pass later, as errorBody says it over HTTP (the
+ * sign-in store out of reach: 503 SERVICE_UNAVAILABLE is retryable on /oauth and /mcp/signin alike).
+ */
 export function rpcErrorBodyWithService(error: ServiceError, request: FastifyRequest): Promise<RpcErrorBody> {
   const spec = ERRORS[error.code as ErrorCode] as { rpc?: number };
-  return rpcErrorWithService(request, spec.rpc ?? -32600, error.message, null, { code: error.code });
+  const data = { code: error.code, ...(error.retryable ? { retryable: true } : {}) };
+  return rpcErrorWithService(request, spec.rpc ?? -32600, error.message, null, data);
 }
 
 /** Writes a catalog error in a channel's shape; it may read the request (the caller's `_service`). */

@@ -233,7 +233,7 @@ const SIGNIN_DOCS = mcpDocs(
     ),
     503: {
       ...rpcError(
-        '-32600, data.code SERVICE_UNAVAILABLE: the token could not be checked right now (the sign-in store out of reach, at start too); retry shortly',
+        '-32600, data.code SERVICE_UNAVAILABLE and data.retryable true: the token could not be checked right now (the sign-in store out of reach, at start too); retry shortly',
       ),
       headers: { 'Retry-After': 'seconds to wait before retrying' },
     },

@@ -38,7 +38,11 @@ describe('OAuth sign-in while its store is unreachable', () => {
     expect(res.headers.get('retry-after')).toBe('1');
     expect(await res.json()).toMatchObject({
       jsonrpc: '2.0',
-      error: { data: { code: 'SERVICE_UNAVAILABLE' }, message: expect.stringContaining('retry shortly') },
+      // Retryable, as the OAuth endpoints' HTTP refusal says it (below).
+      error: {
+        data: { code: 'SERVICE_UNAVAILABLE', retryable: true },
+        message: expect.stringContaining('retry shortly'),
+      },
     });
   });
 

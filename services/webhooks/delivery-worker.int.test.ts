@@ -20,7 +20,13 @@ import { deliveryStream, deliveryView, findDelivery, sequenceStream } from './de
 import { type DeliveryJob, DeliveryWorker } from './delivery-worker.ts';
 import { readDeliveryRecord } from './recovery.ts';
 import { SecretBox } from './secret-box.ts';
-import { createSubscription, disableSubscription, rotateSecret } from './subscription-commands.ts';
+import {
+  createSubscription,
+  disableSubscription,
+  rotateSecret,
+  updateSubscription,
+} from './subscription-commands.ts';
+import { settingsOf } from './subscription-decider.ts';
 import { findSubscription } from './subscription-fold.ts';
 import { webhookProjection } from './webhook-projection.ts';
 
@@ -48,6 +54,41 @@ class HeldOutcomes extends MemoryEventStore {
   ) {
     if (this.gate && events.some((e) => e.type === 'DeliverySucceeded' || e.type === 'DeliveryFailed')) {
       this.held++;
+      await this.gate;
+    }
+    return super.append(stream, events, options);
+  }
+}
+
+/** A memory store whose sequence appends (a first attempt's DeliverySequenced) wait until released. */
+class HeldSequencing extends MemoryEventStore {
+  private gate: Promise<void> | null = null;
+  private open: (() => void) | null = null;
+  /** Resolves once an append waits at the gate. */
+  waiting: Promise<void> = Promise.resolve();
+  private arrived: () => void = () => undefined;
+
+  hold(): void {
+    this.gate = new Promise((resolve) => {
+      this.open = resolve;
+    });
+    this.waiting = new Promise((resolve) => {
+      this.arrived = resolve;
+    });
+  }
+
+  release(): void {
+    this.open?.();
+    this.gate = null;
+  }
+
+  override async append(
+    stream: string,
+    events: NewEvent[],
+    options?: Parameters<MemoryEventStore['append']>[2],
+  ) {
+    if (this.gate && events.some((e) => e.type === 'DeliverySequenced')) {
+      this.arrived();
       await this.gate;
     }
     return super.append(stream, events, options);
@@ -166,6 +207,43 @@ async function setup<S extends EventStore = HeldOutcomes>(
 }
 
 describe('DeliveryWorker', () => {
+  it('runs a first attempt in the slot it took when its url moved while its sequence event was appended', async () => {
+    const store = new HeldSequencing();
+    const { runner, receiver, worker, claim, sub } = await setup(1, store);
+    const moved = await startReceiver(tls);
+    cleanups.push(() => moved.close());
+    store.hold();
+    // Admitted at the old origin (its one slot taken there), then waits on its append.
+    const claiming = claim(1);
+    await store.waiting;
+    // A PATCH of the url, folded meanwhile: the projection's record changes in place.
+    const position = await updateSubscription(
+      store,
+      'key-1',
+      { ...settingsOf(sub), url: moved.url },
+      settingsOf(sub),
+    );
+    await runner.waitFor(position!);
+    expect(sub.url).toBe(moved.url);
+    store.release();
+    const job = await claiming;
+    // Sent (to the new url) in the slot it took, and that slot given back: not a TypeError on the
+    // new origin's queue, which it holds no slot of, with the old origin's slot never given back.
+    expect(await worker.submit(job!)).toMatchObject({ ok: true });
+    expect(moved.received).toHaveLength(1);
+    // The old origin's one slot is free again: this key's next delivery there goes out.
+    const position2 = await updateSubscription(
+      store,
+      'key-1',
+      { ...settingsOf(sub), url: receiver.url },
+      settingsOf(sub),
+    );
+    await runner.waitFor(position2!);
+    expect(await worker.submit((await claim(2))!)).toMatchObject({ ok: true });
+    expect(receiver.received).toHaveLength(1);
+    await worker.drained();
+  });
+
   it('frees the endpoint slot once the response is in, before the outcome is recorded', async () => {
     const { store, receiver, worker, claim } = await setup(1);
     store.hold();
@@ -604,7 +682,7 @@ describe('DeliveryWorker', () => {
       seriesAttempt: 1,
       revision: nextRevision,
       claimed: true,
-      slot: false,
+      slot: null,
       queuedAt,
       dueAt: queuedAt,
     };

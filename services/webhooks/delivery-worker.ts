@@ -63,8 +63,12 @@ export interface DeliveryJob {
    * taken over from another dispatcher (their lease ran out: that is why they were taken over).
    */
   leaseUntil?: number;
-  /** It holds the endpoint slot it runs in (taken when it was claimed: its turn was then). */
-  slot: boolean;
+  /**
+   * The endpoint whose slot it holds and runs in (taken when it was claimed: its turn was then);
+   * null for none. Named because its subscription's url may move meanwhile (the projection's record
+   * changes in place): the slot is used and given back where it was taken.
+   */
+  slot: string | null;
   /** When it entered this process's queue: the attempt's queue time runs from here to its send. */
   queuedAt: number;
   /**
@@ -242,9 +246,9 @@ class QueuedAttempt {
     return this.turn;
   }
 
-  /** Its claim is made (ahead of its turn, or at it): it is sent from the queue it waits in. */
+  /** Claimed (before it was queued, ahead of its turn, or at it): it is sent from the queue it is in. */
   get taken(): boolean {
-    return this.turn !== null;
+    return this.waiting.claimed || this.turn !== null;
   }
 
   /**
@@ -653,7 +657,7 @@ export class DeliveryWorker {
       trigger: attempt.trigger,
       revision,
       claimed,
-      slot: admission.slot,
+      slot: admission.slot ? admission.endpoint : null,
       queuedAt: admission.queuedAt,
       dueAt: attempt.dueAt ?? admission.queuedAt,
     };
@@ -729,11 +733,11 @@ export class DeliveryWorker {
     reject: (err: unknown) => void,
   ): void {
     let job = submitted;
-    const endpoint = EndpointQueues.keyOf(job.subscription);
+    const endpoint = job.slot ?? EndpointQueues.keyOf(job.subscription);
     const open = this.breakers.peek(endpoint, Date.now());
     // Claimed without a slot: its breaker was open when it was claimed. It is never queued
     // claimed (a claim waiting in the queue would pass for a stuck one): it runs now or is held.
-    if (job.claimed && !job.slot && !open && this.queues.acquire(endpoint)) job = { ...job, slot: true };
+    if (job.claimed && !job.slot && !open && this.queues.acquire(endpoint)) job = { ...job, slot: endpoint };
     if (job.claimed && (open || !job.slot)) {
       // Not queued: it would only wait for the breaker to let a probe through.
       if (job.slot) this.queues.release(endpoint);
@@ -769,7 +773,10 @@ export class DeliveryWorker {
     const waiting = parked ? { ...queued, body: '' } : queued;
     const attempt = new QueuedAttempt(this, endpoint, waiting, kept ? bodyBytes : 0, parked, resolve, reject);
     if (queued.slot) this.queues.runIn(endpoint, attempt);
-    else this.queues.push(endpoint, attempt);
+    else {
+      this.queues.push(endpoint, attempt);
+      this.noteQueued(queued.subscription.id, endpoint);
+    }
     if (this.abandoned) this.queues.flush();
   }
 
@@ -826,30 +833,45 @@ export class DeliveryWorker {
     return { endpoint, attempt: new QueuedAttempt(this, endpoint, job, keptBytes, parked, resolve, reject) };
   }
 
-  /** Each subscription's endpoint as `followMoves` last saw it, and the projection position then. */
-  private endpointsSeen: { checkpoint: number; of: Map<string, string> } = { checkpoint: -1, of: new Map() };
+  /**
+   * The endpoints each subscription's attempts were queued at here (dropped by `followMoves` once
+   * none waits there), and the projection position `followMoves` last looked at.
+   */
+  private readonly queuedOn = new Map<string, Set<string>>();
+  private movesCheckpoint = -1;
+
+  private noteQueued(subscriptionId: string, endpoint: string): void {
+    const at = this.queuedOn.get(subscriptionId);
+    if (at) at.add(endpoint);
+    else this.queuedOn.set(subscriptionId, new Set([endpoint]));
+  }
 
   /**
    * Moves the attempts waiting in an endpoint's queue whose subscription's url a PATCH moved to
    * another endpoint into that one's queue, at once rather than at their turn (which a hung old
    * origin would hold back for up to `timeoutMs` per request ahead of them). Called by the
-   * dispatcher's scan; reads the subscriptions only when the projection moved.
+   * dispatcher's scan; looks only when the projection moved, and only at subscriptions with
+   * attempts queued here.
    */
   followMoves(): void {
     const { checkpoint, state } = this.deps.runner;
-    if (checkpoint === this.endpointsSeen.checkpoint) return;
-    const of = new Map<string, string>();
-    for (const sub of Object.values(state.subscriptions.subs)) {
-      const endpoint = EndpointQueues.keyOf(sub);
-      of.set(sub.id, endpoint);
-      const before = this.endpointsSeen.of.get(sub.id);
-      if (before === undefined || before === endpoint || this.queues.waiting(before) === 0) continue;
-      this.queues.move(before, endpoint, (task) => {
-        const moved = this.relocated(task);
-        return moved?.endpoint === endpoint ? moved.attempt : null;
-      });
+    if (checkpoint === this.movesCheckpoint) return;
+    this.movesCheckpoint = checkpoint;
+    for (const [id, at] of this.queuedOn) {
+      const current = findSubscription(state.subscriptions, id);
+      const endpoint = current ? EndpointQueues.keyOf(current) : null;
+      for (const before of at) {
+        if (endpoint !== null && before !== endpoint && this.queues.waiting(before) > 0) {
+          this.queues.move(before, endpoint, (task) => {
+            const moved = this.relocated(task);
+            return moved?.endpoint === endpoint ? moved.attempt : null;
+          });
+          at.add(endpoint);
+        }
+        if (this.queues.waiting(before) === 0) at.delete(before);
+      }
+      if (at.size === 0) this.queuedOn.delete(id);
     }
-    this.endpointsSeen = { checkpoint, of };
   }
 
   /** A queued attempt's turn: its request, then its outcome recorded (see `enqueue`). */
@@ -859,6 +881,7 @@ export class DeliveryWorker {
     const moved = this.relocated(queued);
     if (moved) {
       this.queues.push(moved.endpoint, moved.attempt);
+      this.noteQueued(waiting.subscription.id, moved.endpoint);
       return;
     }
     let job: DeliveryJob | null;

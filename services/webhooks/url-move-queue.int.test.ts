@@ -11,9 +11,14 @@ import {
 
 /**
  * One slot, and a timeout no case outlasts: the old origin's hung request holds that slot for the
- * whole case, and a stuck time long enough that nothing is claimed ahead of its turn.
+ * whole case. The stuck time is past that timeout, so no attempt is taken for stale meanwhile, and
+ * leaves room for no round of claims ahead of a turn (each waiting attempt is claimed at its turn).
  */
-const ONE_SLOT_HUNG = { WEBHOOK_ENDPOINT_CONCURRENCY: '1', WEBHOOK_TIMEOUT_MS: '100000' };
+const ONE_SLOT_HUNG = {
+  WEBHOOK_ENDPOINT_CONCURRENCY: '1',
+  WEBHOOK_TIMEOUT_MS: '100000',
+  WEBHOOK_STUCK_AFTER_MS: '150000',
+};
 
 describe('deliveries queued behind a hung origin when a PATCH moves the url', () => {
   let stack: WebhookStack;

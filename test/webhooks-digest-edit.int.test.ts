@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vites
 import type { ReplayFeed } from '../adapters/market/replay.ts';
 import { WebhookEnvelope } from '../contracts/webhooks.ts';
 import { requireNats } from './nats-server.ts';
-import { dispatcherPool, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
+import { digestPassed, dispatcherPool, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
 import { type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
 
 const reachable = await requireNats();
@@ -51,11 +51,11 @@ describe.runIf(reachable)('a digest gained by an edit', () => {
     });
     expect(created.status, JSON.stringify(created.body)).toBe(201);
     await dispatcher.runner.waitFor(await stack.store.headPosition());
-    await new Promise((r) => setTimeout(r, 500)); // digest ticks (WEBHOOK_TICK_MS 50) see it
+    await digestPassed(dispatcher); // a digest pass has seen it
     // A period later it has existed since before the period began.
     const edited = Math.floor(clock.now() / HOUR) * HOUR + HOUR;
     clock.setTime(edited + 10 * 60_000);
-    await new Promise((r) => setTimeout(r, 500));
+    await digestPassed(dispatcher);
     const patched = await stack.request('PATCH', `/api/webhooks/${created.body.id}`, key, {
       events: ['scan_digest'],
       assets: null,
@@ -66,7 +66,7 @@ describe.runIf(reachable)('a digest gained by an edit', () => {
     });
     expect(patched.status, JSON.stringify(patched.body)).toBe(200);
     await dispatcher.runner.waitFor(await stack.store.headPosition());
-    await new Promise((r) => setTimeout(r, 500));
+    await digestPassed(dispatcher);
     // Its first digest covers the period after the edit's, never the one the edit fell in.
     clock.setTime(edited + HOUR + 10 * 60_000);
     await receiver.waitFor(1, 40_000);
@@ -93,14 +93,14 @@ describe.runIf(reachable)('a digest gained by an edit', () => {
     });
     expect(created.status, JSON.stringify(created.body)).toBe(201);
     await dispatcher.runner.waitFor(await stack.store.headPosition());
-    await new Promise((r) => setTimeout(r, 500));
+    await digestPassed(dispatcher);
     const edited = Math.floor(clock.now() / HOUR) * HOUR + HOUR;
     clock.setTime(edited + 10 * 60_000);
-    await new Promise((r) => setTimeout(r, 500));
+    await digestPassed(dispatcher);
     const patched = await stack.request('PATCH', `/api/webhooks/${created.body.id}`, key, { cadence: '1h' });
     expect(patched.status, JSON.stringify(patched.body)).toBe(200);
     await dispatcher.runner.waitFor(await stack.store.headPosition());
-    await new Promise((r) => setTimeout(r, 500));
+    await digestPassed(dispatcher);
     clock.setTime(edited + HOUR + 10 * 60_000);
     await receiver.waitFor(1, 40_000);
     expect(periods(receiver)).toEqual([new Date(edited + HOUR).toISOString()]);

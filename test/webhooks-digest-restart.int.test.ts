@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ReplayFeed } from '../adapters/market/replay.ts';
 import { WebhookEnvelope } from '../contracts/webhooks.ts';
 import { requireNats } from './nats-server.ts';
-import { dispatcherPool, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
+import { digestPassed, dispatcherPool, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
 import { type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
 
 const reachable = await requireNats();
@@ -48,9 +48,9 @@ describe.runIf(reachable)('scan digests on the replay clock across a dispatcher 
     });
     expect(created.status, JSON.stringify(created.body)).toBe(201);
     // Seen by the running dispatcher in the period it was created in: its first digest is the next
-    // one. Folded first (however slow the host), then digest ticks (WEBHOOK_TICK_MS 50) to note it.
+    // one. Folded first (however slow the host), then a digest pass to note it.
     await first.runner.waitFor(await stack.store.headPosition());
-    await new Promise((r) => setTimeout(r, 500));
+    await digestPassed(first);
     const next = Math.floor(clock.now() / HOUR) * HOUR + HOUR;
     clock.setTime(next + 10 * 60_000);
     await receiver.waitFor(1, 40_000);
@@ -66,8 +66,8 @@ describe.runIf(reachable)('scan digests on the replay clock across a dispatcher 
 
     // Restarted again within that period, whose digest went out: it is not sent twice.
     await pool.stop(second);
-    await pool.start();
-    await new Promise((r) => setTimeout(r, 1_500)); // a digest tick (WEBHOOK_TICK_MS) or more in it
+    const third = await pool.start();
+    await digestPassed(third); // a digest pass in it, which finds that period's digest sent
     clock.setTime(next + 2 * HOUR + 10 * 60_000);
     await receiver.waitFor(3, 40_000);
     expect(periods(receiver)).toEqual([0, 1, 2].map((i) => new Date(next + i * HOUR).toISOString()));

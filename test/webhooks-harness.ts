@@ -52,6 +52,18 @@ export async function until<T>(
   }
 }
 
+/**
+ * Resolves once the dispatcher has run a whole digest pass that began after this call, so it read
+ * the subscriptions and the feed clock as they are now (the pass in flight at the call may not have).
+ */
+export async function digestPassed(dispatcher: { digestPasses(): number }): Promise<void> {
+  const from = dispatcher.digestPasses();
+  await until(
+    () => dispatcher.digestPasses(),
+    (n) => n >= from + 2,
+  );
+}
+
 export function webhookEnv(prefix: string, extra: Record<string, string> = {}): Record<string, string> {
   return {
     NODE_ENV: 'test',

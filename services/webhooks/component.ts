@@ -127,6 +127,8 @@ export function dispatcherComponent(deps: {
   runner: ProjectionRunner<WebhookState>;
   /** The running dispatcher's digest bookkeeping (see WebhookDispatcher.digestsTracked). */
   digestsTracked(): { seen: number; fired: number };
+  /** Digest passes the running dispatcher has run to their end (see WebhookDispatcher.digestPasses). */
+  digestPasses(): number;
 } {
   const { config, adapters, logger } = deps;
   const { settings, runner, agent, worker } = parts(
@@ -153,6 +155,7 @@ export function dispatcherComponent(deps: {
     name: 'dispatcher',
     runner,
     digestsTracked: () => dispatcher?.digestsTracked ?? { seen: 0, fired: 0 },
+    digestPasses: () => dispatcher?.digestPasses ?? 0,
     async start() {
       if (settings.urlPolicy.addresses.allow.length > 0) {
         logger.warn(

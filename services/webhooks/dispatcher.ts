@@ -91,6 +91,7 @@ export class WebhookDispatcher {
    * the current period's digest can be due, so an older one's id need not be kept.
    */
   private readonly digestsFired = new Map<string, string>();
+  private digestPassCount = 0;
   /**
    * Feed time at which each digest subscription was first seen taking digests on its cadence (its
    * `digestSincePosition`: created, or edited to add scan_digest or change the cadence), replay
@@ -625,6 +626,12 @@ export class WebhookDispatcher {
     const live = this.options.runner.state.subscriptions.subs;
     for (const id of this.firstSeen.keys()) if (!Object.hasOwn(live, id)) this.firstSeen.delete(id);
     for (const id of this.digestsFired.keys()) if (!Object.hasOwn(live, id)) this.digestsFired.delete(id);
+    this.digestPassCount++;
+  }
+
+  /** Digest passes run to their end (each reads the subscriptions and the feed clock once). */
+  get digestPasses(): number {
+    return this.digestPassCount;
   }
 
   /** Subscriptions the digest bookkeeping holds an entry for: first seen (replay clocks), fired. */

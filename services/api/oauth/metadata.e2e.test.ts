@@ -101,6 +101,44 @@ describe('OAuth metadata of a server that is not an OpenID provider', () => {
     }
   });
 
+  it('a client that names no authentication method is public (none) and told no secret; a confidential one keeps its', async () => {
+    const register = async (extra: Record<string, unknown>) => {
+      const res = await fetch(`${url}/oauth/register`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ client_name: 'auth method host', redirect_uris: [REDIRECT], ...extra }),
+      });
+      expect(res.status).toBe(201);
+      return (await res.json()) as Record<string, unknown>;
+    };
+    const token = (auth: Record<string, string>) =>
+      fetch(`${url}/oauth/token`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        body: new URLSearchParams({ grant_type: 'refresh_token', refresh_token: 'none-issued', ...auth }),
+      }).then(async (res) => ((await res.json()) as { error: string }).error);
+
+    const unnamed = await register({});
+    expect(unnamed.token_endpoint_auth_method).toBe('none');
+    expect(unnamed).not.toHaveProperty('client_secret');
+    expect(unnamed).not.toHaveProperty('client_secret_expires_at');
+    const read = await fetch(String(unnamed.registration_client_uri), {
+      headers: { authorization: `Bearer ${String(unnamed.registration_access_token)}` },
+    });
+    expect(await read.json()).not.toHaveProperty('client_secret');
+    // It authenticates as what it was told: client_id alone gets past client authentication.
+    expect(await token({ client_id: String(unnamed.client_id) })).toBe('invalid_grant');
+
+    const confidential = await register({ token_endpoint_auth_method: 'client_secret_post' });
+    expect(confidential.client_secret).toEqual(expect.any(String));
+    expect(confidential.client_secret_expires_at).toBe(0);
+    const secret = {
+      client_id: String(confidential.client_id),
+      client_secret: String(confidential.client_secret),
+    };
+    expect(await token(secret)).toBe('invalid_grant');
+  });
+
   it('invalid_scope goes back with the scope asked for, and without a scope parameter when none was', async () => {
     const challenge = createHash('sha256').update(randomBytes(32).toString('base64url')).digest('base64url');
     const refusal = async (scope: string | undefined) => {

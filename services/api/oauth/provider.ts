@@ -183,11 +183,34 @@ const OPENID_ONLY_CLIENT_METADATA = [
   'subject_type',
 ] as const;
 
-/** A registered client as RFC 7591/7592 answers it: its metadata without the OpenID-only defaults. */
-export function registeredClient(client: Record<string, unknown>): Record<string, unknown> {
+/**
+ * A registered client as RFC 7591/7592 answers it: its metadata without the OpenID-only defaults,
+ * and without a client secret when it authenticates with none (`needsSecret` false). The library
+ * makes a secret for a registration that names no token_endpoint_auth_method (RFC 7591 reads that
+ * as client_secret_basic) before our default, none, applies: a host told that secret and using it,
+ * as RFC 6749 §2.3.1 has a client holding one do, was refused invalid_client on every token request.
+ */
+export function registeredClient(
+  client: Record<string, unknown>,
+  needsSecret: boolean,
+): Record<string, unknown> {
   const answer = { ...client };
   for (const member of OPENID_ONLY_CLIENT_METADATA) delete answer[member];
+  if (!needsSecret) {
+    delete answer.client_secret;
+    delete answer.client_secret_expires_at;
+  }
   return answer;
+}
+
+/**
+ * Whether a client's metadata needs a secret, by the library's own rule (Client.needsSecret, a
+ * static its types leave out: an authentication method other than none, private_key_jwt or TLS,
+ * or a symmetric algorithm); true if a version of the library had none (the answer as it was).
+ */
+function needsSecret(provider: Provider, client: Record<string, unknown>): boolean {
+  const rule = (provider.Client as unknown as { needsSecret?: (metadata: object) => boolean }).needsSecret;
+  return typeof rule === 'function' ? rule.call(provider.Client, client) : true;
 }
 
 /** The authorization server's routes, under /oauth (the well-known documents are at the root). */
@@ -377,7 +400,8 @@ export function createProvider(options: ProviderOptions): OAuthProvider {
       if (!ctx.body || typeof ctx.body !== 'object') return;
       if (route === 'discovery') ctx.body = authorizationServerMetadata(ctx.body as Record<string, unknown>);
       else if (route === 'registration' || route === 'client') {
-        ctx.body = registeredClient(ctx.body as Record<string, unknown>);
+        const client = ctx.body as Record<string, unknown>;
+        ctx.body = registeredClient(client, needsSecret(provider, client));
       }
     });
     return { provider, close: outboundFetch.close };

@@ -159,6 +159,20 @@ describe('anonymous callers fall through to payment, and _service.auth says why'
       quota: expect.objectContaining({ total: 100, monthly: expect.objectContaining({ total: 200 }) }),
     });
   });
+
+  // A key in the URL was served as no key at all (ABSENT, nothing presented), the one way of
+  // sending a key that _service.auth did not name.
+  it('a key in the query string → 402 quote, and _service.auth names the parameter ignored', async () => {
+    const res = await post('/x402/get_trade_call?api_key=sk_live_whatever', { coin: 'BTC' }, {});
+    expect(res.status).toBe(402);
+    const body = (await res.json()) as { _service: unknown };
+    expect(ServiceMeta.parse(body._service).auth).toEqual({
+      outcome: 'ABSENT',
+      presented: true,
+      tier: 'free',
+      detail: expect.stringContaining('query parameter api_key was ignored'),
+    });
+  });
 });
 
 describe('an exhausted key can keep going by paying for the call', () => {

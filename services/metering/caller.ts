@@ -103,7 +103,11 @@ export function callerPlugin(
     if (!app.hasDecorator('callerKeys')) app.decorate('callerKeys', keys);
     app.addHook('preParsing', (request, _reply, _payload, done) => {
       if (request.caller !== null || callerPath(request) === null) return done();
-      const found = resolveCaller(keys, { headers: request.headers, clientAddress: request.ip });
+      const found = resolveCaller(keys, {
+        headers: request.headers,
+        clientAddress: request.ip,
+        url: request.url,
+      });
       if (found instanceof Promise) found.then((settled) => settleCaller(request, settled, done), done);
       else settleCaller(request, found, done);
     });
@@ -186,22 +190,32 @@ export function addressScope(address: string): string {
     .join(':')}::/64`;
 }
 
-type CallerRequest = { headers: Record<string, string | string[] | undefined>; clientAddress: string };
+type CallerRequest = {
+  headers: Record<string, string | string[] | undefined>;
+  clientAddress: string;
+  /** The request's path and query: a key sent in the query is named as ignored. */
+  url?: string;
+};
 
 /** Header names callers sometimes use for keys; we never apply them, but we say so. */
 const OTHER_KEY_HEADERS = ['x-api-key', 'api-key', 'apikey', 'x-auth-token', 'x-access-token'];
 const BEARER = /^Bearer +(\S+) *$/i;
 const HINT = 'a key applies only as the header "Authorization: Bearer <key>"';
+/** A query parameter whose value is shaped like one of our keys (`?api_key=sk_live_…`): its name. */
+const QUERY_KEY = /[?&]([^=&#]{1,64})=sk_live_/;
 
 /** The key a request presents (only `Authorization: Bearer <key>`), else its anonymous caller, saying why. */
-export function credentialOf({ headers, clientAddress }: CallerRequest): string | Caller {
+export function credentialOf({ headers, clientAddress, url }: CallerRequest): string | Caller {
   const raw = headers.authorization;
   const value = Array.isArray(raw) ? raw[0] : raw;
   let auth: AuthBlock;
   if (value === undefined || value.trim() === '') {
     const other = OTHER_KEY_HEADERS.find((name) => headers[name] !== undefined);
-    auth = { outcome: 'ABSENT', presented: other !== undefined, tier: 'free' };
+    // A key in the URL is said to be ignored too, as a key in another header is (only when no header is).
+    const inQuery = other === undefined && url?.includes('=sk_live_') ? QUERY_KEY.exec(url)?.[1] : undefined;
+    auth = { outcome: 'ABSENT', presented: other !== undefined || inQuery !== undefined, tier: 'free' };
     if (other !== undefined) auth.detail = `header ${other} was ignored: ${HINT}`;
+    else if (inQuery !== undefined) auth.detail = `query parameter ${inQuery} was ignored: ${HINT}`;
   } else {
     const token = BEARER.exec(value)?.[1];
     if (token !== undefined && isWellFormedKey(token)) return token;

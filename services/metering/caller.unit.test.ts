@@ -68,6 +68,23 @@ describe('credentialOf: Authorization: Bearer is the only way a key applies', ()
     expect(auth({ 'x-api-key': KEY }).detail).toContain('x-api-key');
   });
 
+  it('a key in the query string: ABSENT, presented, and says which parameter was ignored', () => {
+    const inUrl = (url: string) =>
+      (credentialOf({ headers: {}, clientAddress: '10.0.0.2', url }) as Caller).auth;
+    expect(inUrl(`/x402/get_trade_call?coin=BTC&api_key=${KEY}`)).toEqual({
+      outcome: 'ABSENT',
+      presented: true,
+      tier: 'free',
+      detail: `query parameter api_key was ignored: a key applies only as the header "Authorization: Bearer <key>"`,
+    });
+    // A query without a key's value names nothing.
+    expect(inUrl('/api/track-record?window=7d')).toEqual({
+      outcome: 'ABSENT',
+      presented: false,
+      tier: 'free',
+    });
+  });
+
   it('missing Bearer prefix or another scheme: MALFORMED', () => {
     expect(auth({ authorization: KEY })).toMatchObject({ outcome: 'MALFORMED', presented: true });
     expect(auth({ authorization: `Basic ${KEY}` })).toMatchObject({ outcome: 'MALFORMED' });

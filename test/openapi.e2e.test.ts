@@ -182,6 +182,41 @@ describe('OpenAPI document', () => {
     }
   });
 
+  it('lists the codes of every refusal it declares, so an answer in another code fails validation', () => {
+    // A refusal schema whose `code` is any string lets a client (and the conformance test) take
+    // any code; each declared status enumerates its own. Two stay open on purpose: `default`
+    // (every code any route may answer) and the x402 402, whose reason may be a facilitator's
+    // own, passed on as it is.
+    const open: string[] = [];
+    for (const [path, item] of Object.entries(doc.paths)) {
+      for (const [method, op] of Object.entries(item as Record<string, Operation>)) {
+        for (const [status, response] of Object.entries(op.responses)) {
+          if (status === 'default' || (status === '402' && path.startsWith('/x402/'))) continue;
+          const schema = response.content?.['application/json']?.schema as
+            | { properties?: { code?: { type?: string; enum?: string[] } } }
+            | undefined;
+          const code = schema?.properties?.code;
+          if (code?.type === 'string' && !code.enum) open.push(`${method.toUpperCase()} ${path} ${status}`);
+        }
+      }
+    }
+    expect(open).toEqual([]);
+    // Every command on a key's subscriptions may lose its append race past the retries (two api
+    // replicas on one store): 409 CONFLICT, on each route that records one.
+    for (const [method, path] of [
+      ['post', '/api/webhooks'],
+      ['patch', '/api/webhooks/{id}'],
+      ['delete', '/api/webhooks/{id}'],
+      ['post', '/api/webhooks/{id}/disable'],
+      ['post', '/api/webhooks/{id}/enable'],
+      ['post', '/api/webhooks/{id}/rotate-secret'],
+    ] as const) {
+      const conflict = (doc.paths[path]![method] as Operation).responses['409']?.content?.['application/json']
+        ?.schema as { properties: { code: { enum: string[] } } } | undefined;
+      expect(conflict?.properties.code.enum, `${method.toUpperCase()} ${path}`).toContain('CONFLICT');
+    }
+  });
+
   it('carries the webhook payload of every event type and version', () => {
     expect(Object.keys(doc.webhooks).length).toBeGreaterThanOrEqual(4 * EVENT_VERSIONS.length);
     expect(Object.keys(doc.webhooks)).toContain('trade_call.v1');

@@ -4,7 +4,7 @@ import type { Dispatcher } from 'undici';
 import { z } from 'zod';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { KnownCoins } from '../../adapters/market/known-coins.ts';
-import { ErrorBody, ServiceError } from '../../contracts/errors.ts';
+import { type ErrorCode, ServiceError } from '../../contracts/errors.ts';
 import { optionalBody, queryInt, queryOnce } from '../../contracts/http.ts';
 import type { FeedKind } from '../../contracts/market.ts';
 import { EVENT_VERSIONS, webhookOpenApi } from '../../contracts/webhook-schemas.ts';
@@ -28,7 +28,7 @@ import type { ProjectionRunner } from '../../projections/runner.ts';
 import { openToAnyOrigin } from '../api/cors.ts';
 import type { FieldCodes } from '../api/errors.ts';
 import { noBodyOrObject } from '../api/json-body.ts';
-import { declared, documented, type ResponseDoc, type RouteDoc } from '../api/openapi.ts';
+import { declared, documented, type ResponseDoc, type RouteDoc, refusal } from '../api/openapi.ts';
 import { callerHook, decorateCaller, keyRefusal, withAnswerService } from '../metering/caller.ts';
 import { checkWebhookUrl } from '../shared/ssrf/url-policy.ts';
 import { deliveryView, findDelivery, sequenceStream } from './delivery-log-fold.ts';
@@ -113,20 +113,32 @@ const ListQuery = z.strictObject({
 });
 /** A query parameter a route does not know is refused, not ignored (as /api/verdicts answers it). */
 const QUERY_CODES = { unknown: 'UNKNOWN_FILTER' } as const satisfies FieldCodes;
-const fail = (description: string): ResponseDoc => ({ description, schema: ErrorBody });
+/** A declared refusal with the codes it answers, which the keyed 400 merges with its own. */
+type Fail = ResponseDoc & { codes: readonly ErrorCode[]; note?: string };
+const fail = (codes: readonly [ErrorCode, ...ErrorCode[]], note?: string): Fail => ({
+  ...refusal(codes, note),
+  codes,
+  ...(note === undefined ? {} : { note }),
+});
 const Id = z.object({ id: z.string() });
 /** Every keyed webhook route answers these besides its own. */
 const KEYED = {
-  401: fail('UNAUTHORIZED: a live API key is required'),
-  503: fail('KEY_UNVERIFIABLE: the key could not be checked right now'),
+  401: fail(['UNAUTHORIZED'], 'A live API key is required'),
+  503: fail(['KEY_UNVERIFIABLE'], 'The key could not be checked right now'),
 };
-/** A keyed route's 400, which names UNKNOWN_FILTER (a query parameter it does not take) too. */
-function withUnknownFilter(declared: ResponseDoc | undefined): ResponseDoc {
+/**
+ * A keyed route's 400: its own codes, and those of its query (strict: UNKNOWN_FILTER for a
+ * parameter it does not take, INVALID_PARAMETER for one given twice) and, on every method but GET,
+ * of its body as read (any body is parsed: INVALID_JSON, JSON_TOO_DEEP).
+ */
+function keyed400(declared: Fail | undefined, method: 'GET' | 'other'): ResponseDoc {
+  const body: ErrorCode[] = method === 'GET' ? [] : ['INVALID_JSON', 'JSON_TOO_DEEP'];
+  const codes: ErrorCode[] = [...(declared?.codes ?? []), 'UNKNOWN_FILTER', 'INVALID_PARAMETER', ...body];
   const unknown = 'UNKNOWN_FILTER: a query parameter the route does not take';
-  if (!declared) return fail(unknown);
-  return declared.description.includes('UNKNOWN_FILTER')
-    ? declared
-    : { ...declared, description: `${declared.description}; ${unknown}` };
+  const note = declared?.note?.includes('UNKNOWN_FILTER')
+    ? declared.note
+    : [declared?.note, unknown].filter(Boolean).join('; ');
+  return refusal([...new Set(codes)] as [ErrorCode, ...ErrorCode[]], note);
 }
 
 /** A keyed route takes no query parameter unless it declares some. */
@@ -141,7 +153,14 @@ const keyed = <
   P extends z.ZodObject | undefined = undefined,
   Q extends z.ZodObject = typeof NO_QUERY,
 >(
-  doc: Omit<RouteDoc, 'tags' | 'auth' | 'body' | 'params' | 'query'> & { body?: B; params?: P; query?: Q },
+  doc: Omit<RouteDoc, 'tags' | 'auth' | 'body' | 'params' | 'query' | 'responses'> & {
+    body?: B;
+    params?: P;
+    query?: Q;
+    responses: Record<number, ResponseDoc> & { 400?: Fail };
+  },
+  /** GET: no body is read, so none is refused. */
+  method: 'GET' | 'other' = 'other',
 ) => ({
   ...declared({
     ...doc,
@@ -151,7 +170,7 @@ const keyed = <
     auth: 'bearer',
     service: true,
     sends: ['Cache-Control'],
-    responses: { ...doc.responses, 400: withUnknownFilter(doc.responses[400]), ...KEYED },
+    responses: { ...doc.responses, 400: keyed400(doc.responses[400], method), ...KEYED },
   }),
   onRequest: neverStored,
 });
@@ -187,32 +206,41 @@ const DOCS = {
     responses: {
       201: { description: 'The subscription, with its secret', schema: CreatedWebhook },
       400: fail(
-        'INVALID_FIELD (names the field; a scan_digest venue or timeframe the engine does not record too), INVALID_URL (refused by the SSRF guard)',
+        ['INVALID_FIELD', 'INVALID_URL'],
+        'INVALID_FIELD names the field (a scan_digest venue or timeframe the engine does not record too); INVALID_URL: refused by the SSRF guard',
       ),
-      404: fail('unknown_coin: a coin in `assets` that no venue the service reads lists'),
+      404: fail(['unknown_coin'], 'A coin in `assets` that no venue the service reads lists'),
       422: fail(
-        'unsupported_exchange, unsupported_timeframe: a scan_digest venue or timeframe scan_trade_calls refuses (same words)',
+        ['unsupported_exchange', 'unsupported_timeframe'],
+        'A scan_digest venue or timeframe scan_trade_calls refuses (same words)',
       ),
-      409: fail('SUBSCRIPTION_LIMIT: the key has its maximum of subscriptions; CONFLICT (retryable)'),
-    },
-  }),
-  list: keyed({
-    summary: "The key's active subscriptions (?status=disabled or all for the disabled ones)",
-    query: ListQuery,
-    responses: {
-      200: { description: 'Subscriptions', schema: z.object({ webhooks: z.array(WebhookView) }) },
-      400: fail(
-        'INVALID_FIELD: status not active, disabled or all; UNKNOWN_FILTER: another parameter; INVALID_PARAMETER: one given twice',
+      409: fail(
+        ['SUBSCRIPTION_LIMIT', 'CONFLICT'],
+        'The key has its maximum of subscriptions; or another change to them won the race (CONFLICT, retryable)',
       ),
     },
   }),
+  list: keyed(
+    {
+      summary: "The key's active subscriptions (?status=disabled or all for the disabled ones)",
+      query: ListQuery,
+      responses: {
+        200: { description: 'Subscriptions', schema: z.object({ webhooks: z.array(WebhookView) }) },
+        400: fail(
+          ['INVALID_FIELD'],
+          'INVALID_FIELD: status not active, disabled or all; UNKNOWN_FILTER: another parameter; INVALID_PARAMETER: one given twice',
+        ),
+      },
+    },
+    'GET',
+  ),
   delete: keyed({
     summary: 'Delete a subscription',
     params: Id,
     responses: {
       200: { description: 'Deleted', schema: z.object({ id: z.string(), deleted: z.literal(true) }) },
-      404: fail('NOT_FOUND: no such subscription for this key'),
-      409: fail('CONFLICT: another change to the key’s subscriptions won the race (retryable)'),
+      404: fail(['NOT_FOUND'], 'No such subscription for this key'),
+      409: fail(['CONFLICT'], 'Another change to the key’s subscriptions won the race (retryable)'),
     },
   }),
   test: keyed({
@@ -221,57 +249,63 @@ const DOCS = {
     body: optionalBody(TestWebhookRequest),
     responses: {
       200: { description: 'The attempt', schema: SendResultView },
-      400: fail('INVALID_FIELD: the route takes no body field'),
-      404: fail('NOT_FOUND'),
+      400: fail(['INVALID_FIELD'], 'The route takes no body field'),
+      404: fail(['NOT_FOUND']),
       429: fail(
+        ['RATE_LIMITED'],
         `RATE_LIMITED: the key's test sends are ${TEST_SENDS_PER_WINDOW} a minute per api process, one at a time per receiver origin (refused at once while one to that origin is still waiting for its receiver; nothing sent); Retry-After and retry_after_ms say when the next may go`,
       ),
     },
   }),
-  deliveries: keyed({
-    summary: 'Delivery log: the latest deliveries, or every one after a sequence number',
-    params: Id,
-    query: DeliveryQuery,
-    responses: {
-      200: {
-        description: 'Deliveries with their attempts',
-        schema: z.object({
-          subscription: WebhookView,
-          deliveries: z.array(DeliveryView),
-          next_after_seq: z
-            .number()
-            .int()
-            .optional()
-            .describe(
-              'With after_seq: the after_seq of the next page (the last seq listed; with none listed, the given after_seq, or last_seq when that is past the end)',
-            ),
-          has_more: z
-            .boolean()
-            .optional()
-            .describe(
-              'With after_seq: whether deliveries after next_after_seq exist now; false is the end (ask again later with next_after_seq)',
-            ),
-          last_seq: z
-            .number()
-            .int()
-            .optional()
-            .describe("With after_seq: the subscription's highest seq now (0 before its first delivery)"),
-        }),
+  deliveries: keyed(
+    {
+      summary: 'Delivery log: the latest deliveries, or every one after a sequence number',
+      params: Id,
+      query: DeliveryQuery,
+      responses: {
+        200: {
+          description: 'Deliveries with their attempts',
+          schema: z.object({
+            subscription: WebhookView,
+            deliveries: z.array(DeliveryView),
+            next_after_seq: z
+              .number()
+              .int()
+              .optional()
+              .describe(
+                'With after_seq: the after_seq of the next page (the last seq listed; with none listed, the given after_seq, or last_seq when that is past the end)',
+              ),
+            has_more: z
+              .boolean()
+              .optional()
+              .describe(
+                'With after_seq: whether deliveries after next_after_seq exist now; false is the end (ask again later with next_after_seq)',
+              ),
+            last_seq: z
+              .number()
+              .int()
+              .optional()
+              .describe("With after_seq: the subscription's highest seq now (0 before its first delivery)"),
+          }),
+        },
+        400: fail(
+          ['INVALID_FIELD'],
+          'INVALID_FIELD: limit or after_seq; UNKNOWN_FILTER: another parameter; INVALID_PARAMETER: one given twice',
+        ),
+        404: fail(['NOT_FOUND']),
       },
-      400: fail(
-        'INVALID_FIELD: limit or after_seq; UNKNOWN_FILTER: another parameter; INVALID_PARAMETER: one given twice',
-      ),
-      404: fail('NOT_FOUND'),
     },
-  }),
+    'GET',
+  ),
   rotate: keyed({
     summary: 'Rotate the signing secret; the previous one stays valid for an overlap',
     params: Id,
     body: optionalBody(RotateSecretRequest),
     responses: {
       200: { description: 'The new secret', schema: RotatedSecret },
-      400: fail('INVALID_FIELD'),
-      404: fail('NOT_FOUND'),
+      400: fail(['INVALID_FIELD']),
+      404: fail(['NOT_FOUND']),
+      409: fail(['CONFLICT'], 'Another change to the key’s subscriptions won the race (retryable)'),
     },
   }),
   enable: keyed({
@@ -280,8 +314,9 @@ const DOCS = {
     body: optionalBody(ReEnableWebhookRequest),
     responses: {
       200: { description: 'The subscription', schema: WebhookView },
-      400: fail('INVALID_FIELD'),
-      404: fail('NOT_FOUND'),
+      400: fail(['INVALID_FIELD']),
+      404: fail(['NOT_FOUND']),
+      409: fail(['CONFLICT'], 'Another change to the key’s subscriptions won the race (retryable)'),
     },
   }),
   update: keyed({
@@ -293,15 +328,18 @@ const DOCS = {
     responses: {
       200: { description: 'The subscription as changed', schema: WebhookView },
       400: fail(
-        'INVALID_FIELD (names the field; an empty body or one naming no field names `body`; an unknown field, event_version included, names it), INVALID_URL (refused by the SSRF guard)',
+        ['INVALID_FIELD', 'INVALID_URL'],
+        'INVALID_FIELD names the field (an empty body or one naming no field names `body`; an unknown field, event_version included, names it); INVALID_URL: refused by the SSRF guard',
       ),
       404: fail(
+        ['NOT_FOUND', 'unknown_coin'],
         'NOT_FOUND: no such subscription for this key; unknown_coin: a coin in `assets` that no venue lists',
       ),
       422: fail(
-        'unsupported_exchange, unsupported_timeframe: a scan_digest venue or timeframe scan_trade_calls refuses (same words)',
+        ['unsupported_exchange', 'unsupported_timeframe'],
+        'A scan_digest venue or timeframe scan_trade_calls refuses (same words)',
       ),
-      409: fail('CONFLICT: another change to the key’s subscriptions won the race (retryable)'),
+      409: fail(['CONFLICT'], 'Another change to the key’s subscriptions won the race (retryable)'),
     },
   }),
   disable: keyed({
@@ -312,9 +350,9 @@ const DOCS = {
     body: optionalBody(DisableWebhookRequest),
     responses: {
       200: { description: 'The subscription, disabled', schema: WebhookView },
-      400: fail('INVALID_FIELD: the route takes no body field'),
-      404: fail('NOT_FOUND'),
-      409: fail('CONFLICT: another change to the key’s subscriptions won the race (retryable)'),
+      400: fail(['INVALID_FIELD'], 'The route takes no body field'),
+      404: fail(['NOT_FOUND']),
+      409: fail(['CONFLICT'], 'Another change to the key’s subscriptions won the race (retryable)'),
     },
   }),
   resend: keyed({
@@ -323,9 +361,9 @@ const DOCS = {
     body: optionalBody(ResendDeliveryRequest),
     responses: {
       200: { description: 'The attempt', schema: SendResultView },
-      400: fail('INVALID_FIELD: the route takes no body field'),
-      404: fail('NOT_FOUND'),
-      409: fail('SUBSCRIPTION_DISABLED, DELIVERY_BUSY'),
+      400: fail(['INVALID_FIELD'], 'The route takes no body field'),
+      404: fail(['NOT_FOUND']),
+      409: fail(['SUBSCRIPTION_DISABLED', 'DELIVERY_BUSY']),
     },
   }),
 };

@@ -5,6 +5,7 @@ import { errorHandler } from '../../api/errors.ts';
 import { codesText, documented, RESPONSE_HEADERS, refusal } from '../../api/openapi.ts';
 import { publicOrigin } from '../../api/public-origin.ts';
 import { REMEMBERED_INPUTS, REMEMBERED_TEXT_CHARS, recall, remember } from '../../api/remembered-input.ts';
+import { withoutCredentialParams } from '../../api/request-log.ts';
 import { answerBytesWithService } from '../../api/served-answers.ts';
 import { invalidInput } from '../../engine/operation-errors.ts';
 import type { SignalOperations } from '../../engine/operations.ts';
@@ -356,6 +357,9 @@ class PaidRoutes {
     const paymentRequiredMessage = `payment required: ${tool.name}`;
     const quotes = routeQuotes(this.quoter, tool, paymentRequiredMessage);
     const originOf = publicOrigin(this.options.publicBaseUrl);
+    // The quote's resource: this route's URL without any credential sent in its query.
+    const resourceOf = (request: FastifyRequest) =>
+      `${originOf(request)}${withoutCredentialParams(request.url)}`;
 
     /**
      * The common unpaid, keyless call answered without a promise, when all it needs is at hand:
@@ -370,7 +374,7 @@ class PaidRoutes {
       if (caller === null || caller.keyId !== null) return false;
       const block = this.peeks.settled(caller);
       if (block === undefined) return false;
-      const quote = quotes.cached(pricer(request.body), `${originOf(request)}${request.url}`);
+      const quote = quotes.cached(pricer(request.body), resourceOf(request));
       if (quote === undefined) return false;
       this.sendPaymentRequired(reply, quote, block);
       return true;
@@ -385,7 +389,7 @@ class PaidRoutes {
       });
       const contentRefusal = this.contentRefusals.get(request) ?? null;
       if (contentRefusal && decoded === null) throw refusalError(contentRefusal);
-      const url = `${originOf(request)}${request.url}`;
+      const url = resourceOf(request);
       if (decoded === null && caller.keyId === null) {
         const block = await this.peeks.of(caller);
         const built = quotes.quote(pricer(request.body), url);
@@ -546,9 +550,10 @@ function paidRouteDoc(tool: PaidTool) {
         'Nothing is charged',
       ),
       429: {
-        description:
-          'quota_exhausted for a key: the 402 quote comes with it (Retry-After: seconds until the quota window resets); RATE_LIMITED',
-        schema: { type: 'object', properties: { code: { type: 'string' }, message: { type: 'string' } } },
+        ...refusal(
+          ['quota_exhausted', 'RATE_LIMITED'],
+          'quota_exhausted for a key: the 402 quote comes with it (x402Version, accepts and the PAYMENT-REQUIRED header; Retry-After: seconds until the quota window resets); RATE_LIMITED: the request-rate limit',
+        ),
         headers: { 'PAYMENT-REQUIRED': PAYMENT_REQUIRED },
       },
       500: refusal(['INTERNAL_ERROR'], 'Nothing is charged'),

@@ -184,7 +184,8 @@ async function conform(call: Call): Promise<unknown> {
   if (call.auth !== false) headers.authorization = `Bearer ${key}`;
   let body: string | undefined;
   if (call.raw !== undefined || call.body !== undefined) {
-    headers['content-type'] = 'application/json';
+    // As sent unless the call names its own (Content-Type twice, text/plain).
+    headers['content-type'] ??= 'application/json';
     body = call.raw ?? JSON.stringify(call.body);
   }
   if (call.form !== undefined) {
@@ -407,6 +408,63 @@ describe('the OpenAPI document describes every real answer', () => {
         auth: false,
       });
     }
+    // Each refusal in the code its status declares: a coin no venue lists, a body the tool's
+    // schema refuses (the risk budget too), Content-Type twice, a string body as text/plain, and a
+    // payment header that is not one (402 with a fresh quote and the reason).
+    for (const tool of ['get_trade_call', 'get_market_regime', 'get_risk_forecast']) {
+      const template = `/x402/${tool}`;
+      const refused = await conform({
+        method: 'POST',
+        template,
+        body: { coin: 'NOPECOIN', timeframe: '1h' },
+        status: 404,
+      });
+      expect(refused, template).toMatchObject({ code: 'unknown_coin' });
+    }
+    const paid = '/x402/get_risk_forecast';
+    const forecast = { coin: 'BTC', timeframe: '1h' };
+    await conform({ method: 'POST', template: paid, body: { ...forecast, riskBudgetUsd: 250 }, status: 200 });
+    for (const body of [
+      { ...forecast, riskBudgetUsd: -5 },
+      { ...forecast, riskBudget: 5 },
+    ]) {
+      const refused = await conform({ method: 'POST', template: paid, body, status: 400 });
+      expect(refused).toMatchObject({ code: 'invalid_input' });
+    }
+    await conform({
+      method: 'POST',
+      template: '/x402/get_track_record',
+      body: { window: 'nope' },
+      status: 400,
+    });
+    const twice = await conform({
+      method: 'POST',
+      template: paid,
+      body: forecast,
+      headers: { 'content-type': 'application/json, application/json' },
+      status: 400,
+    });
+    expect(twice).toMatchObject({ code: 'invalid_content_type' });
+    const text = await conform({
+      method: 'POST',
+      template: paid,
+      raw: JSON.stringify(forecast),
+      headers: { 'content-type': 'text/plain' },
+      status: 400,
+    });
+    expect(text).toMatchObject({ code: 'invalid_content_type' });
+    for (const header of ['x-payment', 'payment-signature']) {
+      const refused = await conform({
+        method: 'POST',
+        template: paid,
+        body: forecast,
+        headers: { [header]: 'not a payment' },
+        status: 402,
+        sends: ['PAYMENT-REQUIRED'],
+        auth: false,
+      });
+      expect(refused, header).toMatchObject({ code: 'invalid_payment_header', x402Version: 1 });
+    }
     // Over X402_BODY_LIMIT_BYTES: the transport's refusal, in `default` with its Cache-Control.
     const large = JSON.stringify({ coin: 'BTC', timeframe: '1h', pad: 'x'.repeat(70_000) });
     const refused = await conform({
@@ -527,6 +585,39 @@ describe('the OpenAPI document describes every real answer', () => {
       expect(refused, query).toMatchObject({ code });
     }
     await conform({ method: 'GET', template, path: `${template}?call=BUY&limit=1`, status: 200 });
+    // The format by Accept, as by format=; a cursor not issued here, or naming a position this
+    // store does not hold; a trailer a format has no place for; a wait or a time out of range.
+    for (const accept of [
+      'text/csv',
+      'application/vnd.apache.parquet',
+      'application/x-ndjson; profile="trailer"',
+    ]) {
+      await conform({
+        method: 'GET',
+        template,
+        path: `${template}?limit=2`,
+        headers: { accept },
+        status: 200,
+      });
+    }
+    const foreign = Buffer.from('h2:999999999:abcdefabcdef').toString('base64url');
+    for (const [query, code, accept] of [
+      ['after=garbage', 'INVALID_CURSOR'],
+      [`after=${foreign}`, 'FOREIGN_CURSOR'],
+      ['limit=2', 'UNSUPPORTED_FORMAT', 'application/xml'],
+      ['format=csv&trailer=true', 'UNSUPPORTED_FORMAT'],
+      ['wait=99', 'INVALID_WAIT'],
+      ['from=notatime', 'INVALID_TIME'],
+    ]) {
+      const refused = await conform({
+        method: 'GET',
+        template,
+        path: `${template}?${query}`,
+        ...(accept ? { headers: { accept } } : {}),
+        status: 400,
+      });
+      expect(refused, `${query} ${accept ?? ''}`).toMatchObject({ code });
+    }
     await conform({ method: 'GET', template, path: `${template}?coin=NOPECOIN`, status: 404 });
     await conform({ method: 'GET', template, status: 401, auth: false });
     await conform({ method: 'GET', template: '/api/track-record', status: 200, auth: false });
@@ -655,6 +746,93 @@ describe('the OpenAPI document describes every real answer', () => {
         status,
         ...(body ? { body } : {}),
       });
+    }
+    // Refusals in the codes each operation declares (on a second subscription, after the first's
+    // answers are recorded as the examples): a body not JSON or nested too deep (on every
+    // method that reads one, DELETE included), a parameter given twice, a coin no venue lists, a
+    // URL the SSRF guard refuses, a recovery from the future.
+    const second = (await conform({
+      method: 'POST',
+      template: '/api/webhooks',
+      body: { url: 'https://127.0.0.1:9/hook', events: ['trade_call'] },
+      status: 201,
+    })) as { id: string };
+    const refusals: [string, string, string, number, string, Partial<Call>][] = [
+      ['POST', '/api/webhooks', '', 400, 'INVALID_JSON', { raw: '{' }],
+      [
+        'POST',
+        '/api/webhooks',
+        '',
+        400,
+        'INVALID_URL',
+        { body: { url: 'https://10.0.0.1/h', events: ['trade_call'] } },
+      ],
+      [
+        'POST',
+        '/api/webhooks',
+        '',
+        404,
+        'unknown_coin',
+        { body: { url: 'https://127.0.0.1:9/h', events: ['trade_call'], assets: ['NOPECOIN'] } },
+      ],
+      ['GET', '/api/webhooks', '?status=all&status=all', 400, 'INVALID_PARAMETER', {}],
+      ['DELETE', '/api/webhooks/{id}', `/${second.id}`, 400, 'JSON_TOO_DEEP', { raw: deep }],
+      ['PATCH', '/api/webhooks/{id}', `/${second.id}`, 400, 'INVALID_JSON', { raw: '{' }],
+      ['PATCH', '/api/webhooks/{id}', `/${second.id}`, 400, 'INVALID_FIELD', { body: { event_version: 1 } }],
+      [
+        'PATCH',
+        '/api/webhooks/{id}',
+        `/${second.id}`,
+        400,
+        'UNKNOWN_FILTER',
+        { body: { min_confidence: 1 }, path: `/api/webhooks/${second.id}?x=1` },
+      ],
+      [
+        'PATCH',
+        '/api/webhooks/{id}',
+        `/${second.id}`,
+        404,
+        'unknown_coin',
+        { body: { assets: ['NOPECOIN'] } },
+      ],
+      ['POST', '/api/webhooks/{id}/disable', `/${second.id}/disable`, 400, 'INVALID_FIELD', { raw: '[]' }],
+      [
+        'POST',
+        '/api/webhooks/{id}/enable',
+        `/${second.id}/enable`,
+        400,
+        'INVALID_FIELD',
+        { body: { recover_since: '2099-01-01T00:00:00Z' } },
+      ],
+      [
+        'POST',
+        '/api/webhooks/{id}/rotate-secret',
+        `/${second.id}/rotate-secret`,
+        400,
+        'JSON_TOO_DEEP',
+        { raw: deep },
+      ],
+      ['POST', '/api/webhooks/{id}/test', `/${second.id}/test`, 400, 'INVALID_JSON', { raw: '{' }],
+      [
+        'GET',
+        '/api/webhooks/{id}/deliveries',
+        `/${second.id}/deliveries?limit=1&limit=2`,
+        400,
+        'INVALID_PARAMETER',
+        {},
+      ],
+      [
+        'POST',
+        '/api/webhooks/{id}/deliveries/{deliveryId}/resend',
+        `/${second.id}/deliveries/x/resend`,
+        400,
+        'INVALID_JSON',
+        { raw: '{' },
+      ],
+    ];
+    for (const [method, template, suffix, status, code, call] of refusals) {
+      const refused = await conform({ method, template, path: `/api/webhooks${suffix}`, status, ...call });
+      expect(refused, `${method} ${template}`).toMatchObject({ code });
     }
   });
 
@@ -1088,6 +1266,61 @@ describe('the OpenAPI document describes every real answer', () => {
       expect(Object.keys(item.post!.responses['200']!.headers ?? {}), path).toEqual(
         expect.arrayContaining(['PAYMENT-RESPONSE', 'X-PAYMENT-RESPONSE', 'x-payment-replayed']),
       );
+  });
+
+  // After the rate limit's test: the examples recorded for search's 429 stay the rate limit's.
+  it('answers a key whose quota is spent, and a search it already has, as documented', async () => {
+    // The free plan's day: 100 calls (its 429 is the quota's, with the quote to pay instead).
+    const free = await running.issue('free');
+    const spent = { authorization: `Bearer ${free}` };
+    const regime = { coin: 'BTC', timeframe: '4h' };
+    let served = 0;
+    while (served <= 100) {
+      const res = await fetch(`${url}/x402/get_market_regime`, {
+        method: 'POST',
+        headers: { ...spent, 'content-type': 'application/json' },
+        body: JSON.stringify(regime),
+      });
+      await res.arrayBuffer();
+      if (res.status !== 200) break;
+      served++;
+    }
+    expect(served).toBe(100);
+    const quota = await conform({
+      method: 'POST',
+      template: '/x402/get_market_regime',
+      body: regime,
+      headers: spent,
+      auth: false,
+      status: 429,
+      sends: ['Retry-After', 'PAYMENT-REQUIRED'],
+    });
+    expect(quota).toMatchObject({ code: 'quota_exhausted', x402Version: 1 });
+    for (const [template, body, code] of [
+      ['/api/search', { query: 'market regime' }, 'QUOTA_EXHAUSTED'],
+      ['/api/chat', { question: 'What does a regime mean?' }, 'QUOTA_EXHAUSTED'],
+    ] as const) {
+      const refused = await conform({
+        method: 'POST',
+        template,
+        body,
+        headers: spent,
+        auth: false,
+        status: 429,
+      });
+      expect(refused, template).toMatchObject({ code });
+    }
+    // A search answered again from its ETag: 304, no body.
+    await conform({ method: 'POST', template: '/api/search', body: { query: 'market regime' }, status: 200 });
+    const etag = answered.get('etag');
+    expect(etag).toBeTruthy();
+    await conform({
+      method: 'POST',
+      template: '/api/search',
+      body: { query: 'market regime' },
+      headers: { 'if-none-match': etag! },
+      status: 304,
+    });
   });
 
   it('called every operation of the document', () => {

@@ -1,5 +1,5 @@
 import { execFile, spawn } from 'node:child_process';
-import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { connect, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -257,6 +257,32 @@ describe('operator command lines on an expected failure', () => {
     const service = await run('services/main.ts', [], { DATA_DIR: theirs, PORT: '0' }, user);
     expect(service.code).toBe(1);
     expect(service.stdout).toContain(`"msg":"failed to start: ${line}"`);
+  });
+
+  it('backup of a log this user may read but not write (its lock file writable): taken, as lmdb-js takes it read-only', async () => {
+    const asRoot = process.getuid?.() === 0;
+    const user = asRoot ? { uid: 65534, gid: 65534 } : {};
+    const readable = join(root, 'readable');
+    const events = join(readable, 'events');
+    const store = await openLmdbEventStore({ path: events });
+    await store.append('key-test', [newEvent('ApiKeyRevoked', { keyId: 'k', reason: 'test' })]);
+    await store.close();
+    const outs = join(root, 'readable-backups');
+    mkdirSync(outs);
+    chmodSync(root, 0o755);
+    chmodSync(outs, 0o777);
+    // A read-only open writes the lock file alone: the folder and data.mdb stay read-only.
+    chmodSync(readable, 0o555);
+    chmodSync(events, 0o555);
+    chmodSync(join(events, 'data.mdb'), 0o444);
+    chmodSync(join(events, 'lock.mdb'), 0o666);
+    onTestFinished(() => {
+      for (const dir of [readable, events]) chmodSync(dir, 0o755);
+    });
+    const backup = await run('services/operator/backup.ts', [join(outs, 'b')], { DATA_DIR: readable }, user);
+    expect(backup.stderr).toBe('');
+    expect(backup.code).toBe(0);
+    expect(existsSync(join(outs, 'b', 'events', 'data.mdb'))).toBe(true);
   });
 
   it('history --store with PostgreSQL down: the one line of the store, no "Error:", exit 1', async () => {

@@ -29,7 +29,7 @@ export interface BackupPoint {
  * taken while the service writes, without its free pages.
  */
 function openReadOnly(path: string) {
-  requireWritableEnvironment(path);
+  requireWritableEnvironment(path, { readOnly: true });
   return open({
     path,
     noSubdir: false,

@@ -74,27 +74,25 @@ const NDJSON_TYPE = MEDIA.find(([, format]) => format === 'ndjson')![0];
 
 export function wantsTrailer(trailer: boolean | undefined, accept: string | undefined): boolean {
   if (trailer !== undefined) return trailer;
-  return (accept ?? '').split(',').some((part) => {
+  return mediaRanges(accept ?? '').some((range) => NDJSON_TYPE.test(range.type) && range.trailer);
+}
+
+/**
+ * The media ranges of `Accept`, in its order: each type, its q (1 when unsaid), and whether it
+ * asks for the trailer profile (read alike by wantsTrailer and the range an answer is served as).
+ */
+function mediaRanges(accept: string): { type: string; q: number; trailer: boolean }[] {
+  return accept.split(',').map((part) => {
     const [type, ...params] = part.trim().toLowerCase().split(';');
-    return (
-      NDJSON_TYPE.test(type!.trim()) &&
-      params.some((p) => p.trim().replaceAll('"', '') === `profile=${HISTORY_TRAILER_PROFILE}`)
-    );
+    const q = params.map((p) => p.trim()).find((p) => p.startsWith('q='));
+    const trailer = params.some((p) => p.trim().replaceAll('"', '') === `profile=${HISTORY_TRAILER_PROFILE}`);
+    return { type: type!.trim(), q: q ? Number(q.slice(2)) : 1, trailer };
   });
 }
 
 /** The media range of `Accept` an answer is served as: the first we can serve, by q; null when none. */
 function chosenRange(accept: string): { format: HistoryFormat; trailer: boolean } | null {
-  const types = accept
-    .split(',')
-    .map((part) => {
-      const [type, ...params] = part.trim().toLowerCase().split(';');
-      const q = params.map((p) => p.trim()).find((p) => p.startsWith('q='));
-      const trailer = params.some(
-        (p) => p.trim().replaceAll('"', '') === `profile=${HISTORY_TRAILER_PROFILE}`,
-      );
-      return { type: type!.trim(), q: q ? Number(q.slice(2)) : 1, trailer };
-    })
+  const types = mediaRanges(accept)
     .filter((t) => t.q > 0)
     .sort((a, b) => b.q - a.q);
   for (const { type, trailer } of types) {

@@ -173,6 +173,52 @@ describe('anonymous callers fall through to payment, and _service.auth says why'
       detail: expect.stringContaining('query parameter api_key was ignored'),
     });
   });
+
+  // The quote's resource echoed the whole query, key included, in the body and in PAYMENT-REQUIRED:
+  // a quote goes to wallets, facilitators and their logs. The buyer pays for the URL without it.
+  it('a key in the query string is not in the quote, and the paid retry with the same query is served', async () => {
+    const path = '/x402/get_trade_call?v=1&api_key=sk_live_leaked&access_token=tok';
+    const res = await post(path, { coin: 'BTC' });
+    expect(res.status).toBe(402);
+    const text = await res.text();
+    const header = res.headers.get('payment-required')!;
+    const required = fromBase64Json<{ accepts: Record<string, unknown>[]; resource: { url: string } }>(
+      header,
+    );
+    for (const leak of ['sk_live_leaked', 'access_token', 'tok']) {
+      expect(text).not.toContain(leak);
+      expect(JSON.stringify(required)).not.toContain(leak);
+    }
+    const resource = `${stack.url}/x402/get_trade_call?v=1`;
+    expect((JSON.parse(text) as { accepts: { resource: string }[] }).accepts[0]!.resource).toBe(resource);
+    expect(required.resource.url).toBe(resource);
+
+    // A wallet echoes the quote's resource with its payment, as the x402 clients do.
+    const payer = await stack.chain.fundedPayer(100_000n);
+    const now = nowSeconds();
+    const authorization = {
+      from: payer.address,
+      to: stack.payTo,
+      value: BigInt(required.accepts[0]!.amount as string),
+      validAfter: now - 600n,
+      validBefore: now + 120n,
+      nonce: randomNonce(),
+    };
+    const signature = await signAuthorization(payer.key, authorization);
+    const signed = fromBase64Json<Record<string, unknown>>(
+      v2Header(required.accepts[0]!, authorization, signature),
+    );
+    const payment = Buffer.from(JSON.stringify({ ...signed, resource: required.resource })).toString(
+      'base64',
+    );
+    const paid = await post(path, { coin: 'BTC' }, { 'payment-signature': payment });
+    expect(paid.status).toBe(200);
+    await stack.x402.settled();
+    const authorized = (await stack.store.readAll())
+      .map((e) => parseDomainEvent(e))
+      .find((e) => e?.type === 'PaymentAuthorized' && e.data.payer === payer.address);
+    expect(authorized?.data).toMatchObject({ resource });
+  });
 });
 
 describe('an exhausted key can keep going by paying for the call', () => {

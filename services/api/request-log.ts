@@ -157,18 +157,34 @@ export function loggedUrl(url: string): string {
   const params = url.slice(q + 1).split('&');
   for (let i = 0; i < params.length; i++) {
     const param = params[i]!;
+    if (!isCredentialParam(param)) continue;
     const eq = param.indexOf('=');
-    if (eq === -1) {
-      // A bare value (`?sk_live_…`): redacted when it is key text.
-      if (hasKeyText(decoded(param))) params[i] = REDACTED;
-      continue;
-    }
-    const name = decoded(param.slice(0, eq));
-    if (isSecretName(name) || hasKeyText(decoded(param.slice(eq + 1)))) {
-      params[i] = `${param.slice(0, eq)}=${REDACTED}`;
-    }
+    params[i] = eq === -1 ? REDACTED : `${param.slice(0, eq)}=${REDACTED}`;
   }
   return `${path}?${params.join('&')}`;
+}
+
+/**
+ * The URL without the query parameters loggedUrl redacts: the resource an x402 quote names. A
+ * quote is handed to wallets, facilitators and their logs, and is recorded with the payment; a
+ * key sent in the query (`?api_key=sk_live_…`, which the API ignores: keys go in Authorization)
+ * was echoed whole in it. The buyer pays for the URL without it, and a retry sending the same
+ * query is quoted, and recorded, the same URL.
+ */
+export function withoutCredentialParams(url: string): string {
+  const q = url.indexOf('?');
+  if (q === -1) return url;
+  const params = url.slice(q + 1).split('&');
+  const kept = params.filter((param) => !isCredentialParam(param));
+  if (kept.length === params.length) return url;
+  return kept.length === 0 ? url.slice(0, q) : `${url.slice(0, q)}?${kept.join('&')}`;
+}
+
+/** A query parameter (`name=value` as sent) named like a secret or holding key text; a bare value holding key text. */
+function isCredentialParam(param: string): boolean {
+  const eq = param.indexOf('=');
+  if (eq === -1) return hasKeyText(decoded(param));
+  return isSecretName(decoded(param.slice(0, eq))) || hasKeyText(decoded(param.slice(eq + 1)));
 }
 
 function hasKeyText(text: string): boolean {

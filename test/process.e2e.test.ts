@@ -56,7 +56,7 @@ describe('the service process', () => {
       'usage: node --import tsx services/main.ts [--role <role>]...\n' +
       '  <role>: all (the default), api, engine, projections, dispatcher; repeatable or comma-separated\n';
     expect(start('--help')).toMatchObject({ status: 0, stdout: usage });
-    // An argument it does not take is followed by the usage (the configuration is refused first).
+    // An argument it does not take is followed by the usage (read after the configuration, which passes here).
     const positional = spawnSync(process.execPath, ['--import', 'tsx', 'services/main.ts', 'api'], {
       cwd: ROOT,
       env: { PATH: process.env.PATH, DATA_DIR: '/nonexistent-never-made' },

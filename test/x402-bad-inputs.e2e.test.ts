@@ -235,7 +235,7 @@ describe('a refused payment moves no money and reserves nothing', () => {
           await signAuthorization(key, a, { verifyingContract: OTHER }),
         ),
       'asset_mismatch',
-      // Before: the asset accepted went unnamed (a wrong network names the networks accepted).
+      // The asset accepted on that network is named, as a wrong network names the networks accepted.
       `asset 0x000000000000000000000000000000000000dEaD is not accepted on eip155:8453 (accepted: ${BASE_USDC})`,
     ],
     [

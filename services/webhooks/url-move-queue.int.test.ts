@@ -57,8 +57,8 @@ describe('deliveries queued behind a hung origin when a PATCH moves the url', ()
     });
     expect(patched.status, JSON.stringify(patched.body)).toBe(200);
 
-    // Sent at the new origin while the old one's request is still hung: they no longer wait for
-    // (or run in) the old origin's slot.
+    // Sent at the new origin while the old one's request is still hung: they neither wait for nor
+    // run in the old origin's slot.
     await moved!.waitFor(2, 60_000);
     expect(moved!.received.map((r) => r.path)).toEqual(['/new', '/new']);
     expect(old.received).toHaveLength(1);

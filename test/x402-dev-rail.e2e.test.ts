@@ -16,12 +16,14 @@ import { ServiceMeta } from '../services/metering/service-meta.ts';
 import { DEVELOPMENT_SECOND_RAIL } from '../services/payments/rails.ts';
 import { setupX402 } from '../services/payments/setup.ts';
 import { type RunningService, startService } from '../services/service.ts';
+import { BASE_USDC } from './chain/local-chain.ts';
 import { fromBase64Json } from './chain/x402-app.ts';
 
 /**
  * `npm start` on the embedded defaults: no X402_PAY_TO, no facilitator key. Quotes are served
  * on the development rail (Base Sepolia test USDC to a public test address); a paid retry is
- * refused before anything is verified, reserved or charged.
+ * refused before anything is verified, reserved or charged: 402 with the mismatch when its terms
+ * differ from the quote, else 503 facilitator_not_configured.
  */
 const lines: Record<string, unknown>[] = [];
 const logger = pino(
@@ -142,6 +144,41 @@ describe('a service started on the defaults (development)', () => {
     expect(body).toMatchObject({ code: 'facilitator_not_configured', retryable: false });
     expect(body.message).toContain('X402_FACILITATOR_PRIVATE_KEY');
     expect(ServiceMeta.parse(body._service).auth.outcome).toBe('ABSENT');
+    expect(await paymentStreams()).toEqual([]);
+  });
+
+  // The terms are compared with the quote before the missing facilitator is named: a payment
+  // that is wrong is told how, as on a rail that settles; only a right one gets the 503 above.
+  const OTHER = '0x000000000000000000000000000000000000dEaD';
+  it.each([
+    // Signed by the official client for what it was given; what it refuses to sign (a token it
+    // does not know, a scheme it has not) is changed in the echoed terms after.
+    ['another asset', {}, { asset: OTHER }, 'asset_mismatch'],
+    [
+      'another network (Base mainnet USDC)',
+      { network: 'eip155:8453', asset: BASE_USDC },
+      {},
+      'network_mismatch',
+    ],
+    ['another recipient', { payTo: OTHER }, {}, 'recipient_mismatch'],
+    ['less than the price', { amount: '29999' }, {}, 'amount_mismatch'],
+    ['another scheme', {}, { scheme: 'upto' }, 'unsupported_scheme'],
+  ] as const)('a payment on %s → 402, not 503; nothing reserved', async (_name, signed, echoed, code) => {
+    const quote = await post('/x402/get_trade_call', { coin: 'BTC', timeframe: '5m' });
+    const required = fromBase64Json<PaymentRequired>(quote.headers.get('payment-required'));
+    const payment = await signer().createPaymentPayload({
+      ...required,
+      accepts: [{ ...required.accepts[0]!, ...signed }],
+    });
+    payment.accepted = { ...payment.accepted, ...echoed };
+    const res = await post(
+      '/x402/get_trade_call',
+      { coin: 'BTC', timeframe: '5m' },
+      { 'payment-signature': Buffer.from(JSON.stringify(payment)).toString('base64') },
+    );
+    expect(res.status).toBe(402);
+    expect(await res.json()).toMatchObject({ code });
+    expect(res.headers.get('payment-required')).not.toBeNull();
     expect(await paymentStreams()).toEqual([]);
   });
 

@@ -125,7 +125,7 @@ export interface PaymentFlowDeps {
   logger: FlowLogger;
   /**
    * Why no payment can be settled here (quotes are still served), or null when one can. Checked
-   * first, so such a payment is neither verified nor reserved.
+   * once the payment's terms match the quote, before anything is verified or reserved.
    */
   cannotSettle: string | null;
   /** Each payer's balance minus what is in flight must cover a call before it is served. */
@@ -554,9 +554,6 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
     mimeType: 'application/json',
   };
   const fingerprint = requestFingerprint(call.tool.name, call.input);
-  if (deps.cannotSettle !== null) {
-    return { kind: 'unavailable', reason: 'facilitator_not_configured', message: deps.cannotSettle };
-  }
   const requirement = matchRequirement(deps.server, payment, call.requirements);
   if (!requirement) {
     return { kind: 'payment_rejected', ...describeMismatch(payment, call.requirements) };
@@ -586,6 +583,11 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
       reason: FAR_VALID_BEFORE,
       message: `validBefore is more than ${requirement.maxTimeoutSeconds + VALID_BEFORE_SKEW_S} s ahead (the quote's maxTimeoutSeconds, ${requirement.maxTimeoutSeconds} s, and a minute for clock skew); sign an authorisation that lapses sooner`,
     };
+  }
+  // The checks above compare the payment with the quote and need no facilitator, so a payment
+  // that is wrong is told how on every rail; only one whose terms hold learns none can settle it.
+  if (deps.cannotSettle !== null) {
+    return { kind: 'unavailable', reason: 'facilitator_not_configured', message: deps.cannotSettle };
   }
   const identity: PaymentIdentity = {
     network: requirement.network,

@@ -5,7 +5,8 @@ import type { Rail } from './rails.ts';
 /**
  * Stands in for a facilitator when none can settle (the development rail without a key): it
  * declares the exact scheme on the rails so quotes can be built, and refuses to verify or settle.
- * The payment flow checks first and answers facilitator_not_configured, so these are not reached.
+ * The payment flow answers facilitator_not_configured before verifying (once the payment's terms
+ * match the quote), so these are not reached.
  */
 export function createQuoteOnlyFacilitator(rails: Rail[], why: string): FacilitatorClient {
   const refuse = async (): Promise<never> => {

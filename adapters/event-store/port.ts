@@ -79,6 +79,13 @@ export interface EventStore {
    */
   countCommitted?(after: number, head: number, cap: number): Promise<number>;
 
+  /**
+   * Optional, where processes on other hosts may share the log (PostgreSQL): a lease named `name`
+   * that one process at a time holds, given back when it releases it, stops, or loses its
+   * connection. The outcome resolver works only while it holds its lease (one chain writer).
+   */
+  lease?(name: string): Lease;
+
   /** Current revision of a stream, or null when it does not exist. */
   streamRevision(stream: string): Promise<number | null>;
 
@@ -98,6 +105,13 @@ export interface AppendOptions {
    * (see deploy/README.md, durability by event class). Stores that always flush ignore it.
    */
   durability?: 'flushed' | 'committed';
+}
+
+export interface Lease {
+  /** Whether this process holds the lease now, taking it when free; false when that cannot be told. */
+  hold(): Promise<boolean>;
+  /** Gives the lease back and asks for it no more. */
+  release(): Promise<void>;
 }
 
 export interface Subscription extends AsyncIterable<RecordedEvent> {

@@ -14,11 +14,13 @@ import {
   EventStoreUnavailableError,
   type HealthReport,
   IdempotencyConflictError,
+  type Lease,
   NewerLogError,
   NoEventStoreError,
   type Subscription,
   WrongExpectedRevisionError,
 } from './port.ts';
+import { PostgresLease } from './postgres-lease.ts';
 import {
   MIGRATIONS,
   migrationLockKey,
@@ -317,6 +319,8 @@ export class PostgresEventStore implements EventStore {
   private readonly pollMs: number;
   private readonly logger: Logger | undefined;
   private listener: pg.Client | null = null;
+  /** Leases handed out: their connections are closed with the store. */
+  private readonly leases = new Set<PostgresLease>();
   /** Names this store's notifies, so its listener passes over its own (see listen). */
   private readonly instance = randomUUID();
   private listenerRetry: NodeJS.Timeout | null = null;
@@ -389,6 +393,21 @@ export class PostgresEventStore implements EventStore {
   /** Group round trips sent and the appends they carried (see GroupWriter.totals). */
   get groupTotals(): { groups: number; appends: number } {
     return this.writer.totals;
+  }
+
+  /** A lease of this log's schema, held on a connection of its own (postgres-lease.ts). */
+  lease(name: string): Lease {
+    const lease = new PostgresLease({
+      url: this.options.url,
+      schema: this.options.schema,
+      name,
+      ...(this.options.connectTimeoutMs === undefined
+        ? {}
+        : { connectTimeoutMs: this.options.connectTimeoutMs }),
+      ...(this.logger ? { logger: this.logger } : {}),
+    });
+    this.leases.add(lease);
+    return lease;
   }
 
   /** Projection snapshots in the same schema, so the log and its folds share one database. */
@@ -931,6 +950,7 @@ export class PostgresEventStore implements EventStore {
     const listener = this.listener;
     this.listener = null;
     await listener?.end().catch(() => undefined);
+    await Promise.all([...this.leases].map((lease) => lease.release()));
     // Commits still waiting for their NOTIFY are announced now, not at the others' next poll.
     if (this.owed > 0) await this.pool.query(this.q.notify, [this.instance]).catch(() => undefined);
     await this.pool.end();

@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import { type EventStore, WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
+import { type EventStore, type Lease, WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
 import {
   InsufficientHistoryError,
   MarketDataError,
@@ -50,8 +50,12 @@ interface Backoff {
  * Each outcome is chained to the previous outcome of its verdict stream (outcome.ts): a stream's
  * verdicts are resolved one at a time, oldest first, and the head each links to is the one this
  * process last appended for the stream, else the pending view's, which is waited on to fold the
- * whole log before the first resolution. One resolver per log (the projections role runs one):
- * two would fork a chain, which `history verify` reports.
+ * whole log before the first resolution. So one resolver per log writes the chains: two would
+ * link two outcomes to one head and fork a chain for good (`history verify` reports it). The
+ * outcomes of one chain live in streams of their own (one per verdict), so no expected revision
+ * of one stream can refuse the second link; where the store offers a lease shared by every
+ * process on the log (PostgreSQL), the resolver works only while it holds it, and one that takes
+ * it over waits for the view to fold the whole log again before it links to any head.
  */
 export class OutcomeResolver {
   readonly name = 'outcome-resolver';
@@ -64,8 +68,12 @@ export class OutcomeResolver {
   private readonly markets = new Map<string, Backoff>();
   /** Backoff of one verdict with too little history, which must not hold back its market's newer ones. */
   private readonly verdicts = new Map<string, Backoff>();
+  /** Verdicts this process labelled that the pending view has not folded yet: not resolved again. */
+  private readonly labelled = new Set<string>();
   /** Verdict stream → hash of the last outcome this process chained on it. */
   private readonly heads = new Map<string, string>();
+  /** This process held the resolver's lease at its last tick (always, without a lease). */
+  private leased = false;
   /** The pending view has come within `maxLag` of the head since it last started from scratch. */
   private caughtUp = false;
   private viewCheckpoint = 0;
@@ -87,6 +95,8 @@ export class OutcomeResolver {
       concurrency?: number;
       /** Wall clock of the backoff (a replay's feed time may run far faster). */
       clock?: () => number;
+      /** Held by the one resolver of a log shared by processes (EventStore.lease). */
+      lease?: Lease;
     },
   ) {
     this.intervalMs = deps.intervalMs ?? 1_000;
@@ -99,6 +109,11 @@ export class OutcomeResolver {
     for (const b of this.markets.values()) if (b.retryAt > wall) n++;
     for (const b of this.verdicts.values()) if (b.retryAt > wall) n++;
     return n;
+  }
+
+  /** Another process holds the resolver's lease: this one resolves nothing until it is free. */
+  get standingBy(): boolean {
+    return this.deps.lease !== undefined && !this.leased;
   }
 
   /** Whether the pending view is caught up enough for the resolver to work. */
@@ -122,11 +137,22 @@ export class OutcomeResolver {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
     await this.tick;
+    await this.deps.lease?.release();
   }
 
   /** Resolves every verdict that is due now; returns how many outcomes it appended. */
   async resolveDue(): Promise<number> {
-    const { store, pending, feed } = this.deps;
+    const { store, pending, feed, lease } = this.deps;
+    if (lease) {
+      const held = await lease.hold();
+      // Taken over: the heads this process knew may have moved under the last holder.
+      if (held && !this.leased) {
+        this.caughtUp = false;
+        this.heads.clear();
+      }
+      this.leased = held;
+      if (!held) return 0;
+    }
     // A view that went back (rebuilt) catches up again before the resolver works.
     if (pending.checkpoint < this.viewCheckpoint) this.caughtUp = false;
     this.viewCheckpoint = pending.checkpoint;
@@ -137,7 +163,11 @@ export class OutcomeResolver {
     const due = pendingIndex(pending.state)
       .due(feed.kind, now, (market) => (this.markets.get(market)?.retryAt ?? Number.NEGATIVE_INFINITY) > wall)
       .filter(
-        (p) => !this.inFlight.has(p.verdictId) && !this.gaps.has(p.verdictId) && !this.waiting(p, wall),
+        (p) =>
+          !this.inFlight.has(p.verdictId) &&
+          !this.labelled.has(p.verdictId) &&
+          !this.gaps.has(p.verdictId) &&
+          !this.waiting(p, wall),
       );
     if (due.length === 0) return 0;
     if (!this.caughtUp) {
@@ -202,10 +232,11 @@ export class OutcomeResolver {
     return verdict !== undefined && verdict.retryAt > wall;
   }
 
-  /** Backoffs of verdicts no longer pending (labelled elsewhere) and of markets with none pending. */
+  /** What is kept of verdicts no longer pending (labelled, here or elsewhere) and of markets with none pending. */
   private forgetStale(): void {
-    if (this.verdicts.size === 0 && this.markets.size === 0) return;
     const { state } = this.deps.pending;
+    for (const id of this.labelled) if (!(id in state.pending)) this.labelled.delete(id);
+    if (this.verdicts.size === 0 && this.markets.size === 0) return;
     for (const id of this.verdicts.keys()) if (!(id in state.pending)) this.verdicts.delete(id);
     if (this.markets.size === 0) return;
     const index = pendingIndex(state);
@@ -242,7 +273,7 @@ export class OutcomeResolver {
       candles,
     );
     try {
-      await store.append(
+      const result = await store.append(
         outcomeStream(p.verdictId),
         [
           newEvent('VerdictOutcomeResolved', outcome, {
@@ -253,7 +284,15 @@ export class OutcomeResolver {
         ],
         { expectedRevision: 'no_stream' },
       );
+      // The id's repeat is answered as the first append was, not refused (PostgreSQL answers both
+      // alike): taking this hash as the head when another outcome holds the stream would link the
+      // next outcome to one not in the log. This process repeats none of its own (`labelled`).
+      if (result.written === false || (result.written === undefined && !(await this.stored(outcome)))) {
+        this.heads.delete(p.stream);
+        return false;
+      }
       this.heads.set(p.stream, outcome.hash!);
+      this.labelled.add(p.verdictId);
       return true;
     } catch (err) {
       if (err instanceof WrongExpectedRevisionError) {
@@ -263,6 +302,13 @@ export class OutcomeResolver {
       }
       throw err;
     }
+  }
+
+  /** Whether the log's outcome of the verdict is this one (an append that may have been a repeat). */
+  private async stored(outcome: { verdictId: string; hash?: string | undefined }): Promise<boolean> {
+    const [first] = await this.deps.store.readStream(outcomeStream(outcome.verdictId), { maxCount: 1 });
+    const event = first ? parseDomainEvent(first) : null;
+    return event?.type === 'VerdictOutcomeResolved' && event.data.hash === outcome.hash;
   }
 }
 

@@ -301,6 +301,7 @@ export function historySlice(deps: HistorySliceDeps) {
         pending,
         logger: log,
         maxLag: config.PROJECTION_READY_MAX_LAG,
+        ...(adapters.eventStore.lease ? { lease: adapters.eventStore.lease('outcome-resolver') } : {}),
         ...(deps.resolverIntervalMs ? { intervalMs: deps.resolverIntervalMs } : {}),
       });
       resolver.start();
@@ -338,6 +339,7 @@ export function historySlice(deps: HistorySliceDeps) {
           backingOff: resolver?.backingOff ?? 0,
           failedFetches: resolver?.failedFetches ?? 0,
           waitingForView: resolver?.waitingForView ?? true,
+          ...(resolver?.standingBy ? { standingBy: true } : {}),
           ...(resolver?.lastError ? { lastError: resolver.lastError } : {}),
         });
         // Informational: a failed anchor is retried at the next check and never makes the role unready.

@@ -1,0 +1,122 @@
+import { pino } from 'pino';
+import { afterAll, describe, expect, it } from 'vitest';
+import { openPostgresEventStore, type PostgresEventStore } from '../../adapters/event-store/postgres.ts';
+import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
+import { parseDomainEvent } from '../../contracts/events.ts';
+import { ProjectionRunner } from '../../projections/runner.ts';
+import { HOUR, recordHistory } from '../../test/history-harness.ts';
+import {
+  dropSchemas,
+  POSTGRES_URL,
+  shouldRunPostgresSuite,
+  uniqueSchema,
+} from '../../test/postgres-probe.ts';
+import { runHistoryCommand } from './cli-commands.ts';
+import { type PendingOutcomes, pendingOutcomesProjection } from './projections.ts';
+import { OutcomeResolver } from './resolver.ts';
+
+const run = await shouldRunPostgresSuite('two outcome resolvers on one PostgreSQL log');
+const logger = pino({ level: 'silent' });
+const schemas: string[] = [];
+const closing: Array<() => Promise<void>> = [];
+afterAll(async () => {
+  for (const close of closing.splice(0).reverse()) await close();
+  await dropSchemas(schemas);
+});
+
+type Feed = Awaited<ReturnType<typeof recordHistory>>['feed'];
+
+/** One projections process: its own connections to the shared log, its own pending view and resolver. */
+async function projectionsProcess(schema: string, feed: Feed) {
+  const store: PostgresEventStore = await openPostgresEventStore({
+    url: POSTGRES_URL,
+    schema,
+    pollMs: 50,
+    logger,
+  });
+  const pending = new ProjectionRunner<PendingOutcomes>(
+    store,
+    new MemoryProjectionStore(),
+    pendingOutcomesProjection,
+    {
+      logger,
+    },
+  );
+  await pending.start();
+  const resolver = new OutcomeResolver({
+    store,
+    feed,
+    pending,
+    logger,
+    maxLag: 1_000,
+    concurrency: 4,
+    lease: store.lease('outcome-resolver'),
+  });
+  closing.push(async () => {
+    await resolver.stop();
+    if (pending.running) await pending.stop();
+    await store.close();
+  });
+  return { store, pending, resolver };
+}
+
+/** Every outcome in the log, by the verdict it labels. */
+async function outcomesByVerdict(store: PostgresEventStore): Promise<Map<string, number>> {
+  const counts = new Map<string, number>();
+  for (const event of await store.readAll({ maxCount: 100_000 })) {
+    const e = parseDomainEvent(event);
+    if (e?.type === 'VerdictOutcomeResolved')
+      counts.set(e.data.verdictId, (counts.get(e.data.verdictId) ?? 0) + 1);
+  }
+  return counts;
+}
+
+describe.runIf(run)('two outcome resolvers on one PostgreSQL log', () => {
+  it('write one unbroken chain per stream: the second stands by, then takes over from the first', async () => {
+    const schema = uniqueSchema('resolver_lease');
+    schemas.push(schema);
+    const writer = await openPostgresEventStore({ url: POSTGRES_URL, schema, logger });
+    closing.push(() => writer.close());
+    const fx = await recordHistory({ steps: 30, store: writer, settleHours: 0 });
+    closing.push(() => fx.engine.close());
+    const a = await projectionsProcess(schema, fx.feed);
+    const b = await projectionsProcess(schema, fx.feed);
+
+    // Outcomes fall due an hour at a time, and both resolve each hour at once.
+    const verify = async () =>
+      JSON.parse(
+        await runHistoryCommand(['verify', '--store'], { openStore: async () => writer, progress: null }),
+      );
+    for (let h = 0; h < 15; h++) {
+      fx.feed.clock.advance(HOUR);
+      await Promise.all([a.resolver.resolveDue(), b.resolver.resolveDue()]);
+    }
+    expect(a.resolver.resolved + b.resolver.resolved).toBeGreaterThan(0);
+    const firstHalf = await verify();
+    expect(firstHalf.firstBroken ?? null).toBeNull();
+    expect(firstHalf.ok).toBe(true);
+    // One of the two holds the lease; the other resolved nothing.
+    const [holder, standby] = a.resolver.resolved > 0 ? [a, b] : [b, a];
+    expect(standby.resolver.resolved).toBe(0);
+    expect(standby.resolver.standingBy).toBe(true);
+
+    // The holder stops: the other takes over and chains on from the holder's outcomes.
+    await holder.resolver.stop();
+    for (let h = 0; h < 20; h++) {
+      fx.feed.clock.advance(HOUR);
+      await standby.resolver.resolveDue();
+    }
+    expect(standby.resolver.standingBy).toBe(false);
+    expect(standby.resolver.resolved).toBeGreaterThan(0);
+
+    const verdicts = (await writer.readAll({ maxCount: 100_000 })).filter(
+      (e) => e.type === 'VerdictRecorded',
+    ).length;
+    const outcomes = await outcomesByVerdict(writer);
+    expect([...outcomes.values()].every((n) => n === 1)).toBe(true);
+    expect(outcomes.size).toBe(verdicts);
+    const all = await verify();
+    expect(all.firstBroken ?? null).toBeNull();
+    expect(all.ok).toBe(true);
+  }, 120_000);
+});

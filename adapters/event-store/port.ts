@@ -168,12 +168,6 @@ export class StorageFullError extends EventStoreUnavailableError {
 }
 
 /**
- * A log holding an event type this build does not know: a newer version wrote it (types are only
- * ever added). This version cannot read such events, so it refuses the log when it opens it, in
- * one line that says what to do, rather than skip them or fail in whatever reads one first.
- * `unknown` names the type as the store keeps it, `known` the range or count this build knows.
- */
-/**
  * The configured log does not exist and the caller asked not to create it: a command that only
  * reads, on a mistyped DATA_DIR or POSTGRES_SCHEMA, would otherwise answer from a new, empty log
  * ("no keys") as if it were the service's. Thrown before anything is created.
@@ -182,6 +176,12 @@ export class NoEventStoreError extends Error {
   override readonly name = 'NoEventStoreError';
 }
 
+/**
+ * A log holding an event type this build does not know: a newer version wrote it (types are only
+ * ever added). This version cannot read such events, so it refuses the log when it opens it, in
+ * one line that says what to do, rather than skip them or fail in whatever reads one first.
+ * `unknown` names the type as the store keeps it, `known` the range or count this build knows.
+ */
 export class NewerLogError extends Error {
   override readonly name = 'NewerLogError';
   constructor(unknown: string, known: string, where = 'the event log') {

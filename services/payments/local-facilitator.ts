@@ -99,9 +99,9 @@ function noteBalances(args: { functionName?: string; args?: readonly unknown[] }
   const calls = args.args?.[1];
   if (!verification || args.functionName !== 'tryAggregate') return;
   if (!Array.isArray(result) || !Array.isArray(calls)) return;
-  calls.forEach((call: { target?: unknown; callData?: unknown }, i) => {
+  calls.forEach((call: { target?: unknown; callData?: unknown } | null | undefined, i) => {
     const answer = result[i] as { success?: boolean; returnData?: Hex } | undefined;
-    const { target, callData } = call;
+    const { target, callData } = call ?? {};
     if (!answer?.success || !answer.returnData || typeof target !== 'string') return;
     if (typeof callData !== 'string' || !callData.startsWith(BALANCE_OF)) return;
     try {

@@ -244,6 +244,53 @@ describe('DeliveryWorker', () => {
     await worker.drained();
   });
 
+  it("sends a first attempt whose url moved while its sequence event was appended, though the old origin's breaker opened meanwhile", async () => {
+    const store = new HeldSequencing();
+    // Two slots: the hung request holds one, the moved attempt takes the other. One timeout opens the breaker.
+    const { runner, receiver, worker, claim, sub } = await setup(2, store, {
+      breakerTimeouts: 1,
+      timeoutMs: 300,
+    });
+    const moved = await startReceiver(tls);
+    cleanups.push(() => moved.close());
+    receiver.behave = () => 'hang';
+    const hung = worker.submit((await claim(1))!);
+    await receiver.waitFor(1);
+    store.hold();
+    // Admitted at the old origin (its second slot taken there, its breaker still closed), then waits on its append.
+    const claiming = claim(2);
+    await store.waiting;
+    const position = await updateSubscription(
+      store,
+      'key-1',
+      { ...settingsOf(sub), url: moved.url },
+      settingsOf(sub),
+    );
+    await runner.waitFor(position!);
+    // The old origin's request times out: its breaker opens while the moved attempt still holds a slot there.
+    expect(await hung).toMatchObject({ ok: false });
+    store.release();
+    const job = await claiming;
+    expect(job!.slot).not.toBeNull();
+    // Sent to the new url, whose breaker is closed: not held for the old origin's.
+    expect(await worker.submit(job!)).toMatchObject({ ok: true });
+    expect(moved.received).toHaveLength(1);
+    // The old origin's breaker was open all along: a delivery back there is held for it.
+    const back = await updateSubscription(
+      store,
+      'key-1',
+      { ...settingsOf(sub), url: receiver.url },
+      settingsOf(sub),
+    );
+    await runner.waitFor(back!);
+    expect(await worker.submit((await claim(3))!)).toMatchObject({
+      held: true,
+      error: expect.stringContaining('circuit open'),
+    });
+    expect(receiver.received).toHaveLength(1);
+    await worker.drained();
+  });
+
   it('frees the endpoint slot once the response is in, before the outcome is recorded', async () => {
     const { store, receiver, worker, claim } = await setup(1);
     store.hold();

@@ -733,8 +733,14 @@ export class DeliveryWorker {
     reject: (err: unknown) => void,
   ): void {
     let job = submitted;
-    const endpoint = job.slot ?? EndpointQueues.keyOf(job.subscription);
-    const open = this.breakers.peek(endpoint, Date.now());
+    // The request goes to the url the subscription has now, so that endpoint's breaker decides,
+    // even for a job holding a slot of the origin it was claimed at (a PATCH folded meanwhile): the
+    // old origin's open breaker is no reason to hold it, and the slot is only given back there.
+    const current =
+      findSubscription(this.deps.runner.state.subscriptions, job.subscription.id) ?? job.subscription;
+    const target = EndpointQueues.keyOf(current);
+    const endpoint = job.slot ?? target;
+    const open = this.breakers.peek(target, Date.now());
     // Claimed without a slot: its breaker was open when it was claimed. It is never queued
     // claimed (a claim waiting in the queue would pass for a stuck one): it runs now or is held.
     if (job.claimed && !job.slot && !open && this.queues.acquire(endpoint)) job = { ...job, slot: endpoint };

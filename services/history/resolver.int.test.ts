@@ -4,9 +4,13 @@ import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
+import { deterministicId } from '../../contracts/deterministic-id.ts';
 import { newEvent, parseDomainEvent } from '../../contracts/events.ts';
+import { OUTCOME_AFTER_CANDLES, outcomeStream } from '../../contracts/history.ts';
+import type { Exchange } from '../../contracts/market.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
 import { FIXTURE_START, HOUR, MARKETS, recordHistory, syntheticVerdict } from '../../test/history-harness.ts';
+import { resolveOutcome } from './outcome.ts';
 import { type PendingOutcomes, pendingOutcomesProjection } from './projections.ts';
 import { OutcomeResolver } from './resolver.ts';
 
@@ -274,5 +278,72 @@ describe('outcome resolver', () => {
       expect(o.prevHash).toBe(head?.hash ?? null);
       heads.set(o.stream, o);
     }
+  });
+
+  it("leaves a stream's later verdicts until the view folds an outcome another writer appended first", async () => {
+    const { store, feed } = await recordHistory({ steps: 6, settleHours: 0 });
+    const pending = await pendingView(store);
+    const { resolver } = resolverOn(store, feed, pending);
+    // The first verdicts come due and are resolved, their outcomes folded.
+    let first = 0;
+    for (let h = 0; h < 48 && first === 0; h++) {
+      feed.clock.advance(HOUR);
+      first = await resolver.resolveDue();
+    }
+    expect(first).toBeGreaterThan(0);
+    await pending.waitFor(await store.headPosition());
+    await pending.stop({ drainMs: 5_000 });
+    // Three verdicts of each stream left pending come due.
+    const dues = Object.values(pending.state.pending)
+      .map((p) => p.dueAt)
+      .sort((a, b) => a - b);
+    feed.clock.advance(Math.max(0, dues[5]! - feed.now()));
+
+    // Another writer (a resolver that lost its lease mid-tick, a second one on KurrentDB) labels
+    // the oldest pending verdict of a stream from other candles: a valid link, another hash.
+    const next = Object.values(pending.state.pending)
+      .filter((p) => p.dueAt <= feed.now())
+      .sort((a, b) => a.revision - b.revision)[0]!;
+    const [recorded] = await store.readStream(next.stream, { fromRevision: next.revision, maxCount: 1 });
+    const verdict = parseDomainEvent(recorded!);
+    if (verdict?.type !== 'VerdictRecorded') throw new Error('no verdict');
+    const candles = await feed.candles(next.exchange as Exchange, next.coin, next.timeframe, {
+      limit: OUTCOME_AFTER_CANDLES,
+      until: next.dueAt,
+      min: OUTCOME_AFTER_CANDLES,
+    });
+    const ref = { ...next, prevHash: pending.state.heads[next.stream] ?? null };
+    const other = resolveOutcome(
+      ref,
+      verdict.data,
+      candles.map((c) => ({ ...c, close: c.close * 1.01, high: c.high * 1.01 })),
+    );
+    expect(other.hash).not.toBe(resolveOutcome(ref, verdict.data, candles).hash);
+    await store.append(outcomeStream(next.verdictId), [
+      newEvent('VerdictOutcomeResolved', other, { id: deterministicId('verdict-outcome', next.verdictId) }),
+    ]);
+    const laterDue = Object.values(pending.state.pending).filter(
+      (p) => p.stream === next.stream && p.revision > next.revision && p.dueAt <= feed.now(),
+    );
+    expect(laterDue.length).toBeGreaterThan(0);
+
+    // The view has not folded it: the resolver's append of that verdict is a repeat, and the
+    // stream's later verdicts would link to the view's older head beside it.
+    await resolver.resolveDue();
+    await pending.start();
+    await pending.waitFor(await store.headPosition());
+    feed.clock.advance(30 * HOUR);
+    while ((await resolver.resolveDue()) > 0) await pending.waitFor(await store.headPosition());
+
+    const heads = new Map<string, string | null>();
+    let linked = 0;
+    for (const event of await store.readAll()) {
+      const e = parseDomainEvent(event);
+      if (e?.type !== 'VerdictOutcomeResolved' || e.data.verdictStream !== next.stream) continue;
+      if (heads.has(next.stream)) linked++;
+      expect(e.data.prevHash ?? null).toBe(heads.get(next.stream) ?? null);
+      heads.set(next.stream, e.data.hash!);
+    }
+    expect(linked).toBeGreaterThan(laterDue.length);
   });
 });

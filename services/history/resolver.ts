@@ -187,22 +187,28 @@ export class OutcomeResolver {
     for (const list of streams.values()) list.sort((a, b) => a.revision - b.revision);
     let appended = 0;
     await forEachLimited([...streams.values()], this.deps.concurrency ?? 4, async (list) => {
-      for (const p of list) if (await this.resolveQueued(p, clock)) appended++;
+      for (const p of list) {
+        const done = await this.resolveQueued(p, clock);
+        if (done === 'appended') appended++;
+        // Another writer's outcome is the stream's head now, and the view has not folded it: a
+        // later verdict linked to the view's head would sit beside it (a fork). They wait for it.
+        else if (done === 'taken') break;
+      }
     });
     this.resolved += appended;
     return appended;
   }
 
-  /** One verdict of a stream's queue; true when its outcome was appended. */
-  private async resolveQueued(p: PendingVerdict, clock: () => number): Promise<boolean> {
+  /** One verdict of a stream's queue: its outcome appended, left unlabelled for now, or labelled by another writer. */
+  private async resolveQueued(p: PendingVerdict, clock: () => number): Promise<Resolution> {
     // A verdict of the same market may have failed since this tick began.
-    if (this.waiting(p, clock())) return false;
+    if (this.waiting(p, clock())) return 'left';
     this.inFlight.add(p.verdictId);
     try {
-      const appended = await this.resolveOne(p);
+      const done = await this.resolveOne(p);
       this.markets.delete(marketKey(p));
       this.verdicts.delete(p.verdictId);
-      return appended;
+      return done;
     } catch (err) {
       // Candles not there yet (venue down, replay behind): the verdict stays pending.
       if (!(err instanceof MarketDataError)) throw err;
@@ -219,7 +225,7 @@ export class OutcomeResolver {
         backOff(this.markets, marketKey(p), this.intervalMs, cap, clock());
       }
       this.deps.logger.debug({ err, verdictId: p.verdictId }, 'outcome not resolvable yet');
-      return false;
+      return 'left';
     } finally {
       this.inFlight.delete(p.verdictId);
     }
@@ -243,7 +249,7 @@ export class OutcomeResolver {
     for (const key of this.markets.keys()) if (!index.hasMarket(key)) this.markets.delete(key);
   }
 
-  private async resolveOne(p: PendingVerdict): Promise<boolean> {
+  private async resolveOne(p: PendingVerdict): Promise<Resolution> {
     const { store, feed } = this.deps;
     const [recorded] = await store.readStream(p.stream, { fromRevision: p.revision, maxCount: 1 });
     const verdict = recorded ? parseDomainEvent(recorded) : null;
@@ -264,7 +270,7 @@ export class OutcomeResolver {
         { verdictId: p.verdictId, firstOpen: first?.openTime, expected: p.candleCloseTime },
         'candles after the verdict are not contiguous: outcome left unresolved',
       );
-      return false;
+      return 'left';
     }
     const prevHash = this.heads.get(p.stream) ?? this.deps.pending.state.heads[p.stream] ?? null;
     const outcome = resolveOutcome(
@@ -289,16 +295,16 @@ export class OutcomeResolver {
       // next outcome to one not in the log. This process repeats none of its own (`labelled`).
       if (result.written === false || (result.written === undefined && !(await this.stored(outcome)))) {
         this.heads.delete(p.stream);
-        return false;
+        return 'taken';
       }
       this.heads.set(p.stream, outcome.hash!);
       this.labelled.add(p.verdictId);
-      return true;
+      return 'appended';
     } catch (err) {
       if (err instanceof WrongExpectedRevisionError) {
         // Labelled by another writer: the stream's head is the view's once it folds that outcome.
         this.heads.delete(p.stream);
-        return false;
+        return 'taken';
       }
       throw err;
     }
@@ -311,6 +317,9 @@ export class OutcomeResolver {
     return event?.type === 'VerdictOutcomeResolved' && event.data.hash === outcome.hash;
   }
 }
+
+/** What became of one due verdict: 'taken' when another writer's outcome holds its stream. */
+type Resolution = 'appended' | 'left' | 'taken';
 
 /**
  * Doubles the key's wait, from the tick interval up to `cap`. Siblings that were already in

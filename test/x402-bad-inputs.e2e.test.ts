@@ -457,6 +457,28 @@ describe('a POST without payment is quoted whatever its body; the body is judged
   });
 });
 
+describe('a request refused before its caller is known', () => {
+  it('two Authorization or Host fields → 400 BAD_REQUEST without `_service`, as on /api: neither key is read', async () => {
+    const body = JSON.stringify(BODY);
+    const json = 'Content-Type: application/json';
+    const key = `Bearer sk_live_${'a'.repeat(43)}`;
+    for (const [header, lines] of [
+      ['Authorization', [json, `Authorization: ${key}`, 'Authorization: Bearer other']],
+      ['Authorization', [json, 'Authorization: Basic x', `Authorization: ${key}`]],
+      ['Host', [json, 'Host: 127.0.0.2']],
+    ] as [string, string[]][]) {
+      expect(await rawPost(lines, body), lines.join(' | ')).toEqual({
+        status: 400,
+        body: {
+          code: 'BAD_REQUEST',
+          message: `${header} was sent more than once; send it exactly once`,
+          retryable: false,
+        },
+      });
+    }
+  });
+});
+
 describe('invalid_content_type', () => {
   const body = JSON.stringify(BODY);
   it('Content-Type sent twice → 400', async () => {

@@ -197,7 +197,12 @@ class PaidRoutes {
         // retrying is no use (a 409 payment_already_used: sign a new authorisation).
         retryable: error.retryable,
         ...error.body,
-        _service: await this.serviceOf(request),
+        // None for a request refused before the caller hook ran (a repeated Host or Authorization,
+        // refused by the api's onRequest hook): no caller is known, and which key it would be is
+        // the question it was refused for, so no `_service` is made up from the first field, as on /api.
+        ...(request.caller === null && request.callerRefused === null
+          ? {}
+          : { _service: await this.serviceOf(request) }),
       })),
     );
   }
@@ -421,7 +426,8 @@ class PaidRoutes {
  * neither key nor payment, the 402 quote whatever the body; otherwise the body (400), then either
  * the key's plan quota (no payment attached, key applied: 200 or 429 with a quote to pay instead)
  * or payment (402, then the paid flow of payment-flow.ts). Every
- * answer carries `_service`. The plugin owns its body parsing so that a doubled or merged
+ * answer carries `_service`, but a refusal given before the caller is known (a repeated Host or
+ * Authorization). The plugin owns its body parsing so that a doubled or merged
  * Content-Type reaches the handler as `invalid_content_type` instead of Fastify's 415.
  */
 export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {

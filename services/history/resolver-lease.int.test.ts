@@ -1,6 +1,8 @@
+import pg from 'pg';
 import { pino } from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
 import { openPostgresEventStore, type PostgresEventStore } from '../../adapters/event-store/postgres.ts';
+import { leaseLockKey } from '../../adapters/event-store/postgres-lease.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import { parseDomainEvent } from '../../contracts/events.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
@@ -118,5 +120,76 @@ describe.runIf(run)('two outcome resolvers on one PostgreSQL log', () => {
     const all = await verify();
     expect(all.firstBroken ?? null).toBeNull();
     expect(all.ok).toBe(true);
+  }, 120_000);
+
+  it("hands the lease over when the holder's connection dies, and gives it back when the store closes", async () => {
+    const schema = uniqueSchema('resolver_lease_death');
+    schemas.push(schema);
+    const writer = await openPostgresEventStore({ url: POSTGRES_URL, schema, logger });
+    closing.push(() => writer.close());
+    const fx = await recordHistory({ steps: 40, store: writer, settleHours: 0 });
+    closing.push(() => fx.engine.close());
+    const a = await projectionsProcess(schema, fx.feed);
+    const b = await projectionsProcess(schema, fx.feed);
+    const admin = new pg.Client({ connectionString: POSTGRES_URL });
+    await admin.connect();
+    closing.push(() => admin.end());
+    // The session holding the resolver's lock on this schema, if any.
+    const key = leaseLockKey(schema, 'outcome-resolver');
+    const holderPid = async () => {
+      const { rows } = await admin.query<{ pid: number }>(
+        `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1
+         AND classid = $1::bigint::oid AND objid = $2::bigint::oid`,
+        [String(BigInt.asUintN(64, key) >> 32n), String(BigInt.asUintN(32, key))],
+      );
+      return rows[0]?.pid ?? null;
+    };
+    const tickBoth = async (hours: number) => {
+      for (let h = 0; h < hours; h++) {
+        fx.feed.clock.advance(HOUR);
+        await a.resolver.resolveDue();
+        await b.resolver.resolveDue();
+      }
+    };
+
+    await tickBoth(5);
+    const [holder, standby] = a.resolver.resolved > 0 ? [a, b] : [b, a];
+    expect(standby.resolver.standingBy).toBe(true);
+    const pid = await holderPid();
+    expect(pid).not.toBeNull();
+
+    // An operator (or a proxy) ends the holder's lease session; its pool connections live on.
+    await admin.query('SELECT pg_terminate_backend($1)', [pid]);
+    while ((await holderPid()) === pid) await new Promise((resolve) => setImmediate(resolve));
+    await standby.resolver.resolveDue();
+    expect(standby.resolver.standingBy).toBe(false);
+    const before = holder.resolver.resolved;
+    await holder.resolver.resolveDue();
+    expect(holder.resolver.standingBy).toBe(true);
+    await tickBoth(5);
+    expect(holder.resolver.resolved).toBe(before);
+    expect(standby.resolver.resolved).toBeGreaterThan(0);
+
+    // The standby's store closes (its resolver never stopped): the lock goes with it.
+    await standby.store.close();
+    expect(await holderPid()).toBeNull();
+    for (let h = 0; h < 20; h++) {
+      fx.feed.clock.advance(HOUR);
+      await holder.resolver.resolveDue();
+    }
+    expect(holder.resolver.standingBy).toBe(false);
+    expect(holder.resolver.resolved).toBeGreaterThan(before);
+
+    const verdicts = (await writer.readAll({ maxCount: 100_000 })).filter(
+      (e) => e.type === 'VerdictRecorded',
+    ).length;
+    const outcomes = await outcomesByVerdict(writer);
+    expect([...outcomes.values()].every((n) => n === 1)).toBe(true);
+    expect(outcomes.size).toBe(verdicts);
+    const report = JSON.parse(
+      await runHistoryCommand(['verify', '--store'], { openStore: async () => writer, progress: null }),
+    );
+    expect(report.firstBroken ?? null).toBeNull();
+    expect(report.ok).toBe(true);
   }, 120_000);
 });

@@ -72,8 +72,14 @@ export const TUNED_SETS = [
  * platform after "on", "should I", HOLD) and 40 off-topic probes (another exchange's, wallet's or
  * platform's product, a chain's gas, trading advice and forecasts, tax, a few far ones), 6 of them
  * answered grounded before that change and 3 after it, so it has no floor yet.
+ *
+ * tuning17.json: in sample from the start, written for the picker's seventeenth lever round
+ * before the chat was asked them and committed before any change of that round: 45 questions of a
+ * security engineer reviewing a self-hosted deployment (key storage, webhook secrets and
+ * signatures, the SSRF guard, CORS and page headers, rate limits, OAuth sign-in, tamper evidence)
+ * and 10 near-topic security probes about other products.
  */
-export const SPENT_SETS = ['tuning15.json', 'tuning16.json'] as const;
+export const SPENT_SETS = ['tuning15.json', 'tuning16.json', 'tuning17.json'] as const;
 
 /**
  * Sets never tuned on, scored by the CLI only when named (main.ts), never by a test a picker

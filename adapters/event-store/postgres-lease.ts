@@ -17,6 +17,8 @@ export function leaseLockKey(schema: string, name: string): bigint {
  */
 export class PostgresLease implements Lease {
   private client: pg.Client | null = null;
+  /** The connection being opened: asks that overlap share it, so no session holds the lock unseen. */
+  private connecting: Promise<pg.Client> | null = null;
   private held = false;
   private released = false;
   private readonly key: string;
@@ -36,7 +38,7 @@ export class PostgresLease implements Lease {
   async hold(): Promise<boolean> {
     if (this.released) return false;
     try {
-      const client = this.client ?? (await this.connect());
+      const client = this.client ?? (await this.opened());
       if (this.held) {
         await client.query('SELECT 1');
         return true;
@@ -59,6 +61,13 @@ export class PostgresLease implements Lease {
     this.client = null;
     this.held = false;
     await client?.end().catch(() => undefined);
+  }
+
+  private opened(): Promise<pg.Client> {
+    this.connecting ??= this.connect().finally(() => {
+      this.connecting = null;
+    });
+    return this.connecting;
   }
 
   private async connect(): Promise<pg.Client> {

@@ -1,0 +1,55 @@
+import pg from 'pg';
+import { afterAll, describe, expect, it } from 'vitest';
+import {
+  dropSchemas,
+  POSTGRES_URL,
+  shouldRunPostgresSuite,
+  uniqueSchema,
+} from '../../test/postgres-probe.ts';
+import { openPostgresEventStore } from './postgres.ts';
+
+const run = await shouldRunPostgresSuite('PostgreSQL lease');
+const schemas: string[] = [];
+const closing: Array<() => Promise<void>> = [];
+afterAll(async () => {
+  for (const close of closing.splice(0).reverse()) await close();
+  await dropSchemas(schemas);
+});
+
+/** Sessions open under the lease's application name. */
+async function leaseSessions(schema: string, name: string): Promise<number> {
+  const client = new pg.Client({ connectionString: POSTGRES_URL });
+  await client.connect();
+  try {
+    const { rows } = await client.query<{ n: string }>(
+      'SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = $1',
+      [`es-lease:${schema}:${name}`],
+    );
+    return Number(rows[0]!.n);
+  } finally {
+    await client.end();
+  }
+}
+
+describe.runIf(run)('PostgreSQL lease', () => {
+  // Two first asks at once each opened a session; the one left behind could hold the lock with
+  // nothing to give it back (not even release), so no process on the log could take it again.
+  it('asked twice at once, holds it on one session and gives it back on release', async () => {
+    const schema = uniqueSchema('lease_once');
+    schemas.push(schema);
+    const a = await openPostgresEventStore({ url: POSTGRES_URL, schema });
+    closing.push(() => a.close());
+    const b = await openPostgresEventStore({ url: POSTGRES_URL, schema });
+    closing.push(() => b.close());
+
+    const lease = a.lease('twice');
+    expect(await Promise.all([lease.hold(), lease.hold()])).toEqual([true, true]);
+    expect(await leaseSessions(schema, 'twice')).toBe(1);
+    const other = b.lease('twice');
+    expect(await other.hold()).toBe(false);
+
+    await lease.release();
+    expect(await other.hold()).toBe(true);
+    await other.release();
+  });
+});

@@ -7,6 +7,7 @@ import {
   uniqueSchema,
 } from '../../test/postgres-probe.ts';
 import { openPostgresEventStore } from './postgres.ts';
+import { LEASE_KEEPALIVE } from './postgres-lease.ts';
 
 const run = await shouldRunPostgresSuite('PostgreSQL lease');
 const schemas: string[] = [];
@@ -51,5 +52,24 @@ describe.runIf(run)('PostgreSQL lease', () => {
     await lease.release();
     expect(await other.hold()).toBe(true);
     await other.release();
+  });
+
+  // A half-open lease session keeps its lock until the server's keepalive finds it dead: with the
+  // kernel's default (7,200 s idle) no process on the log could take the lease for over two hours.
+  it("asks the server to probe its session, so a half-open holder's lock is given back in seconds", async () => {
+    const schema = uniqueSchema('lease_keepalive');
+    schemas.push(schema);
+    const store = await openPostgresEventStore({ url: POSTGRES_URL, schema });
+    closing.push(() => store.close());
+    const lease = store.lease('probed');
+    expect(await lease.hold()).toBe(true);
+    // The session's own settings, read on the lease's connection (no view shows another session's).
+    const session = (lease as unknown as { client: pg.Client }).client;
+    const setting = async (name: string) =>
+      Number((await session.query<{ v: string }>(`SELECT current_setting('${name}') AS v`)).rows[0]!.v);
+    expect(await setting('tcp_keepalives_idle')).toBe(LEASE_KEEPALIVE.idle);
+    expect(await setting('tcp_keepalives_interval')).toBe(LEASE_KEEPALIVE.interval);
+    expect(await setting('tcp_keepalives_count')).toBe(LEASE_KEEPALIVE.count);
+    await lease.release();
   });
 });

@@ -7,6 +7,7 @@ import { DuckDBInstance } from '@duckdb/node-api';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { HISTORY_COLUMNS, type HistoryRow, TrackRecordResponse } from '../../contracts/history.ts';
 import { recordHistory, startHistoryServer } from '../../test/history-harness.ts';
+import { DEFAULT_HOLD_BAND } from '../engine/signals/verdict.ts';
 import { KINDS } from './writers.ts';
 
 const exec = promisify(execFile);
@@ -128,6 +129,27 @@ describe('an analyst with a key, through npm run history and DuckDB', () => {
         expect(Number(l.would_be_calls)).toBe(n);
         expect(Math.abs(Number(l.mean_net_bps) - (mean as number))).toBeLessThanOrEqual(0.005 + 1e-9);
       });
+      // The README's clause for the evaluation's set: its would-be calls leave out the leans
+      // inside the HOLD band (|score| below it), which the one-liner counts.
+      const clause = `AND abs(score) >= ${DEFAULT_HOLD_BAND}`;
+      expect(readmeText).toContain(`\`${clause}\``);
+      const outsideBand = (
+        await connection.runAndReadAll(
+          printed
+            .replace("read_parquet('exports/verdicts/*.parquet')", files)
+            .replace(
+              'WHERE lean_net_centi_bps IS NOT NULL',
+              `WHERE lean_net_centi_bps IS NOT NULL ${clause}`,
+            ),
+        )
+      ).getRowObjectsJson();
+      const kept = rows.filter(
+        (r) => r.lean !== null && r.return_6 !== null && Math.abs(r.score ?? 0) >= DEFAULT_HOLD_BAND,
+      );
+      expect(outsideBand.reduce((n, l) => n + Number(l.would_be_calls), 0)).toBe(kept.length);
+      // The fixture's history has leans on both sides of the band, so the clause is seen to act.
+      expect(kept.length).toBeGreaterThan(0);
+      expect(kept.length).toBeLessThan(expected.reduce((n, [, c]) => n + (c as number), 0));
       // The perp cell answers HOLD only: without the lean its would-be figure could not be had.
       expect(live.lines.find((l) => l.exchange === 'BINANCE')!.calls).toBe(0);
 

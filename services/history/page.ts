@@ -319,7 +319,7 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
     note.textContent = 'Only ' + b.length + ' confidence bucket' + (b.length === 1 ? '' : 's') + ' of 10 points hold' +
         (b.length === 1 ? 's' : '') + ' calls (' + calls + ' calls, confidence ' + b[0].from + '–' +
         b[b.length - 1].to + '): confidence comes from a coarse calibration curve whose steps each hold ' +
-        'a fifth of the training calls, so the calls sold share a few values and the chart has few points.';
+        'at least a tenth of the training calls, so the calls sold share a few values and the chart has few points.';
     note.hidden = false;
   }
   // A figure that is not 0 never prints as ±0.00 (which reads as touching 0, or as below it when it

@@ -16,9 +16,12 @@ import {
   START,
   STREAM_EXISTS,
   StreamNotFoundError,
+  UnavailableError,
   WrongExpectedVersionError,
 } from '@kurrent/kurrentdb-client';
 import type { AppendResult, ExpectedRevision, NewEvent, RecordedEvent } from '../../contracts/envelope.ts';
+import { maskUrlCredentials } from '../../contracts/mask-url.ts';
+import { DependencyRefusedError } from '../dependency-refused.ts';
 import { findIdempotentAppend, freshEventIds } from './idempotency.ts';
 import {
   checkExpected,
@@ -47,10 +50,28 @@ interface EnvelopeMetadata {
   recordedAt?: string;
 }
 
+/**
+ * Reads the log's head once before anything else, so that a server out of reach stops the start
+ * (and an operator command) with a line naming KurrentDB, its address and KURRENTDB_URL, as
+ * PostgreSQL's does, rather than the client's bare `UnavailableError` at some later first read.
+ */
 export async function connectKurrentEventStore(
   options: KurrentDbEventStoreOptions,
 ): Promise<KurrentDbEventStore> {
-  return new KurrentDbEventStore(options);
+  const store = new KurrentDbEventStore(options);
+  try {
+    await store.headPosition();
+  } catch (err) {
+    await store.close().catch(() => undefined);
+    if (err instanceof UnavailableError)
+      throw new DependencyRefusedError(
+        `KurrentDB at ${maskUrlCredentials(options.connectionString)} (KURRENTDB_URL) is unreachable: ${err.message}. ` +
+          "Start the server, or correct KURRENTDB_URL's host and port; start this process again once it answers, or let its supervisor restart it",
+        { cause: err },
+      );
+    throw err;
+  }
+  return store;
 }
 
 /**

@@ -72,4 +72,23 @@ describe.runIf(run)('PostgreSQL lease', () => {
     expect(await setting('tcp_keepalives_count')).toBe(LEASE_KEEPALIVE.count);
     await lease.release();
   });
+
+  // node-postgres takes a url's own `options` over the config's: the keepalive goes into them.
+  it('keeps the keepalive and the settings of a POSTGRES_URL that carries options of its own', async () => {
+    const schema = uniqueSchema('lease_url_options');
+    schemas.push(schema);
+    const url = new URL(POSTGRES_URL);
+    url.searchParams.set('options', '-c statement_timeout=12345');
+    const store = await openPostgresEventStore({ url: url.toString(), schema });
+    closing.push(() => store.close());
+    const lease = store.lease('own-options');
+    expect(await lease.hold()).toBe(true);
+    const session = (lease as unknown as { client: pg.Client }).client;
+    const setting = async (name: string) =>
+      (await session.query<{ v: string }>(`SELECT current_setting('${name}') AS v`)).rows[0]!.v;
+    expect(await setting('statement_timeout')).toBe('12345ms');
+    expect(Number(await setting('tcp_keepalives_idle'))).toBe(LEASE_KEEPALIVE.idle);
+    expect(Number(await setting('tcp_keepalives_count'))).toBe(LEASE_KEEPALIVE.count);
+    await lease.release();
+  });
 });

@@ -346,4 +346,60 @@ describe('outcome resolver', () => {
     }
     expect(linked).toBeGreaterThan(laterDue.length);
   });
+
+  it("links to the view's head once the view has folded its own last outcome, not to that outcome", async () => {
+    const { store, feed } = await recordHistory({ steps: 6, settleHours: 0 });
+    const pending = await pendingView(store);
+    const { resolver } = resolverOn(store, feed, pending);
+    // The heads this resolver chained, one per stream it appended on.
+    const own = (resolver as unknown as { heads: Map<string, unknown> }).heads;
+    const ownPending = () =>
+      Object.values(pending.state.pending)
+        .filter((p) => own.has(p.stream))
+        .sort((a, b) => a.dueAt - b.dueAt || a.revision - b.revision);
+    for (let h = 0; h < 48 && ownPending().length < 2; h++) {
+      feed.clock.advance(HOUR);
+      await resolver.resolveDue();
+      await pending.waitFor(await store.headPosition());
+    }
+    // Another writer (a resolver that lost its lease mid-tick, a second one on KurrentDB) labels the
+    // next verdict of a stream this one chained, linked to its last outcome, and the view folds it.
+    const next = ownPending().find((p) =>
+      ownPending().some((q) => q.stream === p.stream && q.revision > p.revision),
+    );
+    if (next === undefined) throw new Error('no stream with two pending verdicts after an own outcome');
+    feed.clock.advance(Math.max(0, next.dueAt - feed.now()));
+    const [recorded] = await store.readStream(next.stream, { fromRevision: next.revision, maxCount: 1 });
+    const verdict = parseDomainEvent(recorded!);
+    if (verdict?.type !== 'VerdictRecorded') throw new Error('no verdict');
+    const candles = await feed.candles(next.exchange as Exchange, next.coin, next.timeframe, {
+      limit: OUTCOME_AFTER_CANDLES,
+      until: next.dueAt,
+      min: OUTCOME_AFTER_CANDLES,
+    });
+    const other = resolveOutcome(
+      { ...next, prevHash: pending.state.heads[next.stream] ?? null },
+      verdict.data,
+      candles,
+    );
+    await store.append(outcomeStream(next.verdictId), [
+      newEvent('VerdictOutcomeResolved', other, { id: deterministicId('verdict-outcome', next.verdictId) }),
+    ]);
+    await pending.waitFor(await store.headPosition());
+    expect(next.verdictId in pending.state.pending).toBe(false);
+
+    feed.clock.advance(30 * HOUR);
+    while ((await resolver.resolveDue()) > 0) await pending.waitFor(await store.headPosition());
+
+    const heads = new Map<string, string | null>();
+    let linked = 0;
+    for (const event of await store.readAll()) {
+      const e = parseDomainEvent(event);
+      if (e?.type !== 'VerdictOutcomeResolved' || e.data.verdictStream !== next.stream) continue;
+      if (heads.has(next.stream)) linked++;
+      expect(e.data.prevHash ?? null).toBe(heads.get(next.stream) ?? null);
+      heads.set(next.stream, e.data.hash!);
+    }
+    expect(linked).toBeGreaterThan(1);
+  });
 });

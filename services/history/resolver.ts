@@ -70,8 +70,8 @@ export class OutcomeResolver {
   private readonly verdicts = new Map<string, Backoff>();
   /** Verdicts this process labelled that the pending view has not folded yet: not resolved again. */
   private readonly labelled = new Set<string>();
-  /** Verdict stream → hash of the last outcome this process chained on it. */
-  private readonly heads = new Map<string, string>();
+  /** Verdict stream → the last outcome this process chained on it, and its position in the log. */
+  private readonly heads = new Map<string, { hash: string; position: number }>();
   /** This process held the resolver's lease at its last tick (always, without a lease). */
   private leased = false;
   /** The pending view has come within `maxLag` of the head since it last started from scratch. */
@@ -272,7 +272,13 @@ export class OutcomeResolver {
       );
       return 'left';
     }
-    const prevHash = this.heads.get(p.stream) ?? this.deps.pending.state.heads[p.stream] ?? null;
+    // This process's last outcome until the view has folded it; then the view's head, which holds
+    // any outcome another writer appended after it as well (linking to ours would fork the chain).
+    const own = this.heads.get(p.stream);
+    const prevHash =
+      own !== undefined && this.deps.pending.checkpoint < own.position
+        ? own.hash
+        : (this.deps.pending.state.heads[p.stream] ?? null);
     const outcome = resolveOutcome(
       { verdictId: p.verdictId, stream: p.stream, revision: p.revision, prevHash },
       verdict.data,
@@ -297,7 +303,7 @@ export class OutcomeResolver {
         this.heads.delete(p.stream);
         return 'taken';
       }
-      this.heads.set(p.stream, outcome.hash!);
+      this.heads.set(p.stream, { hash: outcome.hash!, position: result.position });
       this.labelled.add(p.verdictId);
       return 'appended';
     } catch (err) {

@@ -73,7 +73,7 @@ describe.runIf(run)('PostgreSQL lease', () => {
     await lease.release();
   });
 
-  // node-postgres takes a url's own `options` over the config's: the keepalive goes into them.
+  // node-postgres takes a url's own `options` over any given beside it: the keepalive is not one.
   it('keeps the keepalive and the settings of a POSTGRES_URL that carries options of its own', async () => {
     const schema = uniqueSchema('lease_url_options');
     schemas.push(schema);

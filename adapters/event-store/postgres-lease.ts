@@ -6,29 +6,6 @@ import type { Lease } from './port.ts';
 /** Server-side keepalive of a lease's session, in seconds (idle, between probes) and probes. */
 export const LEASE_KEEPALIVE = { idle: 15, interval: 5, count: 3 } as const;
 
-/**
- * The lease session's connection string and server settings. The server gives the lock back only
- * when it sees this session gone. A half-open connection (the holder's host or link lost without a
- * close) would otherwise keep it for the kernel's default keepalive, over two hours, with the holder
- * standing by and no resolver anywhere: the server probes this session after 15 s idle and drops it
- * about 30 s after it went silent. node-postgres takes a url's own `options` over the config's, so
- * where the url has some the keepalive goes into them, first, so that the url's own settings
- * (a tcp_keepalives_* of its own too) keep theirs.
- */
-export function leaseConnection(url: string): { connectionString: string; options?: string } {
-  const keepalive = `-c tcp_keepalives_idle=${LEASE_KEEPALIVE.idle} -c tcp_keepalives_interval=${LEASE_KEEPALIVE.interval} -c tcp_keepalives_count=${LEASE_KEEPALIVE.count}`;
-  let parsed: URL;
-  try {
-    parsed = new URL(url);
-  } catch {
-    return { connectionString: url, options: keepalive };
-  }
-  const own = parsed.searchParams.get('options');
-  if (own === null) return { connectionString: url, options: keepalive };
-  parsed.searchParams.set('options', `${keepalive} ${own}`);
-  return { connectionString: parsed.toString() };
-}
-
 /** The advisory lock key (one bigint) of lease `name` on the log of `schema`. */
 export function leaseLockKey(schema: string, name: string): bigint {
   return createHash('sha256').update(`lease:${schema}:${name}`).digest().readBigInt64BE(0);
@@ -98,7 +75,7 @@ export class PostgresLease implements Lease {
 
   private async connect(): Promise<pg.Client> {
     const client = new pg.Client({
-      ...leaseConnection(this.options.url),
+      connectionString: this.options.url,
       connectionTimeoutMillis: this.options.connectTimeoutMs ?? 2_000,
       // A round trip that hangs (a half-open connection) counts as the lease lost, not as a wait.
       query_timeout: 10_000,
@@ -109,6 +86,20 @@ export class PostgresLease implements Lease {
       if (this.client === client) this.drop(err);
     });
     await client.connect();
+    // The server gives the lock back only when it sees this session gone. A half-open connection
+    // (the holder's host or link lost without a close) would otherwise keep it for the kernel's
+    // default keepalive, over two hours, with the holder standing by and no resolver anywhere: the
+    // server probes this session after 15 s idle and drops it about 30 s after it went silent. Set
+    // once connected rather than as a startup `options`: a url's own `options` would replace those,
+    // and a pooler in session mode (PgBouncer) refuses startup parameters it does not know.
+    await client
+      .query(
+        `SET tcp_keepalives_idle = ${LEASE_KEEPALIVE.idle}; SET tcp_keepalives_interval = ${LEASE_KEEPALIVE.interval}; SET tcp_keepalives_count = ${LEASE_KEEPALIVE.count}`,
+      )
+      .catch(async (err) => {
+        await client.end().catch(() => undefined);
+        throw err;
+      });
     if (this.released) {
       await client.end().catch(() => undefined);
       throw new Error('lease released');

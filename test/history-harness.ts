@@ -135,8 +135,10 @@ export async function startHistoryServer(options: {
     },
     /** Resolves every due outcome now and waits until the track record has folded them. */
     async settle() {
-      await slice.pending.waitFor(await options.store.headPosition());
-      await slice.processors[0]!.resolveDue();
+      // Until a pass appends nothing: a stream whose verdict a pass finds labelled by another
+      // writer waits for the next pass, and a pass appends only what its view has caught up to.
+      do await slice.pending.waitFor(await options.store.headPosition());
+      while ((await slice.processors[0]!.resolveDue()) > 0);
       await slice.trackRecord.waitFor(await options.store.headPosition());
       await slice.pending.waitFor(await options.store.headPosition());
     },

@@ -61,6 +61,8 @@ export class OutcomeResolver {
   readonly name = 'outcome-resolver';
   private timer: NodeJS.Timeout | null = null;
   private tick: Promise<void> | null = null;
+  /** The last pass asked for: the next one starts after it (see resolveDue). */
+  private pass: Promise<unknown> = Promise.resolve();
   private readonly inFlight = new Set<string>();
   /** Verdicts whose following candles have a gap: never labelled, reported once. */
   private readonly gaps = new Set<string>();
@@ -137,11 +139,25 @@ export class OutcomeResolver {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
     await this.tick;
+    await this.pass;
     await this.deps.lease?.release();
   }
 
-  /** Resolves every verdict that is due now; returns how many outcomes it appended. */
-  async resolveDue(): Promise<number> {
+  /**
+   * Resolves every verdict that is due now; returns how many outcomes it appended. A pass already
+   * under way (the timer's) is waited for: two passes of one process side by side would each take
+   * the other's appends for another writer's and leave those streams to a later pass.
+   */
+  resolveDue(): Promise<number> {
+    const pass = this.pass.then(
+      () => this.resolvePass(),
+      () => this.resolvePass(),
+    );
+    this.pass = pass.catch(() => undefined);
+    return pass;
+  }
+
+  private async resolvePass(): Promise<number> {
     const { store, pending, feed, lease } = this.deps;
     if (lease) {
       const held = await lease.hold();

@@ -6,7 +6,7 @@ import {
   LogController,
 } from 'fastify';
 import { type Bindings, type ChildLoggerOptions, type Logger, stdTimeFunctions, symbols } from 'pino';
-import { LIVE_KEY_PREFIX } from '../keys/key-material.ts';
+import { hasKeyText, isCredentialParam, KEY_TEXT } from '../shared/credential-params.ts';
 import { REDACTED } from '../shared/logger.ts';
 
 /**
@@ -112,38 +112,6 @@ export class OneLinePerRequest extends LogController {
 const INFO = 30;
 
 /**
- * Query parameters whose value is a secret, by name (decoded, any case): an API key, a token, an
- * OAuth code, a secret, a password or a signature, alone or as the last word of a longer name,
- * after `_ . -` (`api_key`, `access_token`, `client_secret`) or in camelCase (`accessToken`,
- * `clientSecret`, `privateKey`, `clientAPIToken`, `userAPIKey`). A camelCase `Code` is one too
- * (`authCode`, `otpCode`, `verificationCode`, `resetCode`, `inviteCode`), bar the plain names in
- * PLAIN_NAMES.
- */
-const SECRET_WORDS =
-  'key|apikey|token|code|secret|password|passwd|pwd|signature|sig|auth|authorization|session|credentials?|jwt';
-const SECRET_NAME = new RegExp(`(?:^|[_.-])(?:${SECRET_WORDS})$`, 'i');
-const CAMEL_SECRET_WORD = new RegExp(`^(?:${SECRET_WORDS})$`, 'i');
-/** Names ending in a secret word whose values are plain (lower case; matched in any case). */
-const PLAIN_NAMES = new Set(['errorcode', 'statuscode', 'zipcode']);
-/**
- * A camelCase name's last word, when it has more than one: a capital and what follows in lower
- * case (`Token`), or a run of capitals (`TOKEN`); a run of capitals followed by a word ends
- * before that word's capital (`clientAPIToken`: `client`, `API`, `Token`).
- */
-const CAMEL_LAST_WORD = /.([A-Z][a-z0-9]+|[A-Z][A-Z0-9]*)$/;
-
-function isSecretName(name: string): boolean {
-  if (PLAIN_NAMES.has(name.toLowerCase())) return false;
-  if (SECRET_NAME.test(name)) return true;
-  const last = CAMEL_LAST_WORD.exec(name)?.[1];
-  return last !== undefined && CAMEL_SECRET_WORD.test(last);
-}
-/** Not a prefix this service issues (its keys start LIVE_KEY_PREFIX); a test key's text is redacted alike. */
-const TEST_KEY_PREFIX = 'sk_test_';
-/** Text of an API key (live or test), wherever it appears: in any parameter's value, or in the path. */
-const KEY_TEXT = new RegExp(`(?:${LIVE_KEY_PREFIX}|${TEST_KEY_PREFIX})[^/?&#]*`, 'g');
-
-/**
  * The request URL as logged: the value of each query parameter named like a secret, or holding a
  * key, replaced by [redacted], and key text in the path too. A key sent in the query string (which
  * the API refuses: keys go in Authorization) was written whole to the access log. A URL without a
@@ -178,26 +146,6 @@ export function withoutCredentialParams(url: string): string {
   const kept = params.filter((param) => !isCredentialParam(param));
   if (kept.length === params.length) return url;
   return kept.length === 0 ? url.slice(0, q) : `${url.slice(0, q)}?${kept.join('&')}`;
-}
-
-/** A query parameter (`name=value` as sent) named like a secret or holding key text; a bare value holding key text. */
-function isCredentialParam(param: string): boolean {
-  const eq = param.indexOf('=');
-  if (eq === -1) return hasKeyText(decoded(param));
-  return isSecretName(decoded(param.slice(0, eq))) || hasKeyText(decoded(param.slice(eq + 1)));
-}
-
-function hasKeyText(text: string): boolean {
-  return text.includes(LIVE_KEY_PREFIX) || text.includes(TEST_KEY_PREFIX);
-}
-
-/** A query component decoded as a form value (`+` a space); as it is when it is not valid. */
-function decoded(component: string): string {
-  try {
-    return decodeURIComponent(component.replace(/\+/g, ' '));
-  } catch {
-    return component;
-  }
 }
 
 /**

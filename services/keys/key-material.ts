@@ -1,7 +1,8 @@
 import { hash, randomBytes } from 'node:crypto';
+import { LIVE_KEY_PREFIX } from '../shared/credential-params.ts';
 
-/** Every live key starts with this, so leaked keys are easy to spot and scan for. */
-export const LIVE_KEY_PREFIX = 'sk_live_';
+/** Every live key starts with this (defined beside the rule that finds key text in URLs). */
+export { LIVE_KEY_PREFIX };
 
 /** 32 random bytes (256 bits) in base64url: 43 characters after the prefix. */
 const KEY_BODY_BYTES = 32;

@@ -8,6 +8,7 @@ import { isWellFormedKey } from '../keys/key-material.ts';
 import type { KeyRecord } from '../keys/key-registry.ts';
 import { type KeyLookup, type KeyResolver, KeyUnverifiableError } from '../keys/key-resolver.ts';
 import { setBounded } from '../shared/bounded-map.ts';
+import { credentialParamName } from '../shared/credential-params.ts';
 import type { QuotaMeter } from './quota-meter.ts';
 import type { AuthBlock, ServiceMeta } from './service-meta.ts';
 import { type QuotaSubject, REMEMBERED_SUBJECTS } from './windows.ts';
@@ -201,8 +202,6 @@ type CallerRequest = {
 const OTHER_KEY_HEADERS = ['x-api-key', 'api-key', 'apikey', 'x-auth-token', 'x-access-token'];
 const BEARER = /^Bearer +(\S+) *$/i;
 const HINT = 'a key applies only as the header "Authorization: Bearer <key>"';
-/** A query parameter whose value is shaped like one of our keys (`?api_key=sk_live_…`): its name. */
-const QUERY_KEY = /[?&]([^=&#]{1,64})=sk_live_/;
 
 /** The key a request presents (only `Authorization: Bearer <key>`), else its anonymous caller, saying why. */
 export function credentialOf({ headers, clientAddress, url }: CallerRequest): string | Caller {
@@ -211,8 +210,9 @@ export function credentialOf({ headers, clientAddress, url }: CallerRequest): st
   let auth: AuthBlock;
   if (value === undefined || value.trim() === '') {
     const other = OTHER_KEY_HEADERS.find((name) => headers[name] !== undefined);
-    // A key in the URL is said to be ignored too, as a key in another header is (only when no header is).
-    const inQuery = other === undefined && url?.includes('=sk_live_') ? QUERY_KEY.exec(url)?.[1] : undefined;
+    // A key in the URL is said to be ignored too, as a key in another header is (only when no header is):
+    // any parameter the access log redacts and an x402 quote's resource leaves out.
+    const inQuery = other === undefined && url !== undefined ? credentialParamName(url) : undefined;
     auth = { outcome: 'ABSENT', presented: other !== undefined || inQuery !== undefined, tier: 'free' };
     if (other !== undefined) auth.detail = `header ${other} was ignored: ${HINT}`;
     else if (inQuery !== undefined) auth.detail = `query parameter ${inQuery} was ignored: ${HINT}`;

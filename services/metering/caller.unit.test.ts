@@ -77,6 +77,15 @@ describe('credentialOf: Authorization: Bearer is the only way a key applies', ()
       tier: 'free',
       detail: `query parameter api_key was ignored: a key applies only as the header "Authorization: Bearer <key>"`,
     });
+    // Every form the x402 quote's resource leaves out (withoutCredentialParams) is named: a test key,
+    // a percent-encoded key, a secret-looking name; a bare key by its prefix only.
+    const named = (url: string) => inUrl(url).detail?.split(' was ignored')[0];
+    expect(named(`/v1/x?coin=BTC&key=sk_test_${'B'.repeat(24)}`)).toBe('query parameter key');
+    expect(named(`/v1/x?apiKey=sk%5Flive_${'A'.repeat(43)}`)).toBe('query parameter apiKey');
+    expect(named(`/v1/x?k=sk%5ftest%5F${'B'.repeat(24)}`)).toBe('query parameter k');
+    expect(named('/v1/x?coin=BTC&access_token=abc')).toBe('query parameter access_token');
+    expect(named(`/v1/x?${KEY}`)).toBe('query parameter sk_live_…');
+    expect(inUrl(`/v1/x?k=sk%5Ftest_1`)).toMatchObject({ outcome: 'ABSENT', presented: true });
     // A query without a key's value names nothing.
     expect(inUrl('/api/track-record?window=7d')).toEqual({
       outcome: 'ABSENT',

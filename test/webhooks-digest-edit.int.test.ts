@@ -1,12 +1,11 @@
-import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import type { ReplayFeed } from '../adapters/market/replay.ts';
 import { WebhookEnvelope } from '../contracts/webhooks.ts';
 import { requireNats } from './nats-server.ts';
-import { digestPassed, dispatcherPool, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
-import { type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
+import { digestPassed, HOURLY_DIGEST, pooledDispatcherStack } from './webhooks-harness.ts';
+import { type Receiver, startReceiver } from './webhooks-receiver.ts';
 
 const reachable = await requireNats();
-const tls = selfSignedCert();
 const HOUR = 3_600_000;
 const DAY = 24 * HOUR;
 
@@ -19,28 +18,11 @@ const periods = (receiver: Receiver): string[] =>
   });
 
 describe.runIf(reachable)('a digest gained by an edit', () => {
-  let stack: WebhookStack;
-  let receiver: Receiver;
-  let dispatcher: Awaited<ReturnType<typeof pool.start>>;
-  const pool = dispatcherPool(() => stack, {
-    tag: 'digest-edit',
-    env: {},
-    settings: { tls: { ca: tls.cert } },
-  });
-
-  beforeAll(async () => {
-    // The dispatcher reads the replay feed's own clock, which the test steps by hand.
-    stack = await startWebhookStack({ settings: { tls: { ca: tls.cert } }, dispatcher: false });
-    receiver = await startReceiver(tls);
-    dispatcher = await pool.start();
-  });
-  afterAll(async () => {
-    await pool.stopAll();
-    await stack?.close();
-    await receiver?.close();
-  });
+  // The dispatcher reads the replay feed's own clock, which the test steps by hand.
+  const setup = pooledDispatcherStack('digest-edit');
 
   it('comes first at the next period boundary after the edit, as a new subscriber’s does', async () => {
+    const { stack, receiver, dispatcher } = setup;
     const clock = (stack.engine.feed as ReplayFeed).clock;
     const key = await stack.issue();
     // A subscription of a market event only (an endpoint that takes nothing else here).
@@ -57,12 +39,8 @@ describe.runIf(reachable)('a digest gained by an edit', () => {
     clock.setTime(edited + 10 * 60_000);
     await digestPassed(dispatcher);
     const patched = await stack.request('PATCH', `/api/webhooks/${created.body.id}`, key, {
-      events: ['scan_digest'],
+      ...HOURLY_DIGEST,
       assets: null,
-      timeframe: '1h',
-      exchange: 'BINANCE',
-      top_n: 3,
-      cadence: '1h',
     });
     expect(patched.status, JSON.stringify(patched.body)).toBe(200);
     await dispatcher.runner.waitFor(await stack.store.headPosition());
@@ -74,6 +52,7 @@ describe.runIf(reachable)('a digest gained by an edit', () => {
   });
 
   it('after a cadence change too: the period the change falls in gets none', async () => {
+    const { stack, dispatcher, tls } = setup;
     const clock = (stack.engine.feed as ReplayFeed).clock;
     // Its own receiver: the first test's subscription takes hourly digests meanwhile.
     const receiver = await startReceiver(tls);
@@ -85,10 +64,7 @@ describe.runIf(reachable)('a digest gained by an edit', () => {
     const key = await stack.issue();
     const created = await stack.request('POST', '/api/webhooks', key, {
       url: receiver.url,
-      events: ['scan_digest'],
-      timeframe: '1h',
-      exchange: 'BINANCE',
-      top_n: 3,
+      ...HOURLY_DIGEST,
       cadence: '1d',
     });
     expect(created.status, JSON.stringify(created.body)).toBe(201);

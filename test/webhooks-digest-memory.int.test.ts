@@ -1,11 +1,9 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { ReplayFeed } from '../adapters/market/replay.ts';
 import { requireNats } from './nats-server.ts';
-import { dispatcherPool, startWebhookStack, until, type WebhookStack } from './webhooks-harness.ts';
-import { type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
+import { HOURLY_DIGEST, pooledDispatcherStack, until } from './webhooks-harness.ts';
 
 const reachable = await requireNats();
-const tls = selfSignedCert();
 const HOUR = 3_600_000;
 
 /**
@@ -13,37 +11,16 @@ const HOUR = 3_600_000;
  * many periods it has been sent, and none once the subscription is deleted.
  */
 describe.runIf(reachable)('the digest bookkeeping of a long-running dispatcher', () => {
-  let stack: WebhookStack;
-  let receiver: Receiver;
-  let dispatcher: Awaited<ReturnType<typeof pool.start>>;
-  const pool = dispatcherPool(() => stack, {
-    tag: 'digest-memory',
-    env: {},
-    settings: { tls: { ca: tls.cert } },
-  });
-
-  beforeAll(async () => {
-    // The dispatcher reads the replay feed's own clock, which the test steps by hand.
-    stack = await startWebhookStack({ settings: { tls: { ca: tls.cert } }, dispatcher: false });
-    receiver = await startReceiver(tls);
-    dispatcher = await pool.start();
-  });
-  afterAll(async () => {
-    await pool.stopAll();
-    await stack?.close();
-    await receiver?.close();
-  });
+  // The dispatcher reads the replay feed's own clock, which the test steps by hand.
+  const setup = pooledDispatcherStack('digest-memory');
 
   it('holds one entry per digest subscription over many periods, and none after its delete', async () => {
+    const { stack, receiver, dispatcher } = setup;
     const clock = (stack.engine.feed as ReplayFeed).clock;
     const key = await stack.issue();
     const created = await stack.request('POST', '/api/webhooks', key, {
       url: receiver.url,
-      events: ['scan_digest'],
-      timeframe: '1h',
-      exchange: 'BINANCE',
-      top_n: 3,
-      cadence: '1h',
+      ...HOURLY_DIGEST,
     });
     expect(created.status, JSON.stringify(created.body)).toBe(201);
     await until(

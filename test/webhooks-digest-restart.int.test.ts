@@ -1,12 +1,11 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { ReplayFeed } from '../adapters/market/replay.ts';
 import { WebhookEnvelope } from '../contracts/webhooks.ts';
 import { requireNats } from './nats-server.ts';
-import { digestPassed, dispatcherPool, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
-import { type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
+import { digestPassed, HOURLY_DIGEST, pooledDispatcherStack } from './webhooks-harness.ts';
+import type { Receiver } from './webhooks-receiver.ts';
 
 const reachable = await requireNats();
-const tls = selfSignedCert();
 const HOUR = 3_600_000;
 
 /** The period (ISO) each digest the receiver got covers, in the order they came. */
@@ -18,33 +17,18 @@ const periods = (receiver: Receiver): string[] =>
   });
 
 describe.runIf(reachable)('scan digests on the replay clock across a dispatcher restart', () => {
-  let stack: WebhookStack;
-  let receiver: Receiver;
-  const pool = dispatcherPool(() => stack, { tag: 'restart', env: {}, settings: { tls: { ca: tls.cert } } });
-
-  beforeAll(async () => {
-    // No digestNow: the dispatchers read the replay feed's own clock, as `npm start` does; the
-    // test steps it by hand (the harness opens it stopped).
-    stack = await startWebhookStack({ settings: { tls: { ca: tls.cert } }, dispatcher: false });
-    receiver = await startReceiver(tls);
-  });
-  afterAll(async () => {
-    await pool.stopAll();
-    await stack?.close();
-    await receiver?.close();
-  });
+  // No digestNow: the dispatchers read the replay feed's own clock, as `npm start` does; the
+  // test steps it by hand (the harness opens it stopped). Each dispatcher is started by the test.
+  const setup = pooledDispatcherStack('restart', { startDispatcher: false });
 
   it('a subscription from before the restart gets the digest of the period the restart falls in', async () => {
+    const { stack, receiver, pool } = setup;
     const clock = (stack.engine.feed as ReplayFeed).clock;
     const first = await pool.start();
     const key = await stack.issue();
     const created = await stack.request('POST', '/api/webhooks', key, {
       url: receiver.url,
-      events: ['scan_digest'],
-      timeframe: '1h',
-      exchange: 'BINANCE',
-      top_n: 3,
-      cadence: '1h',
+      ...HOURLY_DIGEST,
     });
     expect(created.status, JSON.stringify(created.body)).toBe(201);
     // Seen by the running dispatcher in the period it was created in: its first digest is the next

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { verifyWebhook } from '../contracts/webhook-verify.ts';
 import { WebhookEnvelope } from '../contracts/webhooks.ts';
 import { requireNats } from './nats-server.ts';
-import { appendVerdict, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
+import { appendVerdict, HOURLY_DIGEST, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
 import { type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
 
 const reachable = await requireNats();
@@ -30,11 +30,7 @@ describe.runIf(reachable)('scan digests on their cadence', () => {
     const key = await stack.issue();
     const created = await stack.request('POST', '/api/webhooks', key, {
       url: receiver.url,
-      events: ['scan_digest'],
-      timeframe: '1h',
-      exchange: 'BINANCE',
-      top_n: 3,
-      cadence: '1h',
+      ...HOURLY_DIGEST,
     });
     expect(created.status).toBe(201);
     await new Promise((r) => setTimeout(r, 300));
@@ -100,11 +96,7 @@ describe.runIf(reachable)('scan digests without a venue ranking', () => {
       await appendVerdict(stack.store, { coin, call: 'BUY', confidence: 70 });
     const created = await stack.request('POST', '/api/webhooks', key, {
       url: receiver.url,
-      events: ['scan_digest'],
-      timeframe: '1h',
-      exchange: 'BINANCE',
-      top_n: 3,
-      cadence: '1h',
+      ...HOURLY_DIGEST,
     });
     expect(created.status).toBe(201);
     shift = 3_600_000;

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { pino } from 'pino';
 import type { Registry } from 'prom-client';
+import { afterAll, beforeAll } from 'vitest';
 import { MemoryBus } from '../adapters/bus/memory.ts';
 import { connectNatsBus } from '../adapters/bus/nats.ts';
 import type { Bus } from '../adapters/bus/port.ts';
@@ -30,8 +31,18 @@ import { keepTickShape } from '../services/shared/tick-shape.ts';
 import { digestCoverageOf, dispatcherComponent, webhookApi } from '../services/webhooks/component.ts';
 import type { WebhookSettings } from '../services/webhooks/settings.ts';
 import { deleteStream, NATS_URL } from './nats-server.ts';
+import { type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
 
 export const logger = pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' });
+
+/** The digest subscription the digest suites make: BINANCE's top 3 on the 1h timeframe, hourly. */
+export const HOURLY_DIGEST = {
+  events: ['scan_digest'],
+  timeframe: '1h',
+  exchange: 'BINANCE',
+  top_n: 3,
+  cadence: '1h',
+};
 
 /**
  * Polls `probe` until `ok` holds. The deadline is generous: only a condition that never comes
@@ -360,4 +371,39 @@ export function dispatcherPool(
       for (const d of [...running]) await this.stop(d);
     },
   };
+}
+
+/**
+ * A webhook stack with no dispatcher of its own, a TLS receiver (`tls` starts more), and a pool of
+ * dispatchers on the stack's store, bus and replay feed, whose clock the test steps by hand (the
+ * harness opens it stopped). `dispatcher` is one started in beforeAll; `startDispatcher: false`
+ * leaves every start to the test. Registers its beforeAll and afterAll in the calling describe;
+ * `stack`, `receiver` and `dispatcher` are set once the beforeAll has run.
+ */
+export function pooledDispatcherStack(
+  tag: string,
+  options: { env?: Record<string, string>; startDispatcher?: boolean } = {},
+) {
+  const tls = selfSignedCert();
+  const env = options.env ?? {};
+  const settings = { tls: { ca: tls.cert } };
+  const setup = { tls } as {
+    tls: { key: string; cert: string };
+    stack: WebhookStack;
+    receiver: Receiver;
+    pool: ReturnType<typeof dispatcherPool>;
+    dispatcher: ReturnType<typeof dispatcherComponent>;
+  };
+  setup.pool = dispatcherPool(() => setup.stack, { tag, env, settings });
+  beforeAll(async () => {
+    setup.stack = await startWebhookStack({ env, settings, dispatcher: false });
+    setup.receiver = await startReceiver(tls);
+    if (options.startDispatcher !== false) setup.dispatcher = await setup.pool.start();
+  });
+  afterAll(async () => {
+    await setup.pool.stopAll();
+    await setup.stack?.close();
+    await setup.receiver?.close();
+  });
+  return setup;
 }

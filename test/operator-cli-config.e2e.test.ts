@@ -1,6 +1,6 @@
 import { execFile, spawn } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import { connect, createServer } from 'node:net';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vites
 import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import { ConfigError, loadConfig } from '../contracts/config.ts';
 import { newEvent } from '../contracts/events.ts';
+import { freePort } from './ports.ts';
 
 const ROOT = new URL('..', import.meta.url).pathname;
 const root = mkdtempSync(join(tmpdir(), 'operator-cli-config-'));
@@ -99,15 +100,6 @@ describe('operator command lines on a refused setting', () => {
   });
 });
 
-/** A port on 127.0.0.1 nothing listens on: a server that is down. */
-async function closedPort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
-
 /** A port in 19000–19999 on which nothing listens (a connection to it is refused). */
 async function closed19xxxPort(): Promise<number> {
   for (let port = 19_400; port < 19_500; port++) {
@@ -173,7 +165,7 @@ describe('operator command lines on an expected failure', () => {
 
   it('keys rebuild-quota with Redis down exits 1 when its stderr reader has gone away (`2>&1 | head -1`)', async () => {
     // pino's buffered destination flushed at exit retried a write to the closed pipe for ever.
-    const port = await closedPort();
+    const port = await freePort();
     const child = spawn(
       process.execPath,
       ['--import', 'tsx', join(ROOT, 'services/operator/cli.ts'), 'rebuild-quota'],
@@ -286,7 +278,7 @@ describe('operator command lines on an expected failure', () => {
   });
 
   it('history --store with PostgreSQL down: the one line of the store, no "Error:", exit 1', async () => {
-    const port = await closedPort();
+    const port = await freePort();
     const out = await run('services/history/cli.ts', ['verify', '--store'], {
       EVENT_STORE: 'postgres',
       POSTGRES_URL: `postgres://signal:secret@127.0.0.1:${port}/signal`,

@@ -1,16 +1,7 @@
-import net from 'node:net';
 import { describe, expect, it } from 'vitest';
+import { freePort } from '../../test/ports.ts';
 import { DependencyRefusedError } from '../dependency-refused.ts';
 import { connectKurrentEventStore } from './kurrentdb.ts';
-
-/** A loopback port nothing listens on: taken from the kernel, then given back. */
-async function closedPort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
 /**
  * What an operator reads in the `failed to start` line when KurrentDB cannot be reached: the
@@ -19,7 +10,7 @@ async function closedPort(): Promise<number> {
  */
 describe('connecting the KurrentDB event store', () => {
   it('names KurrentDB, its address and KURRENTDB_URL when nothing answers there', async () => {
-    const port = await closedPort();
+    const port = await freePort();
     const url = `kurrentdb://admin:s3cret@127.0.0.1:${port}?tls=false`;
     const error = await connectKurrentEventStore({ connectionString: url }).catch((err: unknown) => err);
     expect(error).toBeInstanceOf(DependencyRefusedError);

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
-import net from 'node:net';
 import pg from 'pg';
 import { describe, expect, it, onTestFinished } from 'vitest';
+import { freePort } from '../../test/ports.ts';
 import {
   dropSchemas,
   POSTGRES_URL,
@@ -14,15 +14,6 @@ import { openPostgresEventStore } from './postgres.ts';
 
 const run = await shouldRunPostgresSuite('PostgreSQL start refusals');
 
-/** A loopback port nothing listens on: taken from the kernel, then given back. */
-async function closedPort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
-
 /**
  * What an operator reads in the `failed to start` line when the server cannot be used: PostgreSQL
  * and its address by name (the password masked), and the setting to correct; before, the driver's
@@ -30,7 +21,7 @@ async function closedPort(): Promise<number> {
  */
 describe.runIf(run)('opening the PostgreSQL event store', () => {
   it('names PostgreSQL, its address and POSTGRES_URL when nothing answers there', async () => {
-    const port = await closedPort();
+    const port = await freePort();
     const url = `postgres://signal:s3cret@127.0.0.1:${port}/signals`;
     const error = await openPostgresEventStore({ url, schema: uniqueSchema() }).catch((err: unknown) => err);
     expect(error).toBeInstanceOf(Error);

@@ -12,7 +12,7 @@ import {
   ServiceError,
 } from '../../contracts/errors.ts';
 import { type IssueLike, issueText, isZodWording } from '../../contracts/issue-text.ts';
-import { answerService, withAnswerService } from '../metering/caller.ts';
+import { withAnswerService } from '../metering/caller.ts';
 import { JSON_UTF8 } from '../shared/media-types.ts';
 
 /**
@@ -275,8 +275,7 @@ export async function rpcErrorWithService(
   id: string | number | null,
   data: Record<string, unknown> = {},
 ): Promise<RpcErrorBody> {
-  const service = answerService(request);
-  const all = service === null ? data : { ...data, _service: await service };
+  const all = await withAnswerService(request, data);
   const error = Object.keys(all).length === 0 ? { code, message } : { code, message, data: all };
   return { jsonrpc: '2.0', error, id };
 }

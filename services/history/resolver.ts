@@ -149,10 +149,8 @@ export class OutcomeResolver {
    * the other's appends for another writer's and leave those streams to a later pass.
    */
   resolveDue(): Promise<number> {
-    const pass = this.pass.then(
-      () => this.resolvePass(),
-      () => this.resolvePass(),
-    );
+    // `this.pass` never rejects (the catch below), so the next pass needs no rejection handler.
+    const pass = this.pass.then(() => this.resolvePass());
     this.pass = pass.catch(() => undefined);
     return pass;
   }

@@ -1137,8 +1137,6 @@ async function settleAndRecord(
 ): Promise<Settled> {
   const { handle, payload, requirement, identity } = paid;
   const payer = identity.payer;
-  const signed =
-    (payload.payload as { authorization?: { value?: string } }).authorization?.value ?? requirement.amount;
   const record = async (step: PaymentStep): Promise<'recorded' | 'already_settled' | 'unrecorded'> => {
     await answered.servedRecorded();
     try {
@@ -1198,7 +1196,13 @@ async function settleAndRecord(
       // with its figures, as the verification's refusal names them; no facilitator says it here.
       const amounts =
         reason === INSUFFICIENT_BALANCE
-          ? { signed, asked: requirement.amount, held: await heldFor(deps, identity, call.requestId) }
+          ? {
+              signed:
+                (payload.payload as { authorization?: { value?: string } }).authorization?.value ??
+                requirement.amount,
+              asked: requirement.amount,
+              held: await heldFor(deps, identity, call.requestId),
+            }
           : undefined;
       return { kind: 'failed', reason, message: describeUnsent(reason, detail, amounts), settle: response };
     }

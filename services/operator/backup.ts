@@ -71,11 +71,13 @@ try {
   );
 } catch (err) {
   const usage = err instanceof UsageError || (err as { code?: string }).code?.startsWith('ERR_PARSE_ARGS');
-  code = usage || err instanceof NoEventStoreError || err instanceof RefusedError ? 2 : 1;
+  // Refused before anything was copied (a store it does not copy, a DEST in use, no log): one line.
+  const refused = err instanceof NoEventStoreError || err instanceof RefusedError;
+  code = usage || refused ? 2 : 1;
   process.stderr.write(
     usage
       ? `${(err as Error).message}\n\n${USAGE}\n`
-      : err instanceof NoEventStoreError || err instanceof RefusedError
+      : refused
         ? `${err.message}\n`
         : // An expected failure (a DEST this user may not write) in one line; a bug with its stack.
           `backup failed: ${failureText(err)}\n`,

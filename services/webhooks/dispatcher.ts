@@ -275,7 +275,8 @@ export class WebhookDispatcher {
   /** Subscriptions (active ones, or just `only`) that take this candidate. */
   private async matching(candidate: Candidate, only?: SubscriptionRecord): Promise<SubscriptionRecord[]> {
     const subs = only ? [only] : Object.values(this.options.runner.state.subscriptions.subs);
-    if (subs.some(ranksTopN)) await this.options.ranking.prepare(candidate.exchange);
+    if (subs.some((s) => ranksTopN(s, candidate.position)))
+      await this.options.ranking.prepare(candidate.exchange);
     // An indexed loop: a filter's callback would be a closure over the candidate per event.
     const out: SubscriptionRecord[] = [];
     for (let i = 0; i < subs.length; i++) if (matches(subs[i]!, candidate, this.rankOf)) out.push(subs[i]!);
@@ -654,14 +655,13 @@ function dueTime(last: AttemptRecord, stuckAfterMs: number): number | null {
   return null;
 }
 
-/** A subscription that filters by a venue's top N markets (its ranking must be ready). */
-function ranksTopN(s: SubscriptionRecord): boolean {
-  // Its earlier filters too: an event recorded before an edit is matched with them.
-  return (
-    s.status === 'active' &&
-    (largestTopN(s.assets) !== null ||
-      (s.earlierFilters ?? []).some((e) => largestTopN(e.filters.assets) !== null))
-  );
+/**
+ * A subscription that filters an event at `position` by a venue's top N markets (its ranking must
+ * be ready): the filters matching reads for it (filtersAt), not every earlier edit's, so a top:N
+ * edited away loads no ranking for the events after the edit.
+ */
+function ranksTopN(s: SubscriptionRecord, position: number): boolean {
+  return s.status === 'active' && largestTopN(filtersAt(s, position).assets) !== null;
 }
 
 /** The fields of an event that matching reads, and no more (not a copy of the whole verdict). */

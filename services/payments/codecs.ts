@@ -124,24 +124,20 @@ function otherVersion(version: 1 | 2, json: unknown): string | null {
 }
 
 function parsePayment(version: 1 | 2, json: unknown, name: string, reason: string): DecodeResult {
+  // The header's refused fields, each worded as a refused body's: what it must be and what was sent.
+  const refused = (error: z.ZodError, schema: z.ZodType): DecodeResult => ({
+    ok: false,
+    reason,
+    message: `${name}: ${invalidInput(error, schema, json, '(header)').message}`,
+  });
   if (version === 2) {
     const parsed = V2Header.safeParse(json);
-    if (!parsed.success)
-      return {
-        ok: false,
-        reason,
-        message: `${name}: ${invalidInput(parsed.error, V2Header, json, '(header)').message}`,
-      };
+    if (!parsed.success) return refused(parsed.error, V2Header);
     const payload = parsed.data as unknown as PaymentPayload;
     return { ok: true, payment: { version: 2, payload, eip3009: parsed.data.payload } };
   }
   const parsed = V1Header.safeParse(json);
-  if (!parsed.success)
-    return {
-      ok: false,
-      reason,
-      message: `${name}: ${invalidInput(parsed.error, V1Header, json, '(header)').message}`,
-    };
+  if (!parsed.success) return refused(parsed.error, V1Header);
   return {
     ok: true,
     payment: {

@@ -133,22 +133,6 @@ export function loggedUrl(url: string): string {
 }
 
 /**
- * The URL without the query parameters loggedUrl redacts: the resource an x402 quote names. A
- * quote is handed to wallets, facilitators and their logs, and is recorded with the payment; a
- * key sent in the query (`?api_key=sk_live_…`, which the API ignores: keys go in Authorization)
- * was echoed whole in it. The buyer pays for the URL without it, and a retry sending the same
- * query is quoted, and recorded, the same URL.
- */
-export function withoutCredentialParams(url: string): string {
-  const q = url.indexOf('?');
-  if (q === -1) return url;
-  const params = url.slice(q + 1).split('&');
-  const kept = params.filter((param) => !isCredentialParam(param));
-  if (kept.length === params.length) return url;
-  return kept.length === 0 ? url.slice(0, q) : `${url.slice(0, q)}?${kept.join('&')}`;
-}
-
-/**
  * The request as Fastify's `req` serializer reads it (method, url, headers, host, ip, socket),
  * with the URL as loggedUrl gives it.
  */

@@ -66,6 +66,22 @@ export function credentialParamName(url: string): string | undefined {
   return name.length > NAMED_CHARS ? `${name.slice(0, NAMED_CHARS)}…` : name;
 }
 
+/**
+ * The URL without its credential parameters (the ones the access log redacts): the resource an
+ * x402 quote names. A quote is handed to wallets, facilitators and their logs, and is recorded
+ * with the payment, so a key sent in the query (`?api_key=sk_live_…`, which the API ignores: keys
+ * go in Authorization) is left out of it. The buyer pays for the URL without it, and a retry
+ * sending the same query is quoted, and recorded, the same URL.
+ */
+export function withoutCredentialParams(url: string): string {
+  const q = url.indexOf('?');
+  if (q === -1) return url;
+  const params = url.slice(q + 1).split('&');
+  const kept = params.filter((param) => !isCredentialParam(param));
+  if (kept.length === params.length) return url;
+  return kept.length === 0 ? url.slice(0, q) : `${url.slice(0, q)}?${kept.join('&')}`;
+}
+
 export function hasKeyText(text: string): boolean {
   return text.includes(LIVE_KEY_PREFIX) || text.includes(TEST_KEY_PREFIX);
 }

@@ -5,7 +5,6 @@ import { errorHandler } from '../../api/errors.ts';
 import { codesText, documented, RESPONSE_HEADERS, refusal } from '../../api/openapi.ts';
 import { publicOrigin } from '../../api/public-origin.ts';
 import { REMEMBERED_INPUTS, REMEMBERED_TEXT_CHARS, recall, remember } from '../../api/remembered-input.ts';
-import { withoutCredentialParams } from '../../api/request-log.ts';
 import { answerBytesWithService } from '../../api/served-answers.ts';
 import { invalidInput } from '../../engine/operation-errors.ts';
 import type { SignalOperations } from '../../engine/operations.ts';
@@ -21,6 +20,7 @@ import { QuotaUnavailableError, serveMetered } from '../../metering/metered-call
 import type { PaidServiceMeta, ServiceMeta } from '../../metering/service-meta.ts';
 import { quotaRetryAfter, refusingResetsAt } from '../../metering/snapshot.ts';
 import { setBounded } from '../../shared/bounded-map.ts';
+import { withoutCredentialParams } from '../../shared/credential-params.ts';
 import { JSON_UTF8 } from '../../shared/media-types.ts';
 import { type DecodedPayment, decodePaymentHeader, paymentResponseHeader } from '../codecs.ts';
 import { describeError, type PaymentFlowDeps, type Refusal, runPaidCall } from '../payment-flow.ts';

@@ -78,8 +78,16 @@ export const TUNED_SETS = [
  * security engineer reviewing a self-hosted deployment (key storage, webhook secrets and
  * signatures, the SSRF guard, CORS and page headers, rate limits, OAuth sign-in, tamper evidence)
  * and 10 near-topic security probes about other products.
+ *
+ * tuning18.json: in sample from the start, written for the picker's eighteenth change before the
+ * chat was asked them and committed before any change of that round: 44 questions of a compliance
+ * officer at a crypto fund doing due diligence on the service as a vendor (what is recorded and
+ * kept, tamper evidence and anchors, history exports and their checks, what is sold and how it was
+ * measured, prices, charges and refunds, keys, rate limits, webhook secrets) and 12 near-topic
+ * probes (regulation at large, investment advice, custodians, another exchange's KYC, SQL,
+ * chit-chat).
  */
-export const SPENT_SETS = ['tuning15.json', 'tuning16.json', 'tuning17.json'] as const;
+export const SPENT_SETS = ['tuning15.json', 'tuning16.json', 'tuning17.json', 'tuning18.json'] as const;
 
 /**
  * Sets never tuned on, scored by the CLI only when named (main.ts), never by a test a picker

@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connectRedisCache } from '../adapters/cache/redis.ts';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import { loadConfig } from '../contracts/config.ts';
+import { ERRORS } from '../contracts/errors.ts';
 import { chainReadersFor } from '../services/payments/chain-reader.ts';
 import type { LocalFacilitator } from '../services/payments/local-facilitator.ts';
 import { paymentStream } from '../services/payments/payment-state.ts';
@@ -310,7 +311,13 @@ describe('3. no surplus authorisation reaches the chain', () => {
     const statuses = responses.map((r) => r.status).sort();
     expect(statuses).toEqual([200, 200, 402, 402, 402]);
     for (const res of responses.filter((r) => r.status === 402)) {
-      expect(await res.json()).toMatchObject({ code: 'insufficient_funds' });
+      const refused = (await res.json()) as { code: string; message: string };
+      expect(refused.code).toBe('insufficient_funds');
+      // Not retryable (the catalog's word): the settlements in flight take the same from the
+      // balance, so the text must not send the payer back to retry once they settle.
+      expect(ERRORS.insufficient_funds.retryable).toBe(false);
+      expect(refused.message).not.toMatch(/\bretry\b/);
+      expect(refused.message).toContain('refused again until the payer holds more');
     }
     // Only the two served calls were sent to the chain, and both landed.
     expect(await chain.publicClient.getTransactionCount({ address: FACILITATOR })).toBe(sentBefore + 2);

@@ -799,7 +799,8 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
           reason: 'insufficient_funds',
           message:
             `the payer's balance (${decision.balance}) minus payments still settling (${decision.inFlight}) ` +
-            `does not cover ${requirement.amount}; retry once they settle`,
+            `does not cover ${requirement.amount}; their settlement takes the same from the balance, so ` +
+            'this payment is refused again until the payer holds more: fund it, or pay from another account',
         };
       }
       release = decision.release;

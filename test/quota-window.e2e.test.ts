@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { changeKeyPlan } from '../services/keys/key-commands.ts';
 import type { KnowledgeModule } from '../services/knowledge/module.ts';
 import { ServiceMeta } from '../services/metering/service-meta.ts';
 import type { RunningService } from '../services/service.ts';
@@ -84,5 +85,36 @@ describe('_service.quota describes the window that binds', () => {
     expect(retryAfter).toBeGreaterThanOrEqual(Math.ceil((resets - answered) / 1000));
     expect(retryAfter).toBeLessThanOrEqual(Math.ceil((resets - sent) / 1000));
     expect(refused.quota.used + refused.quota.remaining).toBe(refused.quota.total);
+  }, 15_000);
+
+  it('a key moved to a plan with a smaller day: the calls it made show as made, remaining 0, none more served', async () => {
+    const untilMidnight = Date.parse(endsOf(Date.now()).day) - Date.now();
+    if (untilMidnight < 5_000) await new Promise((resolve) => setTimeout(resolve, untilMidnight + 100));
+    const issued = await issueServiceKey(service, { plan: 'starter', owner: 'plan-move' });
+    // Three calls on starter (no day cap): one more than free's day of 2.
+    for (let i = 0; i < 3; i++) expect((await call(issued.key)).res.status).toBe(200);
+    const moved = await changeKeyPlan(
+      service.adapters.eventStore,
+      `apikey-${issued.keyId}`,
+      issued.keyId,
+      'free',
+    );
+    const keyed = service.components.find((c) => c.name === 'keyed-channel') as unknown as {
+      registry: { waitFor(position: number): Promise<void> };
+    };
+    await keyed.registry.waitFor(moved);
+    // `used` counts the calls made (on starter); the free day's cap binds with nothing left. Nothing
+    // is debited past it: a second refusal shows the same count.
+    for (let i = 0; i < 2; i++) {
+      const refused = await call(issued.key);
+      expect(refused.res.status).toBe(429);
+      expect(refused.body.code).toBe('QUOTA_EXHAUSTED');
+      const daily = { used: 3, total: 2, remaining: 0, resets_at: refused.ends.day };
+      expect(refused.quota).toEqual({
+        ...daily,
+        monthly: { used: 3, total: 200, remaining: 197, resets_at: refused.ends.month },
+        daily,
+      });
+    }
   }, 15_000);
 });

@@ -520,8 +520,9 @@ function left(windows: QuotaWindow[], counts: readonly number[]): number {
 
 /**
  * Figures from the counters `[month, day]`. The block's own four are those of the window that binds,
- * the one with less left (the month on a tie: a call then waits for it), so `used + remaining = total`
- * and `resets_at` is when an exhausted caller may call again; `monthly` and `daily` give each whole.
+ * the one with less left (the month on a tie: a call then waits for it), so `resets_at` is when an
+ * exhausted caller may call again; `monthly` and `daily` give each whole. `used` is the calls counted,
+ * above `total` once a key moved to a smaller plan (`remaining` 0 then: the debit refuses at the limit).
  */
 export function quotaSnapshot(
   limits: PlanLimits,

@@ -10,7 +10,8 @@ const WindowFigures = {
 
 /**
  * `_service.quota`: `used`, `total`, `remaining` and `resets_at` of the window that binds (the one
- * with less left, the month on a tie), so they add up and name when calling resumes; each window whole.
+ * with less left, the month on a tie), so they name when calling resumes; each window whole. `remaining`
+ * is `total - used`, never below 0: `used` counts the calls made, above `total` after a move to a smaller plan.
  */
 export const QuotaSnapshot = z.object({
   ...WindowFigures,

@@ -317,10 +317,12 @@ export const ERRORS = {
   // MCP tool results (result.isError; contract 7.3): -32602 is named inside the text.
   unknown_tool: { status: 200, rpc: -32602, retryable: false, message: 'unknown tool {name}' },
   invalid_arguments: { status: 200, rpc: -32602, retryable: false, message: '{detail}' },
+  // The MCP name of INTERNAL_ERROR (a fault of unknown cause): not retryable, as INTERNAL_ERROR is
+  // not on HTTP; an outage that passes has its own retryable code (event_store_unavailable...).
   internal_error: {
     status: 200,
     rpc: -32603,
-    retryable: true,
+    retryable: false,
     message: 'the call failed on our side; it was not counted',
   },
   // A backing server is down: nothing was done. The adapters name these (EventStoreUnavailableError).

@@ -503,6 +503,13 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
     }
     const more = await post('/api/chat', { question: 'how is confidence computed' }, bearer(key.key));
     expect(more.res.status).toBe(429);
+    // Over MCP the same refusal says the same: retryable, as the catalog has CHAT_QUOTA_EXHAUSTED.
+    const viaMcp = await (await mcp(key.key)).callTool({
+      name: 'chat_knowledge',
+      arguments: { question: 'how is confidence computed' },
+    });
+    expect(viaMcp.isError).toBe(true);
+    expect(viaMcp.structuredContent).toMatchObject({ code: 'CHAT_QUOTA_EXHAUSTED', retryable: true });
     // Searches do not use the chat quota.
     expect((await post('/api/search', { query: 'squeeze' }, bearer(key.key))).res.status).toBe(200);
   });
@@ -571,6 +578,9 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
       expect(viaMcp.isError).toBe(true);
       const text = (viaMcp.content as { text: string }[])[0]!.text;
       expect(text).toBe('INTERNAL_ERROR: the request failed on our side; nothing was counted');
+      // Not retryable on either channel (/api sends retryable only when true).
+      expect(chat.body.retryable).toBeUndefined();
+      expect(viaMcp.structuredContent).toMatchObject({ code: 'INTERNAL_ERROR', retryable: false });
     } finally {
       redis.disconnect();
     }

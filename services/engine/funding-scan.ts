@@ -262,7 +262,6 @@ function assertListed(
     status: ERRORS.unknown_coin.status,
     code: 'unknown_coin',
     message: `${unknown.join(', ')} ${unknown.length === 1 ? 'is' : 'are'} not listed with funding on ${venues.join(', ')} (coins served there: ${shown}${more})`,
-    retryable: ERRORS.unknown_coin.retryable,
   });
 }
 

@@ -1,11 +1,13 @@
 import { ZodError, type ZodType } from 'zod';
 import { EventStoreUnavailableError, WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
 import { MarketDataError } from '../../adapters/market/errors.ts';
+import { ERRORS, isErrorCode } from '../../contracts/errors.ts';
 import { issueText } from '../../contracts/issue-text.ts';
 
 /**
  * How an operation failure leaves any channel: an HTTP status, a stable code and a message the
- * caller can act on. `retryable` marks failures that may pass on a later try (a venue outage).
+ * caller can act on. `retryable` marks failures that may pass on a later try (a venue outage): it
+ * is always the catalog's word for the code (retryableCode), so HTTP and MCP say the same of it.
  */
 export interface OperationFailure {
   status: number;
@@ -21,11 +23,18 @@ export interface OperationFailure {
   service?: Record<string, unknown>;
 }
 
+/** Whether the same request may pass later, refused with `code`: the catalog's word for it. */
+export function retryableCode(code: string): boolean {
+  return isErrorCode(code) && ERRORS[code].retryable;
+}
+
 /** A failure a feature describes itself (the knowledge tools' SCREAMING_CASE codes). */
 export class OperationError extends Error {
   override readonly name = 'OperationError';
-  constructor(readonly failure: OperationFailure) {
+  readonly failure: OperationFailure;
+  constructor(failure: Omit<OperationFailure, 'retryable'>) {
     super(failure.message);
+    this.failure = { ...failure, retryable: retryableCode(failure.code) };
   }
 }
 
@@ -55,7 +64,7 @@ export function invalidInput(
     status: 400,
     code: 'invalid_input',
     message: issues.map((i) => i.message).join('; '),
-    retryable: false,
+    retryable: retryableCode('invalid_input'),
     issues,
   };
 }
@@ -66,12 +75,12 @@ export function describeFailure(err: unknown): OperationFailure | null {
   if (err instanceof ZodError) return invalidInput(err);
   if (err instanceof MarketDataError) {
     const status = MARKET_STATUS[err.code] ?? 422;
-    return { status, code: err.code, message: err.message, retryable: status === 503 };
+    return { status, code: err.code, message: err.message, retryable: retryableCode(err.code) };
   }
   // An operation that records what it answers (a verdict) while the event store is out of reach
   // (a PostgreSQL restart or failover, a host cut off) or full: nothing was written, try again.
   if (err instanceof EventStoreUnavailableError) {
-    return { status: 503, code: err.code, message: err.message, retryable: true };
+    return { status: 503, code: err.code, message: err.message, retryable: retryableCode(err.code) };
   }
   // Recording lost its stream's race to other writers on every try (seen once in the fault
   // drill, PostgreSQL restarting under load): nothing of this call was written, and a retry
@@ -81,7 +90,7 @@ export function describeFailure(err: unknown): OperationFailure | null {
       status: 503,
       code: 'event_store_unavailable',
       message: `the market's verdict stream is busy with concurrent writers (${err.message}); retry`,
-      retryable: true,
+      retryable: retryableCode('event_store_unavailable'),
     };
   }
   return null;

@@ -21,7 +21,6 @@ export class ChatQuotaExhaustedError extends OperationError {
       status: 429,
       code: 'CHAT_QUOTA_EXHAUSTED',
       message: `the chat quota of this month is used up (${chatQuota.total} chats); it resets at ${chatQuota.resets_at}`,
-      retryable: false,
       service: { chat_quota: chatQuota },
     });
   }
@@ -32,7 +31,6 @@ export const internalError = () =>
     status: 500,
     code: 'INTERNAL_ERROR',
     message: 'the request failed on our side; nothing was counted',
-    retryable: true,
   });
 
 /** Distinct (query, limit) answers kept per corpus version; the oldest goes first. */

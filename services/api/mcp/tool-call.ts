@@ -342,14 +342,12 @@ function failedCall(
     deps.logger.error({ err: error, ...call }, 'tool call failed');
     return toolError('internal_error: the call failed on our side; it was not counted', {
       code: 'internal_error',
-      retryable: true,
       _service: service,
     });
   }
   const code = failure.code === 'invalid_input' ? `${MCP_INVALID_PARAMS} ${failure.code}` : failure.code;
   return toolError(`${code}: ${failure.message}`, {
     code: failure.code,
-    retryable: failure.retryable,
     ...(failure.issues ? { issues: failure.issues } : {}),
     // The failure's own figures (the chat quota of CHAT_QUOTA_EXHAUSTED), as HTTP's answer has them.
     _service: failure.service ? { ...failure.service, ...service } : service,

@@ -1,6 +1,9 @@
+import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { ERRORS } from '../../../contracts/errors.ts';
 import { anonymousCaller, toolCallDeps } from '../../../test/tool-call-harness.ts';
+import { OperationError } from '../../engine/operation-errors.ts';
 import type { QuotaMeter } from '../../metering/quota-meter.ts';
 import { callTool } from './tool-call.ts';
 import type { ToolDefinition } from './tool-registry.ts';
@@ -110,6 +113,34 @@ describe('callTool refusals', () => {
       expect(result.isError, code).toBe(true);
       expect(structured(result), code).toMatchObject({ code, retryable: false });
     }
+  });
+
+  it("a tool's failure says what the same failure says over HTTP: the catalog's retryable of its code", async () => {
+    const failing = (name: string, error: () => Error): ToolDefinition => ({
+      ...free,
+      name,
+      run: async () => {
+        throw error();
+      },
+    });
+    const deps = {
+      ...depsFor([
+        // A fault of unknown cause: internal_error here, INTERNAL_ERROR (500) on HTTP.
+        failing('buggy_tool', () => new TypeError('x is undefined')),
+        // A refusal the feature words itself, retryable in the catalog (once the month resets).
+        failing(
+          'chat_tool',
+          () => new OperationError({ status: 429, code: 'CHAT_QUOTA_EXHAUSTED', message: 'used up' }),
+        ),
+      ]),
+      // The fault is logged, as it is on HTTP.
+      logger: pino({ level: 'silent' }),
+    };
+    const bug = structured(await callTool(deps, request('buggy_tool', { n: 1 })));
+    expect(bug).toMatchObject({ code: 'internal_error', retryable: ERRORS.INTERNAL_ERROR.retryable });
+    expect(ERRORS.internal_error.retryable).toBe(ERRORS.INTERNAL_ERROR.retryable);
+    const quota = structured(await callTool(deps, request('chat_tool', { n: 1 })));
+    expect(quota).toMatchObject({ code: 'CHAT_QUOTA_EXHAUSTED', retryable: true });
   });
 
   it('a quota used up with nothing to pay with is retryable (after the reset)', async () => {

@@ -52,6 +52,10 @@ async function call(tool: string, args: Record<string, unknown>) {
   };
 }
 
+/** `x` with the decimals that give `price` six significant digits (0.231274 beside 0.23293). */
+const atScale = (x: number, price: number) =>
+  Number(x.toFixed(Math.max(0, 5 - Math.floor(Math.log10(price)))));
+
 /** The sizing means what it says: budget ÷ σ of the horizon, in coins at the price, stops at the band. */
 function expectSized(
   sizing: Sizing,
@@ -64,15 +68,17 @@ function expectSized(
   expect(sizing.quantity! * price).toBeCloseTo(sizing.notional_usd!, 0);
   expect(sizing.long_stop).toMatchObject({ price: f.band_low });
   expect(sizing.short_stop).toMatchObject({ price: f.band_high });
-  expect(sizing.long_stop!.distance_pct).toBeCloseTo((100 * (price - f.band_low)) / price, 9);
-  expect(sizing.long_stop!.loss_usd).toBeCloseTo(
-    (sizing.notional_usd! * sizing.long_stop!.distance_pct) / 100,
-    1,
-  );
-  expect(sizing.short_stop!.loss_usd).toBeCloseTo(
-    (sizing.notional_usd! * sizing.short_stop!.distance_pct) / 100,
-    1,
-  );
+  expect(sizing.long_stop!.distance_pct).toBeCloseTo((100 * (price - f.band_low)) / price, 3);
+  // Prices at the price's own scale (six significant digits of it), a stop's distance to 4 decimals.
+  for (const edge of [f.band_low, f.band_high, sizing.long_stop!.price, sizing.short_stop!.price])
+    expect(edge, `${edge} beside ${price}`).toBe(atScale(edge, price));
+  for (const stop of [sizing.long_stop!, sizing.short_stop!])
+    expect(stop.distance_pct).toBe(Number(stop.distance_pct.toFixed(4)));
+  // The loss at the stop, to the cent and the distance's 4 decimals of a percent.
+  for (const stop of [sizing.long_stop!, sizing.short_stop!]) {
+    const shown = (sizing.notional_usd! * stop.distance_pct) / 100;
+    expect(Math.abs(stop.loss_usd! - shown)).toBeLessThanOrEqual(0.01 + sizing.notional_usd! * 5e-7);
+  }
 }
 
 describe('sizing for the caller’s risk budget', () => {
@@ -99,6 +105,12 @@ describe('sizing for the caller’s risk budget', () => {
       .filter((e) => e?.type === 'VerdictRecorded');
     expect(verdicts.length).toBeGreaterThan(0);
     for (const v of verdicts) expect(JSON.stringify(v)).not.toMatch(/budget|sizing|notional/i);
+    // The band is recorded as it is served (webhooks and exports carry the recorded one).
+    for (const v of verdicts) {
+      if (v?.type !== 'VerdictRecorded') continue;
+      const { vol_band_low: low, vol_band_high: high } = v.data.inputs as Record<string, number>;
+      expect([low, high]).toEqual([atScale(low!, v.data.price), atScale(high!, v.data.price)]);
+    }
   });
 
   it('a risk forecast over HTTP sizes every horizon', async () => {

@@ -16,8 +16,10 @@ export interface SizingInput {
   budgetUsd: number;
 }
 
-/** USD amounts in cents; quantities to eight significant digits (a coin's smallest lot is coarser). */
+/** USD amounts in cents; quantities to eight significant digits (a coin's smallest lot is coarser);
+ *  a stop's distance in percent to four decimals (a millionth of the price). */
 const cents = (x: number) => Math.round(x * 100) / 100;
+const pct4 = (x: number) => Math.round(x * 10_000) / 10_000;
 const significant = (x: number) => Number(x.toPrecision(8));
 
 export function sizeFor({ price, expectedMovePct, bandLow, bandHigh, budgetUsd }: SizingInput): Sizing {
@@ -27,7 +29,7 @@ export function sizeFor({ price, expectedMovePct, bandLow, bandHigh, budgetUsd }
     distance > 0
       ? {
           price: at,
-          distance_pct: 100 * distance,
+          distance_pct: pct4(100 * distance),
           loss_usd: notional === null ? null : cents(notional * distance),
         }
       : null;

@@ -10,6 +10,7 @@ import { stateVolatility } from '../signals/market-regime.ts';
 import { MarketState } from '../signals/market-state.ts';
 import { computeRiskHorizons } from '../signals/risk-forecast.ts';
 import {
+  atPriceScale,
   BandScale,
   FineVariance,
   fitQlike,
@@ -398,7 +399,9 @@ describe('risk desk on real candles', () => {
       const scale = bandScales(s, row.model, row.candles, false, 0.2)[last]!;
       expect(scale).not.toBe(1);
       const sigma = Math.sqrt(scored);
-      expect(spotRow.band_low).toBeCloseTo(s.close[last]! * Math.exp(row.model.bandLow * sigma * scale), 6);
+      // Served at the price's scale (six significant digits of the close).
+      const at = s.close[last]!;
+      expect(spotRow.band_low).toBe(atPriceScale(at * Math.exp(row.model.bandLow * sigma * scale), at));
     }
     // A perpetual venue serves the same σ with the band scaled by perpBandScale, in the risk
     // forecast and in a trade call's volatility alike (as scoreDesk scores its perp rows).
@@ -424,8 +427,12 @@ describe('risk desk on real candles', () => {
       expect(perpRow.expected_move_pct).toBe(spotRow.expected_move_pct);
       const perpModel = perpRisk.find((r) => r.key === row.key)!.model;
       const scale = bandScales(s, perpModel, row.candles, true, 0.2)[last]!;
-      expect(perpRow.band_low).toBeCloseTo(close * Math.exp(row.model.bandLow * k * sigma * scale), 6);
-      expect(perpRow.band_high).toBeCloseTo(close * Math.exp(row.model.bandHigh * k * sigma * scale), 6);
+      expect(perpRow.band_low).toBe(
+        atPriceScale(close * Math.exp(row.model.bandLow * k * sigma * scale), close),
+      );
+      expect(perpRow.band_high).toBe(
+        atPriceScale(close * Math.exp(row.model.bandHigh * k * sigma * scale), close),
+      );
     }
     const vol = stateVolatility(perpState);
     const verdictRow = perpServed.find((r) => r.horizon === 'verdict')!;

@@ -3,7 +3,7 @@ import type { BaselinesTable, RiskHorizonKey, VolatilityTable } from '../../../c
 import { defaultBaselines } from './default-baselines.ts';
 import { InsufficientHistoryError } from './errors.ts';
 import type { MarketState } from './market-state.ts';
-import { bandFor, isPerpVenue } from './volatility.ts';
+import { atPriceScale, bandFor, isPerpVenue } from './volatility.ts';
 
 /**
  * The risk forecast as an answer of its own: expected move and band over the next candle, the
@@ -41,8 +41,8 @@ export function computeRiskHorizons(state: MarketState): RiskHorizonValue[] {
       hours: (candles * TIMEFRAME_MS[state.timeframe]) / 3_600_000,
       expected_move_pct: 100 * sigma,
       band_coverage: table.bandCoverage,
-      band_low: r.close * Math.exp(band.low * sigma * scale),
-      band_high: r.close * Math.exp(band.high * sigma * scale),
+      band_low: atPriceScale(r.close * Math.exp(band.low * sigma * scale), r.close),
+      band_high: atPriceScale(r.close * Math.exp(band.high * sigma * scale), r.close),
       model_timeframe: modelTf,
     };
   });

@@ -443,6 +443,20 @@ export interface SavedBandScale {
   high: (number | null)[];
 }
 
+/** Significant digits of the price a band edge (and so a stop) is given to. */
+const PRICE_DIGITS = 6;
+
+/**
+ * `value`, a price near `price` (a band edge), rounded to the decimals that give `price` its
+ * PRICE_DIGITS significant digits: 4022.19 beside 4145.15, 0.231274 beside 0.23293. An edge that
+ * would round to 0 keeps its own PRICE_DIGITS.
+ */
+export function atPriceScale(value: number, price: number): number {
+  const decimals = Math.min(100, Math.max(0, PRICE_DIGITS - 1 - Math.floor(Math.log10(price))));
+  const rounded = Number(value.toFixed(decimals));
+  return rounded > 0 ? rounded : Number(value.toPrecision(PRICE_DIGITS));
+}
+
 /** Whether a venue trades perpetuals (every venue but Binance spot): its band is bandFor(…, true). */
 export const isPerpVenue = (exchange: Exchange) => venueKind(exchange) === 'perp';
 
@@ -465,8 +479,8 @@ export function forecastFromVariance(
     horizon_candles: table.horizonCandles,
     expected_move_pct: 100 * sigma,
     band_coverage: table.bandCoverage,
-    band_low: close * Math.exp(band.low * sigma * scale),
-    band_high: close * Math.exp(band.high * sigma * scale),
+    band_low: atPriceScale(close * Math.exp(band.low * sigma * scale), close),
+    band_high: atPriceScale(close * Math.exp(band.high * sigma * scale), close),
     percentile,
     model_timeframe: tf,
   };

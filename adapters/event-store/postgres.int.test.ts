@@ -733,6 +733,67 @@ describe.runIf(run)('PostgreSQL event store', () => {
     }
   });
 
+  it('writes an append alone as one one-row INSERT, and settles it through the function when that fails: written, retried, refused', async () => {
+    const store = await openPostgresEventStore({ url: POSTGRES_URL, schema: fresh(), groupsInFlight: 1 });
+    try {
+      const stream = uniqueStream('alone');
+      const sent = vi.spyOn(store.pool, 'query');
+      const statements = () =>
+        sent.mock.calls
+          .map(([q]) => String((q as { name?: string }).name))
+          .filter((name) => /^es_(insert|append)/.test(name));
+      const first = event('A');
+      const written = [
+        await store.append(stream, [first], { expectedRevision: 'no_stream' }),
+        await store.append(stream, [{ ...event('B'), correlationId: 'corr', causationId: first.id! }], {
+          expectedRevision: 0,
+        }),
+        await store.append(stream, [event('C')], { expectedRevision: 1, durability: 'committed' }),
+      ];
+      expect(statements()).toEqual(Array(3).fill(expect.stringMatching(/^es_insert_one/)));
+      expect(written.map((r) => r.nextRevision)).toEqual([0, 1, 2]);
+      const log = await store.readStream(stream);
+      expect(written.map((r) => r.position)).toEqual(log.map((e) => e.position));
+      expect(log.map((e) => [e.type, e.correlationId, e.causationId])).toEqual([
+        ['A', first.id, null],
+        ['B', 'corr', first.id],
+        ['C', log[2]!.id, null],
+      ]);
+
+      sent.mockClear();
+      // A retry of the first (its id stored): answered as it was written.
+      await expect(store.append(stream, [first], { expectedRevision: 'no_stream' })).resolves.toEqual(
+        written[0],
+      );
+      // Behind the stream (its revision taken), ahead of it (no event at the revision expected).
+      await expect(store.append(stream, [event('X')], { expectedRevision: 0 })).rejects.toMatchObject({
+        name: 'WrongExpectedRevisionError',
+        actual: 2,
+      });
+      await expect(store.append(stream, [event('X')], { expectedRevision: 5 })).rejects.toMatchObject({
+        name: 'WrongExpectedRevisionError',
+        actual: 2,
+      });
+      // Its id stored under another stream.
+      await expect(
+        store.append(uniqueStream('other'), [first], { expectedRevision: 'no_stream' }),
+      ).rejects.toBeInstanceOf(IdempotencyConflictError);
+      // The function fails on an id stored under another stream too; append_group settles it.
+      const one = [expect.stringMatching(/^es_insert_one/), expect.stringMatching(/^es_append_unlocked/)];
+      expect(statements()).toEqual([
+        ...one,
+        ...one,
+        ...one,
+        ...one,
+        expect.stringMatching(/^es_append_group/),
+      ]);
+      expect(await store.readStream(stream)).toEqual(log);
+      expect(await store.headPosition()).toBe(written[2]!.position);
+    } finally {
+      await store.close();
+    }
+  });
+
   it('decides a group of appends expecting revisions without stream locks, through the function when its plain INSERT fails: written, retried and refused members', async () => {
     const store = await openPostgresEventStore({ url: POSTGRES_URL, schema: fresh(), groupsInFlight: 1 });
     try {

@@ -129,6 +129,27 @@ describe('a service started on the defaults (development)', () => {
     ]);
   });
 
+  // Many proxies and balancers buffer a response header in 8 KiB (nginx's large_client_header_buffers,
+  // proxy_buffer_size): a PAYMENT-REQUIRED past it fails there, not here. Two rails, as quoted here,
+  // are the larger quote; the payer's PAYMENT-SIGNATURE echoes most of it back.
+  it("every paid route's PAYMENT-REQUIRED header stays under 8 KiB on two rails", async () => {
+    const manifest = (await (await fetch(`${service.url}/.well-known/x402`)).json()) as {
+      resources: { resource: string; tool: string }[];
+    };
+    expect(manifest.resources.length).toBeGreaterThan(0);
+    for (const { resource, tool } of manifest.resources) {
+      const res = await fetch(resource, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: '{}',
+      });
+      expect(res.status, tool).toBe(402);
+      const value = res.headers.get('payment-required')!;
+      expect(fromBase64Json<{ accepts: unknown[] }>(value).accepts, tool).toHaveLength(2);
+      expect(`PAYMENT-REQUIRED: ${value}\r\n`.length, tool).toBeLessThan(8_192);
+    }
+  });
+
   it('a paid retry → 503 facilitator_not_configured naming the key; nothing reserved or charged', async () => {
     const quote = await post('/x402/get_market_regime', { coin: 'ETH' });
     const required = fromBase64Json<PaymentRequired>(quote.headers.get('payment-required'));

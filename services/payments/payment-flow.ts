@@ -32,6 +32,7 @@ import {
   type PaymentState,
   paymentStream,
 } from './payment-state.ts';
+import { quotedDescription } from './quote.ts';
 import { v1NetworkName } from './rails.ts';
 import {
   type ChainFacts,
@@ -550,7 +551,8 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
   const { payment } = call;
   const resource: ResourceInfo = {
     url: call.url,
-    description: call.tool.description,
+    // As the quote named it (a v1 payment's resource, for the facilitator).
+    description: quotedDescription(call.tool.description),
     mimeType: 'application/json',
   };
   const fingerprint = requestFingerprint(call.tool.name, call.input);

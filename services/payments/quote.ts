@@ -30,6 +30,23 @@ export interface Quote {
  */
 export const QUOTE_CACHE_SIZE = 512;
 
+/**
+ * The longest resource description a quote carries. A quote rides in the PAYMENT-REQUIRED header
+ * and comes back in the payer's PAYMENT-SIGNATURE, both kept under the 8 KiB many proxies buffer a
+ * header in; a tool's whole description (up to ~930 characters, the bazaar extension beside it
+ * ~4.8 KB) put get_track_record's header at 8,364 on two rails. The whole description is in
+ * tools/list, /.well-known/x402 and the OpenAPI document.
+ */
+export const QUOTED_DESCRIPTION_CHARS = 160;
+
+/** A description as a quote carries it: whole when short, else cut at a word with an ellipsis. */
+export function quotedDescription(description: string): string {
+  if (description.length <= QUOTED_DESCRIPTION_CHARS) return description;
+  const cut = description.slice(0, QUOTED_DESCRIPTION_CHARS - 1);
+  const space = cut.lastIndexOf(' ');
+  return `${(space > 0 ? cut.slice(0, space) : cut).replace(/[\s,;:(]+$/, '')}…`;
+}
+
 const QUOTE_BODY_KEYS: ReadonlySet<string> = new Set(['x402Version', 'error', 'code', 'message', 'accepts']);
 
 /**
@@ -141,9 +158,13 @@ export class Quoter {
 
   /** The v2 PaymentRequired of one request: what the header carries and the MCP transport sends as is. */
   async paymentRequired(price: number, resource: ResourceInfo, message: string): Promise<PaymentRequired> {
+    const quoted =
+      resource.description === undefined
+        ? resource
+        : { ...resource, description: quotedDescription(resource.description) };
     return this.server.createPaymentRequiredResponse(
       await this.requirements(price),
-      resource,
+      quoted,
       message,
       this.extensionsFor(resource),
     );
@@ -178,7 +199,9 @@ export class Quoter {
       code,
       message,
       // A copy: v1Accepts shares `extra` with the requirements, which are not ours to freeze.
-      accepts: structuredClone(v1Accepts(requirements, resource.url, resource.description ?? '')),
+      accepts: structuredClone(
+        v1Accepts(requirements, resource.url, quotedDescription(resource.description ?? '')),
+      ),
     };
     // Shared by every request asking the same: frozen so no answer can change another's quote.
     const quote: Quote = Object.freeze({

@@ -164,9 +164,14 @@ function topLevel(schema: Record<string, unknown>): Record<string, unknown> {
   return { type: 'object', properties, ...(schema.required ? { required: schema.required } : {}) };
 }
 
-/** A recorded answer made short for a header: every list cut to its first item, long texts to their start. */
+/**
+ * A recorded answer made short for a header: every list cut to its first item, long texts to their
+ * start, fractions to six significant digits (an indicator's 0.16666666666666666: get_trade_call's
+ * example carries some thirty).
+ */
 function abridged(value: unknown): unknown {
   if (typeof value === 'string') return value.length > 160 ? `${value.slice(0, 159)}…` : value;
+  if (typeof value === 'number') return Number.isInteger(value) ? value : Number(value.toPrecision(6));
   if (Array.isArray(value)) return value.slice(0, 1).map(abridged);
   if (value && typeof value === 'object') {
     return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, abridged(v)]));

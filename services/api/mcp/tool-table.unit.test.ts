@@ -10,6 +10,7 @@ import { Regime } from '../../../contracts/market.ts';
 import { priceKeyOf, TOOL_NAMES, TOOLS } from '../../../contracts/tools.ts';
 import { CARRY_HORIZONS_HOURS } from '../../engine/funding/carry.ts';
 import type { SignalOperations } from '../../engine/operations.ts';
+import { quotedDescription } from '../../payments/quote.ts';
 import { setupX402, type X402Setup } from '../../payments/setup.ts';
 import {
   catalogTools,
@@ -88,7 +89,7 @@ describe('the tool table', () => {
         accepts: { amount: string }[];
         extensions: { bazaar: unknown };
       };
-      expect(quote.resource.description).toBe(tool.description);
+      expect(quote.resource.description).toBe(quotedDescription(tool.description));
       const price = config[priceKeyOf(tool.price, args)];
       expect(quote.accepts.map((a) => a.amount)).toEqual(x402.rails.map(() => String(price)));
       // The bazaar extension carries the table's example and input schema, without the field

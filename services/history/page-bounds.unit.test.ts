@@ -18,9 +18,9 @@ function pageLift(): (l: Lift) => string {
   return new Function(`${num}\n${lift}; return lift;`)() as (l: Lift) => string;
 }
 
-/** "−0.04 [−0.05, −0.0004]" → [value, low, high] as numbers (low/high null without brackets). */
+/** "−0.04 [−0.05, −0.0004]" → [value, low, high] as numbers (low/high null without an interval, [–]). */
 function read(printed: string): (number | null)[] {
-  const m = printed.match(/^(\S+)(?: \[(\S+), (\S+)\])?$/);
+  const m = printed.match(/^(\S+)(?: \[(\S+), (\S+)\]| \[–\])?$/);
   expect(m, printed).not.toBeNull();
   return [m![1]!, m![2], m![3]].map((x) => (x === undefined ? null : Number(x)));
 }
@@ -40,6 +40,16 @@ describe('the track-record page prints the risk rows so that its signs agree wit
         });
       }
     }
+  });
+
+  it('a row shipped without an interval says so, [–], as the report does (the 1d six-candle rows)', () => {
+    const bare = rows.filter(({ desk }) => desk.sigmaRatio.low === null);
+    expect(bare.map(({ row }) => `${row.set} ${row.timeframe} ${row.horizon}`)).toEqual([
+      'spot 1d verdict',
+      'perp 1d verdict',
+    ]);
+    for (const { desk } of bare) expect(lift(desk.qlikeVs.garch)).toMatch(/^\S+ \[–\]$/);
+    expect(trackRecordPage()).toContain('[–]: no interval, as on the 1d six-candle rows');
   });
 
   it('counts the risk evidence states (below GARCH(1,1), its interval below 0) from the rows as printed', () => {

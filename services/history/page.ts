@@ -117,7 +117,9 @@ its would-be calls (the economic gate ignored) earned, always-HOLD (0 bps), and 
 (following or fading the last N candles, chosen on the training months), with the lift and its
 95 % interval. Then the risk forecast's 80 % band and ranking against a free trailing-volatility band,
 and its level and loss against the forecasters a risk desk already has (RiskMetrics EWMA, GARCH(1,1),
-HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the test months.</p>
+HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the test months.
+[–]: no interval, as on the 1d six-candle rows: a resampled block lasts at least a day and two
+horizons, and the test months hold too few of them.</p>
 <div class="table-wrap" tabindex="0" role="region" aria-labelledby="baselines-caption"><table id="baselines">
 <caption id="baselines-caption">Test months: following the service against the best free rule, per cell</caption><thead><tr>
   <th>cell</th><th>sells direction</th><th>service bps / answer</th><th>would-be bps / call</th>
@@ -327,7 +329,7 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
   // every interval counted below 0 reads below 0 here.
   function fig(x, d) { return x !== null && x !== 0 && Math.abs(x) < 0.5 * Math.pow(10, -d) ? x.toPrecision(1) : num(x, d); }
   function lift(l) {
-    return l.value === null ? '–' : fig(l.value, 2) + (l.low === null ? '' : ' [' + fig(l.low, 2) + ', ' + fig(l.high, 2) + ']');
+    return l.value === null ? '–' : fig(l.value, 2) + (l.low === null ? ' [–]' : ' [' + fig(l.low, 2) + ', ' + fig(l.high, 2) + ']');
   }
   function share(l) { return l.value === null ? '–' : pct(l.value); }
   function baselines(b) {

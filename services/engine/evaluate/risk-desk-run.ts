@@ -5,6 +5,7 @@ import { CandleColumns } from '../../../adapters/market/candle-columns.ts';
 import { parseCandleFileName } from '../../../adapters/market/replay-layout.ts';
 import { type Candle, TIMEFRAMES, type Timeframe } from '../../../contracts/market.ts';
 import type { BaselinesTable, RiskDeskRow, VolatilityTable } from '../../../contracts/signals.ts';
+import { MIN_INTERVAL_BLOCKS } from '../signals/risk-forecast.ts';
 import { type DataFolder, readCandles } from './data-folder.ts';
 import {
   type DeskFit,
@@ -63,11 +64,8 @@ export interface DeskResult {
  */
 export const MIN_DESK_POINTS = 200;
 
-/**
- * Fewest resampled blocks an interval is printed on: with one block the bootstrap returns the
- * estimate itself (a zero-width interval), and with a handful its percentiles say little.
- */
-export const MIN_INTERVAL_BLOCKS = 20;
+/** Fewest resampled blocks an interval is printed on (the risk answer's evidence names it too). */
+export { MIN_INTERVAL_BLOCKS };
 
 interface CoinFiles {
   coin: string;

@@ -66,9 +66,18 @@ export function labelEvidenceText(table: VolatilityTable, timeframe: Timeframe):
   return `On the ${tf} training months, ${vol}; ${trend}.`;
 }
 
+/**
+ * Fewest resampled blocks a risk row's 95 % intervals are given on (the evaluation ships them null
+ * below it): with one block the bootstrap returns the estimate itself (a zero-width interval), and
+ * with a handful its percentiles say little.
+ */
+export const MIN_INTERVAL_BLOCKS = 20;
+
 /** The figures the risk evidence quotes, counted from the baselines table's risk rows. */
 export interface RiskEvidenceCounts {
   rows: number;
+  /** Rows shipped without intervals (fewer than MIN_INTERVAL_BLOCKS blocks), by horizon. */
+  withoutInterval: RiskHorizonKey[];
   /** σ served ÷ realised within 0.9–1.1. */
   level: number;
   coverageLow: number;
@@ -102,6 +111,9 @@ export function riskEvidenceCounts(baselines: BaselinesTable, timeframe?: Timefr
   });
   return {
     rows: desk.length,
+    withoutInterval: desk.flatMap(({ row, desk: d }) =>
+      d.sigmaRatio.value !== null && d.sigmaRatio.low === null ? [row.horizon] : [],
+    ),
     level: count(
       ({ desk: d }) => d.sigmaRatio.value !== null && d.sigmaRatio.value >= 0.9 && d.sigmaRatio.value <= 1.1,
     ),
@@ -114,6 +126,20 @@ export function riskEvidenceCounts(baselines: BaselinesTable, timeframe?: Timefr
     garchIntervalAbove: count(({ desk: d }) => d.qlikeVs.garch.low !== null && d.qlikeVs.garch.low > 0),
     garchNearestUpper: uppers.length === 0 ? null : Math.max(...uppers),
   };
+}
+
+const HORIZON_WORDS: Record<RiskHorizonKey, string> = {
+  next: 'next-candle',
+  verdict: 'six-candle',
+  day: 'day',
+};
+
+/** Which rows carry no interval, and why: a block lasts at least a day and two horizons. */
+function noInterval(rows: RiskHorizonKey[]): string {
+  if (rows.length === 0) return '';
+  const names = [...new Set(rows)].map((h) => HORIZON_WORDS[h]).join(' and ');
+  const they = rows.length === 1 ? `The ${names} row has` : `The ${rows.length} ${names} rows have`;
+  return `${they} no 95 % interval: a resampled block lasts at least a day and two horizons, and the test months hold fewer than ${MIN_INTERVAL_BLOCKS} of them. `;
 }
 
 const share = (x: number) => `${(100 * x).toFixed(1)}`;
@@ -140,6 +166,7 @@ export function riskDeskEvidence(baselines: BaselinesTable, timeframe: Timeframe
     `On the ${c.rows} ${timeframe} rows (venue × horizon): σ served ÷ realised within 0.9–1.1 on ${c.level} of ${c.rows}, ` +
     `80 % band coverage ${share(c.coverageLow)}–${share(c.coverageHigh)} % (its width adapting to each market’s recent misses), ` +
     `${qlike} and below GARCH(1,1) on ${c.belowGarch} (its 95 % interval below 0 on ${times(c.garchIntervalBelow)}${nearest}; above 0 on ${times(c.garchIntervalAbove)}). ` +
+    noInterval(c.withoutInterval) +
     `Over every timeframe's ${all.rows} rows: within 0.9–1.1 on ${all.level}, below GARCH(1,1) on ${all.belowGarch} ` +
     '(docs/evaluation-risk.md).'
   );

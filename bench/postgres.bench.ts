@@ -1,7 +1,8 @@
 /**
  * PostgreSQL event store against the same driver (`pg`) doing bare SQL on a table of the same
  * shape (`CREATE TABLE ... (LIKE events INCLUDING ALL)`, so the same indexes), in one run:
- *   (a) single-event appends with an expected revision vs a bare INSERT loop, one row each
+ *   (a) single-event appends with an expected revision vs a bare INSERT loop, one row each, in
+ *       alternating rounds; rate, and CPU per append of this process and of the backends
  *   (b) batches of 100 vs a bare multi-row INSERT of the same 100 rows
  *   (c) catch-up read of N events in pages of 1000 vs one bare SELECT scan of the same rows
  *   (d) rebuild of a counting projection from PostgreSQL beside the same rebuild from LMDB
@@ -20,8 +21,9 @@
  * writer's rate at no more than 1.5x its CPU per append (client and server together). (d) has no target;
  * it shows what choosing PostgreSQL over LMDB costs a rebuild.
  *
- *   npx tsx bench/postgres.bench.ts [--read-events=100000] [--index-events=200000]
- *     [--writer-appends=600] [--writer-rounds=5] [--only=writers]
+ *   npx tsx bench/postgres.bench.ts [--singles=500] [--single-rounds=6] [--read-events=100000]
+ *     [--index-events=200000]
+ *     [--writer-appends=600] [--writer-rounds=5] [--only=writers|single]
  */
 import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -79,13 +81,15 @@ let nextBarePosition = 3_000_000_000;
 export async function run(
   options: {
     singles?: number;
+    /** (a)'s rounds per side, after a warm-up round of each. */
+    singleRounds?: number;
     batches?: number;
     readEvents?: number;
     writerAppends?: number;
     writerRounds?: number;
     indexEvents?: number;
-    /** `writers`: only (e) and (f), the cases the store's write path is tuned against. */
-    only?: 'writers';
+    /** `writers`: only (e) and (f), the cases the store's write path is tuned against; `single`: only (a). */
+    only?: 'writers' | 'single';
   } = {},
 ) {
   const singles = options.singles ?? 500;
@@ -97,14 +101,16 @@ export async function run(
   try {
     await store.pool.query(`CREATE TABLE "${schema}".bare (LIKE "${schema}".events INCLUDING ALL)`);
     const rows: Row[] = [];
-    if (options.only === undefined) {
-      rows.push(await singleAppends(store, schema, singles));
-      rows.push(await batchAppends(store, schema, batches, 100));
+    if (options.only !== 'writers') {
+      rows.push(await singleAppends(store, schema, singles, options.singleRounds ?? 6));
     }
+    if (options.only === undefined) rows.push(await batchAppends(store, schema, batches, 100));
     const perWriter = options.writerAppends ?? 600;
     const rounds = options.writerRounds ?? 5;
-    rows.push(await concurrentWriters(schema, perWriter, 16, rounds, 'flushed'));
-    rows.push(await concurrentWriters(schema, perWriter, 16, rounds, 'committed'));
+    if (options.only !== 'single') {
+      rows.push(await concurrentWriters(schema, perWriter, 16, rounds, 'flushed'));
+      rows.push(await concurrentWriters(schema, perWriter, 16, rounds, 'committed'));
+    }
     if (options.only === undefined) {
       rows.push(...(await readAndRebuild(store, schema, readEvents, dir)));
       rows.push(await idIndexBytes(options.indexEvents ?? 200_000));
@@ -124,31 +130,96 @@ const BARE_INSERT = (schema: string) =>
    FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::json[])
      AS u(position, id, stream, revision, type, data)`;
 
-async function singleAppends(store: PostgresEventStore, schema: string, count: number): Promise<Row> {
-  const storeMs = await timedSingleAppends(store, count, 'single');
-
-  const bareStart = performance.now();
-  for (let i = 0; i < count; i++) {
-    const e = sampleEvent(i);
-    await store.pool.query({
-      name: 'bare_single',
-      text: `INSERT INTO "${schema}".bare (position, id, stream, revision, type, recorded_at, correlation_id, causation_id, data)
-             VALUES ($1, $2, $3, $4, $5, now(), $2, NULL, $6::json)`,
-      values: [
-        1_000_000_000 + i,
-        e.id,
-        `single-${i % SINGLE_APPEND_STREAMS}`,
-        Math.floor(i / SINGLE_APPEND_STREAMS),
-        e.type,
-        JSON.stringify(e.data),
-      ],
-    });
-  }
-  const bareMs = performance.now() - bareStart;
-  return {
-    ...row(`(a) single appends, expected revision (${count})`, count, storeMs, bareMs, 'appends/s'),
-    target: 0.5,
+/**
+ * (a): rounds of `count` single appends, the store's and the bare INSERTs' alternating (each side's
+ * first round a warm-up, not counted: the store's first appends in a process compile its path and
+ * its statements, and a bare side run after it found them warm). The rate is the median round of
+ * each; CPU per append over all rounds, this process's (client) and the backends' of the store's
+ * pool (server), which both sides use.
+ */
+async function singleAppends(
+  store: PostgresEventStore,
+  schema: string,
+  count: number,
+  rounds: number,
+): Promise<Row> {
+  const sides = {
+    store: { rates: [] as number[], clientMs: 0, serverMs: 0, appends: 0 },
+    bare: { rates: [] as number[], clientMs: 0, serverMs: 0, appends: 0 },
   };
+  let bareAppends = 0;
+  const bareRound = async () => {
+    for (let i = 0; i < count; i++) {
+      const n = bareAppends++;
+      const e = sampleEvent(n);
+      await store.pool.query({
+        name: 'bare_single',
+        text: `INSERT INTO "${schema}".bare (position, id, stream, revision, type, recorded_at, correlation_id, causation_id, data)
+               VALUES ($1, $2, $3, $4, $5, now(), $2, NULL, $6::json)`,
+        values: [
+          1_000_000_000 + n,
+          e.id,
+          `single-${n % SINGLE_APPEND_STREAMS}`,
+          Math.floor(n / SINGLE_APPEND_STREAMS),
+          e.type,
+          JSON.stringify(e.data),
+        ],
+      });
+    }
+  };
+  const names = [`es:${schema}`, `es-listen:${schema}`];
+  for (let round = -1; round < rounds; round++) {
+    for (const side of round % 2 === 0 ? (['store', 'bare'] as const) : (['bare', 'store'] as const)) {
+      const serverBefore = await backendCpu(store.pool, names);
+      const cpuBefore = process.cpuUsage();
+      const start = performance.now();
+      if (side === 'store') await timedSingleAppends(store, count, `single-${round}`);
+      else await bareRound();
+      const ms = performance.now() - start;
+      const cpu = process.cpuUsage(cpuBefore);
+      if (round < 0) continue;
+      const s = sides[side];
+      s.serverMs += cpuSince(serverBefore, await backendCpu(store.pool, names));
+      s.rates.push((count * 1000) / ms);
+      s.clientMs += (cpu.user + cpu.system) / 1000;
+      s.appends += count;
+    }
+  }
+  const us = (ms: number, appends: number) => (ms * 1000) / appends;
+  const [st, bb] = [sides.store, sides.bare];
+  const client: [number, number] = [us(st.clientMs, st.appends), us(bb.clientMs, bb.appends)];
+  const server: [number, number] = [us(st.serverMs, st.appends), us(bb.serverMs, bb.appends)];
+  console.log(
+    `  (a): rate ${f0(median(st.rates))} vs ${f0(median(bb.rates))} appends/s (rounds ${st.rates.map(f0).join(' ')} vs ${bb.rates.map(f0).join(' ')}), ` +
+      `CPU µs per append client ${f0(client[0])} vs ${f0(client[1])}, server ${f0(server[0])} vs ${f0(server[1])}; load ${f2(loadavg()[0]!)}`,
+  );
+  return {
+    case: `(a) single appends, expected revision (${rounds} rounds of ${count})`,
+    store: median(st.rates),
+    baseline: median(bb.rates),
+    baselineName: 'bare pg',
+    unit: 'appends/s',
+    ratio: median(st.rates) / median(bb.rates),
+    target: 0.5,
+    cpuUs: { service: client[0] + server[0], baseline: client[1] + server[1] },
+    cpuSplit: { client, server },
+  };
+}
+
+/** CPU ms of each PostgreSQL backend whose application_name is one of `names`, by pid. */
+async function backendCpu(db: pg.Pool | pg.Client, names: string[]): Promise<Map<number, number>> {
+  const { rows } = await db.query<{ pid: number }>(
+    'SELECT pid FROM pg_stat_activity WHERE application_name = ANY ($1)',
+    [names],
+  );
+  return new Map(rows.map((r) => [r.pid, processCpuMs(r.pid) ?? 0]));
+}
+
+/** CPU ms the backends of `after` spent since `before`. */
+function cpuSince(before: Map<number, number>, after: Map<number, number>): number {
+  let ms = 0;
+  for (const [pid, cpu] of after) ms += cpu - (before.get(pid) ?? 0);
+  return ms;
 }
 
 async function batchAppends(
@@ -251,14 +322,9 @@ async function concurrentWriters(
     store: { rates: [] as number[], clientMs: 0, serverMs: 0, appends: 0, groups: 0 },
     bare: { rates: [] as number[], clientMs: 0, serverMs: 0, appends: 0, groups: 0 },
   };
-  /** CPU ms of each backend whose application_name names `side`'s connections in this schema. */
-  const backends = async (side: 'store' | 'bare'): Promise<Map<number, number>> => {
-    const { rows } = await admin.query<{ pid: number }>(
-      'SELECT pid FROM pg_stat_activity WHERE application_name = ANY ($1)',
-      [side === 'store' ? [`es:${schema}`, `es-listen:${schema}`] : [`bare:${schema}`]],
-    );
-    return new Map(rows.map((r) => [r.pid, processCpuMs(r.pid) ?? 0]));
-  };
+  /** CPU ms of each backend of `side`'s connections in this schema. */
+  const backends = (side: 'store' | 'bare') =>
+    backendCpu(admin, side === 'store' ? [`es:${schema}`, `es-listen:${schema}`] : [`bare:${schema}`]);
   const appendsPerRound = writers * perWriter;
   try {
     // Both open every connection before the clock starts.
@@ -292,9 +358,7 @@ async function concurrentWriters(
         const ms = performance.now() - start;
         const cpu = process.cpuUsage(cpuBefore);
         if (round < 0) continue; // the warm-up round: plans cached, connections opened
-        const serverAfter = await backends(side);
-        let serverMs = 0;
-        for (const [pid, after] of serverAfter) serverMs += after - (serverBefore.get(pid) ?? 0);
+        const serverMs = cpuSince(serverBefore, await backends(side));
         const s = sides[side];
         s.rates.push((appendsPerRound * 1000) / ms);
         s.clientMs += (cpu.user + cpu.system) / 1000;
@@ -517,7 +581,9 @@ await whenMain(
     'index-events': 'number',
     'writer-appends': 'number',
     'writer-rounds': 'number',
-    only: ['writers'],
+    singles: 'number',
+    'single-rounds': 'number',
+    only: ['writers', 'single'],
   },
   run,
 );

@@ -34,7 +34,7 @@
  *   any change to the service did.
  *   npx tsx bench/webhooks.bench.ts [--events=1000] [--warmup=3000] [--runs=3]
  *                                   [--only=throughput|latency] [--layout=split|single|both]
- *                                   [--single-bus=memory|nats]
+ *                                   [--single-bus=memory|nats] [--source=log|live]
  *   WEBHOOK_* variables in the environment override the stack's settings in both layouts.
  */
 import { type ChildProcess, fork, spawn } from 'node:child_process';
@@ -115,9 +115,10 @@ const settle = () => new Promise((r) => setTimeout(r, SETTLE_MS));
 /** Requests that warm the shared receiver before either side, per `--warmup` request. */
 const RECEIVER_WARMUP_FACTOR = 3;
 /**
- * Verdicts appended at once by the event source, so the source is never what is measured: each
- * waits for a group commit that also carries the dispatcher's records, and at 64 the source
- * itself paced the single layout (its last append within 0.1 s of the last delivery).
+ * Verdicts appended at once by the event source. With `--source=live` each waits for a group
+ * commit that also carries the dispatcher's records, and at 64 the source itself paced the single
+ * layout (its last append within 0.1 s of the last delivery); at 256 it is done at 30–50 % of the
+ * stretch.
  */
 const SOURCE_CONCURRENCY = 256;
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -278,6 +279,26 @@ async function source(store: EventStore, coin: string, count: number): Promise<v
   );
 }
 
+/**
+ * Where a stretch's verdicts come from. `log` (the default): the source appends them while the
+ * relay is held, and the stretch starts with the relay's start, so it times the webhook path from
+ * the log (relay, bus, dispatcher, HTTPS, the records) and not the engine's own appends, which the
+ * floor does not make either. `live`: the source appends them inside the stretch. In the single
+ * layout the path is paced by its one main thread (event-loop utilization 0.98–1.0 over a stretch,
+ * the source done at 30–50 % of it and the rest waiting, sequenced, in the endpoint queue), so
+ * there the source's appends take the path's CPU rather than its slots.
+ */
+export type SourceMode = 'log' | 'live';
+let sourceMode: SourceMode = 'log';
+
+/** Puts `count` verdicts before the path as `sourceMode` says; the returned call starts their stretch. */
+async function fill(stack: WebhookStack, count: number): Promise<() => Promise<void>> {
+  if (sourceMode === 'live') return () => source(stack.store, 'BENCH', count);
+  await stack.relay.stop();
+  await source(stack.store, 'BENCH', count);
+  return () => stack.relay.start();
+}
+
 async function subscribe(stack: WebhookStack, url: string, coin: string): Promise<void> {
   const key = await stack.issue();
   const created = await stack.request('POST', '/api/webhooks', key, {
@@ -401,15 +422,16 @@ async function throughputSingle(
         async (stack) => {
           await subscribe(stack, receiver.url, 'BENCH');
           if (warmup > 0) {
-            await source(stack.store, 'BENCH', warmup);
+            await (await fill(stack, warmup))();
             await receiver.waitFor(warmup, 300_000);
             receiver.received.length = 0;
             await settle();
           }
+          const go = await fill(stack, events);
           return measureCpu(bus === 'nats' ? withNats({}) : {}, () =>
             profiledIf(process.env.BENCH_CPU_PROF_DIR, 'single-full', events, async () => {
               const started = performance.now();
-              await source(stack.store, 'BENCH', events);
+              await go();
               await receiver.waitFor(events, 300_000);
               return events / ((performance.now() - started) / 1000);
             }),
@@ -661,11 +683,11 @@ function cpuBudget(all: ThroughputFigures[]): string {
   const client = median(all.map((t) => t.floorCpuByProcess['floor loop'] ?? 0));
   const natsCounted = all.every((t) => 'nats-server' in t.fullCpuByProcess);
   // The CPU target's budget: the baseline is a POST, its receiver and a put only, while the full path
-  // also pays for the event source, the relay and the bus, so what it leaves the dispatcher can
+  // also pays for the relay and the bus (and with `--source=live` the event source), so what it leaves the dispatcher can
   // fall below what sending the POST alone costs.
   const cpuTargetBudget = CPU_TARGET * median(all.map((t) => t.floorCpuMsPerDelivery));
   const ms = (n: number) => n.toFixed(2);
-  const othersTake = `source, relay, receiver${natsCounted ? ' and NATS server' : ' (NATS server not local, not counted)'} take ${ms(others)}`;
+  const othersTake = `${sourceMode === 'live' ? 'source, ' : ''}relay, receiver${natsCounted ? ' and NATS server' : ' (NATS server not local, not counted)'} take ${ms(others)}`;
   return (
     `      CPU budget at the rate target: ${cores} cores at ${Math.round(rate).toLocaleString('en')} deliveries/s allow ${ms(budget)} ms per delivery in all;` +
     ` ${othersTake}, leaving ${ms(budget - others)} ms for the dispatcher,` +
@@ -853,17 +875,18 @@ async function throughputSplit(
             await new Promise((r) => setTimeout(r, 1_000));
             if (warmup > 0) {
               const arrived = received(receiver, warmup);
-              await source(stack.store, 'BENCH', warmup);
+              await (await fill(stack, warmup))();
               await arrived;
               receiver.send({ type: 'reset' });
               await settle();
             }
+            const go = await fill(stack, events);
             return await measureCpu(
               withNats({ receiver: receiver.pid!, dispatcher: dispatcher.pid! }),
               async () => {
                 const started = performance.now();
                 const arrived = received(receiver, events);
-                await source(stack.store, 'BENCH', events);
+                await go();
                 await arrived;
                 return events / ((performance.now() - started) / 1000);
               },
@@ -959,9 +982,12 @@ export async function run(
      * the split layout always uses, its CPU counted in the path's.
      */
     singleBus?: StackBus;
+    /** Where each stretch's verdicts come from (see SourceMode). */
+    source?: SourceMode;
   } = {},
 ): Promise<WebhookBenchResult> {
   const singleBus = options.singleBus ?? 'memory';
+  sourceMode = options.source ?? 'log';
   const events = options.events ?? 1_000;
   const warmup = Math.max(0, options.warmup ?? 3_000);
   const runs = Math.max(1, options.runs ?? 3);
@@ -972,7 +998,7 @@ export async function run(
   const two = f2;
   const f3 = (n: number) => n.toFixed(3);
   console.log(
-    `webhooks, ${fmt(events)} deliveries (after ${fmt(warmup)} untimed on each side), ${CONCURRENCY} connections per endpoint, ${runs} run${runs === 1 ? '' : 's'}`,
+    `webhooks, ${fmt(events)} deliveries (after ${fmt(warmup)} untimed on each side), ${CONCURRENCY} connections per endpoint, ${runs} run${runs === 1 ? '' : 's'}, verdicts ${sourceMode === 'log' ? 'on the log before each stretch (the relay held while they are appended)' : 'appended during each stretch'}`,
   );
   if (options.only !== 'latency') {
     result.throughput = {};
@@ -1110,6 +1136,7 @@ await whenMain(
     only: ['throughput', 'latency'],
     layout: ['split', 'single', 'both'],
     'single-bus': ['memory', 'nats'],
+    source: ['log', 'live'],
   },
   async (options: Parameters<typeof run>[0] & { layout?: Layout | 'both' }) => {
     const { layout = 'both', ...rest } = options ?? {};

@@ -176,6 +176,8 @@ export interface WebhookStack {
   url: string;
   engine: SignalEngine;
   dispatcher: ReturnType<typeof dispatcherComponent>;
+  /** Publishes the log to the bus; the webhooks bench holds it while its event source fills the log. */
+  relay: Relay;
   api: ReturnType<typeof webhookApi>;
   keys: ProjectionRunner<Awaited<ReturnType<typeof keyRegistryProjection.initial>>>;
   issue(owner?: string): Promise<string>;
@@ -297,6 +299,7 @@ export async function startWebhookStack(options: {
     url,
     engine,
     dispatcher,
+    relay,
     api,
     keys,
     stream,

@@ -1,3 +1,5 @@
+// First: an older Node is refused in one line before any other module runs.
+import './shared/node-version.ts';
 import { parseArgs } from 'node:util';
 import { type Logger, pino } from 'pino';
 import { ConfigError, loadConfig, readDotEnv } from '../contracts/config.ts';

@@ -1,3 +1,5 @@
+// First: an older Node is refused in one line before any other module runs.
+import '../shared/node-version.ts';
 import { type Adapters, openAdapters } from '../adapters.ts';
 import { commandLineConfig } from '../shared/cli-config.ts';
 import { commandLineLogger, failureText, openedOrExit } from '../shared/cli-failure.ts';

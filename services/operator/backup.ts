@@ -1,3 +1,5 @@
+// First: an older Node is refused in one line before any other module runs.
+import '../shared/node-version.ts';
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';

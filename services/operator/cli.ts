@@ -1,3 +1,5 @@
+// First: an older Node is refused in one line before any other module runs.
+import '../shared/node-version.ts';
 import { logIdentity } from '../../adapters/event-store/log-identity.ts';
 import { publicBaseUrl } from '../../contracts/config.ts';
 import { openAdapters } from '../adapters.ts';

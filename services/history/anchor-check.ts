@@ -17,8 +17,9 @@ export interface ChainAnchor {
 
 export interface AnchorLine extends ChainAnchor {
   /**
-   * true: the root made from the file equals the anchored one (and no covered row is late);
-   * false: it differs, or a covered row is late; null: not checked, the anchor lies beyond the
+   * true: the root made from the file equals the anchored one (and no covered row is late or
+   * left out);
+   * false: it differs, or a covered row is late or left out; null: not checked, the anchor lies beyond the
    * file (`beyond`).
    */
   ok: boolean | null;
@@ -47,8 +48,21 @@ export interface AnchorLine extends ChainAnchor {
    * later. The first is named.
    */
   late: { rows: number; first: LateRow } | null;
-  /** Why the anchor is beyond the file, or what a root that differs can mean; null when ok. */
+  /**
+   * A stream whose first row in the file falls in this anchor's range and links to an earlier
+   * verdict (`prev_hash` set): that verdict lies in the same range (a head an earlier anchor pins
+   * would be missing there, and that anchor fails), so a row this anchor covers is not in the file.
+   * The first such stream is named; null when none.
+   */
+  leftOut: LeftOut | null;
+  /** Why the anchor is beyond the file, what a root that differs can mean, or which row is left out; null when ok. */
   note: string | null;
+}
+
+/** The first row of a stream in the file, linking to a verdict of the same anchor's range that the file lacks. */
+export interface LeftOut {
+  streams: number;
+  first: { stream: string; verdictId: string; revision: number; position: number; reason: string };
 }
 
 /** A row whose recorded_at is after the block time of the anchor that covers it. */
@@ -172,6 +186,7 @@ interface Bucket {
   /** Stream → its chained outcome of the highest position in this bucket. */
   outcomeHeads: Map<string, { position: number; hash: string }>;
   late: { rows: number; first: LateRow } | null;
+  leftOut: LeftOut | null;
   /** The anchor's block time plus the clock tolerance: a row recorded after it was moved later. */
   lateAfter: number;
 }
@@ -196,6 +211,7 @@ export class AnchorCheck {
       verdicts: new Map(),
       outcomeHeads: new Map(),
       late: null,
+      leftOut: null,
       lateAfter: Date.parse(anchor.at) + ANCHOR_CLOCK_TOLERANCE_MS,
     }));
   }
@@ -219,12 +235,25 @@ export class AnchorCheck {
   onRow(row: HistoryRow): void {
     const ordinal = this.ordinal++;
     this.lastPosition = Math.max(this.lastPosition ?? 0, row.position, row.outcome_position ?? 0);
-    if (!this.seen.has(row.stream)) {
-      this.seen.add(row.stream);
-      if (row.prev_hash !== null) this.midChain++;
-    }
     const index = this.indexOf(row.position);
     const bucket = this.buckets[index] ?? null;
+    if (!this.seen.has(row.stream)) {
+      this.seen.add(row.stream);
+      if (row.prev_hash !== null) {
+        this.midChain++;
+        if (bucket)
+          bucket.leftOut = {
+            streams: (bucket.leftOut?.streams ?? 0) + 1,
+            first: bucket.leftOut?.first ?? {
+              stream: row.stream,
+              verdictId: row.verdict_id,
+              revision: row.revision,
+              position: row.position,
+              reason: `the first row of ${row.stream} in the file (revision ${row.revision}, position ${row.position}) links to an earlier verdict (prev_hash ${row.prev_hash}) that is not in the file: with every earlier anchor matched, that verdict lies in this anchor's range, so a row it covers was left out (or the file starts part way: an after= or from= export, which anchors cannot check)`,
+            },
+          };
+      }
+    }
     if (bucket) {
       // The anchor's block time bounds the row's: a row recorded after it was moved later.
       const anchor = this.anchors[index]!;
@@ -286,6 +315,7 @@ export class AnchorCheck {
           streams: leaves.length,
           covers: { rows: 0, firstPosition: null, lastPosition: null, outcomes: 0 },
           late: null,
+          leftOut: null,
           note: `beyond the export: this anchor is at log position ${anchor.position}, past the file's last position ${last ?? '(none: the file is empty)'}, and the file does not give its root: the root pins every stream's head at ${anchor.position}, and a head that moved after ${last ?? 'the file'} is not in the file, so not one stream of it can be checked here. An export taken before the anchor and a file cut short (its tail rewritten and rehashed) look the same: its ${bucket.rows} rows in the file are unverified (uncovered); export again (without filters) to check them against it.`,
         };
       }
@@ -295,7 +325,7 @@ export class AnchorCheck {
       }
       return {
         ...anchor,
-        ok: matches && bucket.late === null,
+        ok: matches && bucket.late === null && bucket.leftOut === null,
         beyond: false,
         recomputedRoot,
         streams: leaves.length,
@@ -306,7 +336,8 @@ export class AnchorCheck {
           outcomes: bucket.outcomes,
         },
         late: bucket.late,
-        note: matches ? null : this.mismatch(anchor, leaves.length),
+        leftOut: bucket.leftOut,
+        note: matches ? (bucket.leftOut?.first.reason ?? null) : this.mismatch(anchor, leaves.length),
       };
     });
     const beyond = lines.filter((l) => l.beyond);

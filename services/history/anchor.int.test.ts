@@ -387,6 +387,31 @@ describe('the history anchor', () => {
     expect(clean).toMatchObject({ ok: true, anchors: { firstLate: null } });
   });
 
+  it("catches a stream's first rows left out of an export, which the chains alone cannot", async () => {
+    // An unfiltered export with one stream's first verdict deleted: every head is still in the
+    // file, so the root matches, and the stream only looks like one that starts mid-chain.
+    const [a1] = anchors;
+    const first = rows.find((r) => r.revision === 0 && r.position <= a1!.position)!;
+    const second = rows.find((r) => r.stream === first.stream && r.revision === 1)!;
+    expect(second.position).toBeLessThanOrEqual(a1!.position);
+    const dropped = rows.filter((r) => r !== first);
+    for (const format of HISTORY_FORMATS) {
+      const path = await write(`dropped-first-${format}`, format, dropped);
+      expect(await verify(path), format).toMatchObject({ ok: true, streamsStartingMidChain: 1 });
+      const report = await verify(path, ...anchorArgs());
+      expect(report.ok, format).toBe(false);
+      const [l1, l2] = report.anchors.anchors;
+      expect(l1.recomputedRoot).toBe(l1.root);
+      expect(l1).toMatchObject({
+        ok: false,
+        leftOut: { streams: 1, first: { stream: first.stream, revision: 1, position: second.position } },
+      });
+      expect(l1.note).toContain(`the first row of ${first.stream} in the file (revision 1`);
+      expect(l1.note).toContain('left out');
+      expect(l2).toMatchObject({ ok: true, leftOut: null });
+    }
+  });
+
   it('refuses what is no anchor, and says what it needs', async () => {
     const path = await write('args', 'ndjson', rows);
     await expect(runHistoryCommand(['verify', path, '--anchors'], deps())).rejects.toThrow(UsageError);

@@ -441,9 +441,27 @@ describe('the history anchor', () => {
     const nobody = privateKeyToAccount(
       '0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a',
     ).address;
-    await expect(
-      runHistoryCommand(['verify', path, '--anchors', '--rpc', anvil.rpcUrl, '--address', nobody], deps()),
-    ).rejects.toThrow('no anchor transaction');
+    // The chain answered and holds none from it: an expected failure (exit 1, one line), not a
+    // usage error (exit 2 and the usage text), saying what to check.
+    const none = runHistoryCommand(
+      ['verify', path, '--anchors', '--rpc', anvil.rpcUrl, '--address', nobody],
+      deps(),
+    );
+    await expect(none).rejects.toThrow(CommandFailedError);
+    await expect(none).rejects.toThrow(
+      `no anchor transaction from ${nobody} found at ${anvil.rpcUrl}: check --address is the anchoring wallet`,
+    );
+    const cli = ['--import', 'tsx', 'services/history/cli.ts', 'verify', path];
+    const failed = await run(process.execPath, [
+      ...cli,
+      '--anchors',
+      '--rpc',
+      anvil.rpcUrl,
+      '--address',
+      nobody,
+    ]).catch((err: { code: number; stderr: string }) => err);
+    expect((failed as { code: number }).code).toBe(1);
+    expect((failed as { stderr: string }).stderr.trim().split('\n')).toHaveLength(1);
   });
 
   it('is off on the embedded defaults, and with only the settlements wallet, and the readiness check says why', async () => {

@@ -585,7 +585,12 @@ async function chainAnchors(values: Record<string, unknown>): Promise<ChainAncho
       { cause: err },
     );
   }
-  if (found.length === 0) throw new UsageError(`no anchor transaction from ${address} found at ${rpcUrl}`);
+  // The chain answered and holds none: an expected failure (a wrong wallet or chain, a --from-block
+  // past them, none sent yet), one line saying what to check, exit 1 (not a usage error).
+  if (found.length === 0)
+    throw new CommandFailedError(
+      `no anchor transaction from ${address} found at ${rpcUrl}${from ? ` from block ${from}` : ''}: check --address is the anchoring wallet (the address /readyz shows under processor:history-anchor), --rpc a node of the chain it anchors on (HISTORY_ANCHOR_RPC_URL, else X402_RPC_URL)${from ? ' and --from-block' : ''}; the first anchor is sent a minute after the service starts`,
+    );
   return found;
 }
 

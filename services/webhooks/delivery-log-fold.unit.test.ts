@@ -94,6 +94,20 @@ describe('delivery log eviction', () => {
     expect(state.deliveries['new-1']?.status).toBe('pending');
   });
 
+  it('keeps a delivery that finished and was sent again before the next eviction', () => {
+    const n = DELIVERY_LOG_LIMIT + 10;
+    const state = fold(Array.from({ length: n }, (_, i) => attempted(`d${i}`)));
+    // d0 finishes, then a resend makes it pending again before any new delivery comes.
+    fold([succeeded('d0'), attempted('d0', 'sub-a', 2), attempted('new-1')], state);
+    expect(state.deliveries.d0?.status).toBe('pending');
+    expect(state.bySub['sub-a']).toHaveLength(n + 1);
+    // Once it finishes for good it is the first to go.
+    fold([succeeded('d0', 'sub-a', 2), succeeded('d5'), attempted('new-2')], state);
+    expect(state.deliveries.d0).toBeUndefined();
+    expect(state.deliveries.d5).toBeUndefined();
+    expect(state.bySub['sub-a']).toHaveLength(n);
+  });
+
   it('does not evict a delivery that failed with a retry still due', () => {
     const state = fold(Array.from({ length: DELIVERY_LOG_LIMIT }, (_, i) => attempted(`d${i}`)));
     fold([failed('d0', new Date(2_000_000_000_000).toISOString()), attempted('d-next')], state);
@@ -154,11 +168,18 @@ describe('delivery log eviction', () => {
     const model = new Map<string, string[]>();
     const pending = new Set<string>();
     let state = initialDeliveryLog();
-    const open: { id: string; sub: string }[] = [];
+    const open: { id: string; sub: string; attempt?: number }[] = [];
     for (let i = 0; i < 3_000; i++) {
       const sub = random() < 0.8 ? 'sub-a' : 'sub-b';
       const r = random();
-      if (open.length === 0 || r < 0.55) {
+      const finishedIds = (model.get(sub) ?? []).filter((x) => !pending.has(x));
+      if (r > 0.97 && finishedIds.length > 0) {
+        // A resend (or a recovery) of a finished delivery still in the log: pending again.
+        const id = finishedIds[Math.floor(random() * finishedIds.length)]!;
+        state = applyDeliveryEvent(state, attempted(id, sub, 2));
+        open.push({ id, sub, attempt: 2 });
+        pending.add(id);
+      } else if (open.length === 0 || r < 0.55) {
         const id = `d${i}`;
         state = applyDeliveryEvent(state, attempted(id, sub));
         open.push({ id, sub });
@@ -173,11 +194,11 @@ describe('delivery log eviction', () => {
         }
       } else {
         const [done] = open.splice(Math.floor(random() * open.length), 1);
-        const retry = r > 0.95;
+        const retry = r > 0.95 && done!.attempt === undefined;
         state = applyDeliveryEvent(
           state,
-          r < 0.85
-            ? succeeded(done!.id, done!.sub)
+          r < 0.85 || done!.attempt !== undefined
+            ? succeeded(done!.id, done!.sub, done!.attempt)
             : failed(done!.id, retry ? new Date(2_000_000_000_000).toISOString() : null, done!.sub),
         );
         if (retry) open.push(done!);

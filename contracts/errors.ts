@@ -161,11 +161,17 @@ export const ERRORS = {
   INVALID_TIMEFRAME: { status: 400, retryable: false, message: '{issue}' },
   INVALID_CALL: { status: 400, retryable: false, message: '{issue}' },
   INVALID_TIME: { status: 400, retryable: false, message: '{issue}' },
-  INVALID_CURSOR: { status: 400, retryable: false, message: 'after is not a cursor this service issued' },
+  INVALID_CURSOR: {
+    status: 400,
+    retryable: false,
+    message:
+      "after is not a cursor this service issued: pass a row's cursor (its last column) or the X-History-Cursor trailer as served, unchanged",
+  },
   FOREIGN_CURSOR: {
     status: 400,
     retryable: false,
-    message: 'after names a position this store does not hold: a cursor from another store?',
+    message:
+      "after names a position this store does not hold: a cursor from another store? Resume with a cursor this service served (a row's cursor or the X-History-Cursor trailer), or export again without after",
   },
   INVALID_WAIT: { status: 400, retryable: false, message: 'wait must be seconds from 0 to {max}' },
   UNSUPPORTED_FORMAT: { status: 400, retryable: false, message: '{issue}' },

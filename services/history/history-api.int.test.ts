@@ -486,6 +486,8 @@ describe('GET /api/verdicts', () => {
         _service?: unknown;
       };
       expect(body.code, query).toBe(code);
+      // A refused cursor says what to pass instead.
+      if (code.endsWith('_CURSOR')) expect(body.message, query).toContain('X-History-Cursor trailer');
       // A refused query parameter is named in `field`, as on every route with a query.
       const named = /^\?(\w+)=/.exec(query)?.[1];
       if (status === 400 && named) expect(body.field, query).toBe(named);

@@ -189,7 +189,12 @@ export const HistoryQuerySchema = z
         .string()
         .transform((text, ctx) => {
           const cursor = decodeCursor(text);
-          if (cursor === null) issue(ctx, 'INVALID_CURSOR', 'not a cursor this service issued');
+          if (cursor === null)
+            issue(
+              ctx,
+              'INVALID_CURSOR',
+              "not a cursor this service issued: pass a row's cursor (its last column) or the X-History-Cursor trailer as served, unchanged",
+            );
           return cursor ?? z.NEVER;
         })
         .describe('The cursor of an earlier answer'),

@@ -241,7 +241,7 @@ function historyAccess(deps: HistoryRoutesDeps) {
     if (event?.position !== position || !tagMatches(cursor, event.id)) {
       throw new HistoryQueryError(
         'FOREIGN_CURSOR',
-        'after names a position this store does not hold: a cursor from another store?',
+        "after names a position this store does not hold: a cursor from another store? Resume with a cursor this service served (a row's cursor or the X-History-Cursor trailer), or export again without after",
         'after',
       );
     }

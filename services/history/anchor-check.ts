@@ -372,6 +372,6 @@ export class AnchorCheck {
       this.midChain > 0
         ? ` ${this.midChain} of the file's streams start mid-chain (their first row links to one before the file: a from= or after= export, or one cut at the front).`
         : '';
-    return `the root made from the file's ${streams} streams at position ${anchor.position} differs from the anchored one. An anchor covers every stream the service held at its position (how many is not on the chain: the log's HistoryAnchored and the readiness check's lastAnchor.streams say), so only an export without filters (no coin, exchange, timeframe, call, from or to) can be checked against it: a filtered export fails every anchor.${midChain} With an unfiltered export, a verdict or outcome up to this anchor was changed, added or left out.`;
+    return `the root made from the file's ${streams} streams at position ${anchor.position} differs from the anchored one. An anchor covers every stream the service held at its position (how many is not on the chain: the log's HistoryAnchored and the readiness check's lastAnchor.streams say), so only an export without filters (no coin, exchange, timeframe, call, from or to) can be checked against it: a filtered export fails every anchor.${midChain} With an unfiltered export, a verdict or outcome up to this anchor was changed, added or left out, or the anchors read are another deployment's (check that --rpc is the chain and --address the wallet that /readyz shows under processor:history-anchor, lastAnchor.chainId and address).`;
   }
 }

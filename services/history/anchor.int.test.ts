@@ -322,6 +322,9 @@ describe('the history anchor', () => {
       expect(line.note).toContain("the root made from the file's 1 streams");
       expect(line.note).toContain('An anchor covers every stream the service held at its position');
       expect(line.note).toContain('only an export without filters');
+      // Another deployment's anchors (a wrong chain or wallet) differ the same way: named too.
+      expect(line.note).toContain("the anchors read are another deployment's");
+      expect(line.note).toContain('lastAnchor.chainId');
     }
   });
 

@@ -114,3 +114,66 @@ describe.runIf(reachable)('scan digests without a venue ranking', () => {
     expect(receiver.received).toHaveLength(1);
   });
 });
+
+describe.runIf(reachable)('a digest built at its period’s start', () => {
+  let stack: WebhookStack;
+  let receiver: Receiver;
+  let shift = 0;
+  // The engine records the verdicts of the close at the period's start a moment after the digest
+  // clock passes it: here, once the dispatcher has read the clock past it, as a live engine does
+  // while it fetches that close's candles.
+  let onPeriod: ((now: number) => void) | undefined;
+
+  beforeAll(async () => {
+    stack = await startWebhookStack({
+      settings: { tls: { ca: tls.cert } },
+      digestNow: () => {
+        const now = Date.now() + shift;
+        if (shift > 0 && onPeriod) {
+          const fire = onPeriod;
+          onPeriod = undefined;
+          fire(now);
+        }
+        return now;
+      },
+    });
+    receiver = await startReceiver(tls);
+  });
+  afterAll(async () => {
+    await receiver?.close();
+    await stack?.close();
+  });
+
+  it('lists the verdicts of the close at the start, not the close before it', async () => {
+    const key = await stack.issue();
+    const hour = 3_600_000;
+    const coins = ['ETH', 'BTC', 'SOL'];
+    const start = Math.floor((Date.now() + hour) / hour) * hour;
+    // The close before the period's start: the latest on record when the clock passes it.
+    for (const coin of coins)
+      await appendVerdict(stack.store, { coin, call: 'HOLD', confidence: 50, candleCloseTime: start - hour });
+    const created = await stack.request('POST', '/api/webhooks', key, {
+      url: receiver.url,
+      ...HOURLY_DIGEST,
+    });
+    expect(created.status).toBe(201);
+    const fresh: Promise<string[]> = new Promise((resolve) => {
+      onPeriod = (now) => {
+        const close = Math.floor(now / hour) * hour;
+        setTimeout(() => {
+          void Promise.all(
+            coins.map((coin) =>
+              appendVerdict(stack.store, { coin, call: 'HOLD', confidence: 60, candleCloseTime: close }),
+            ),
+          ).then(resolve);
+        }, 300);
+      };
+    });
+    shift = hour;
+    await receiver.waitFor(1, 40_000);
+    const envelope = WebhookEnvelope.parse(JSON.parse(receiver.received[0]!.body));
+    if (envelope.data.type !== 'scan_digest') throw new Error('not a digest');
+    expect(envelope.data.period_start).toBe(new Date(start).toISOString());
+    expect(envelope.data.calls.map((c) => c.verdict_id).sort()).toEqual((await fresh).sort());
+  });
+});

@@ -108,12 +108,14 @@ export async function appendVerdict(
     regime?: Regime;
     from?: Regime;
     exchange?: string;
+    /** Unix ms; default one hour after the previous fixture verdict's, from 2023-11-14. */
+    candleCloseTime?: number;
   },
 ): Promise<string> {
   const timeframe = (v.timeframe ?? '1h') as '1h';
   const exchange = (v.exchange ?? 'BINANCE') as 'BINANCE';
   const stream = `verdict-${exchange}-${v.coin}-${timeframe}`;
-  const candleCloseTime = 1_700_000_000_000 + ++verdictCounter * 3_600_000;
+  const candleCloseTime = v.candleCloseTime ?? 1_700_000_000_000 + ++verdictCounter * 3_600_000;
   const id = deterministicId('test-verdict', stream, candleCloseTime, randomUUID());
   const regime = v.regime ?? 'trending-up';
   const events = [

@@ -1,6 +1,6 @@
 import { MarketDataError } from '../../adapters/market/errors.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
-import { type Exchange, type FeedKind, marketKey } from '../../contracts/market.ts';
+import { type Exchange, type FeedKind, marketKey, TIMEFRAME_MS } from '../../contracts/market.ts';
 import type { CalibrationTable } from '../../contracts/signals.ts';
 import { ScanTradeCallsInput, type ScanTradeCallsOutput } from '../../contracts/tools.ts';
 import type { LatestVerdicts } from '../../projections/latest-verdicts.ts';
@@ -8,8 +8,13 @@ import { rankedScan, type ScanRow } from '../engine/scan-ranking.ts';
 import { defaultCalibration, recordedMeaning } from '../engine/signals/index.ts';
 import type { RankedMarket } from './ranking.ts';
 
-/** How long a digest scan waits for the verdict projection to reach the log's head. */
+/**
+ * How long a digest scan waits for the verdict projection to reach the log's head, and for the
+ * verdicts of the close at its period's start.
+ */
 export const DIGEST_CATCH_UP_MS = 5_000;
+/** How often a digest scan looks again for the verdicts of that close. */
+const DIGEST_CLOSE_POLL_MS = 50;
 
 /**
  * The dispatcher's digest scan: the venue ranking, then the verdicts as the log holds them now.
@@ -27,15 +32,34 @@ export function rankedDigestScan(deps: {
   /** With `candles`, a market without a verdict is named with the feed's refusal when it has one. */
   feed: { readonly kind: FeedKind; now(): number; candles?: MarketFeed['candles'] };
   catchUpMs?: number;
-}): (input: ScanTradeCallsInput) => Promise<ScanTradeCallsOutput> {
-  return async (input) => {
+}): (input: ScanTradeCallsInput, period?: { start: number }) => Promise<ScanTradeCallsOutput> {
+  return async (input, period) => {
     const exchange = input.exchange!;
     await deps.ranking.prepare(exchange);
     const ranked = deps.ranking.ranked(exchange);
     if (ranked.length === 0) throw new Error(`no market ranking for ${exchange} loaded yet`);
-    await deps.verdicts.waitFor(await deps.headPosition(), deps.catchUpMs ?? DIGEST_CATCH_UP_MS);
+    const catchUpMs = deps.catchUpMs ?? DIGEST_CATCH_UP_MS;
+    const deadline = Date.now() + catchUpMs;
+    await deps.verdicts.waitFor(await deps.headPosition(), catchUpMs);
     const volumes = new Map(ranked.map((m) => [m.coin, m.quoteVolume24h]));
     const { topN, timeframe } = ScanTradeCallsInput.parse({ ...input, exchange });
+    // The engine records each scheduled market's verdict of a close moments after that close, so
+    // a digest built at its period's start can find the close before it still the latest on
+    // record: it waits (within the same budget) for the verdicts of the close at the start rather
+    // than list the previous candle's as the latest.
+    if (period) {
+      const tfMs = TIMEFRAME_MS[timeframe];
+      const close = Math.floor(period.start / tfMs) * tfMs;
+      const behind = () =>
+        ranked.slice(0, topN).some(({ coin }) => {
+          const verdict = deps.verdicts.state[marketKey(exchange, coin, timeframe)];
+          return verdict !== undefined && verdict.candleCloseTime < close;
+        });
+      while (behind() && Date.now() < deadline) {
+        await new Promise((r) => setTimeout(r, Math.min(DIGEST_CLOSE_POLL_MS, deadline - Date.now())));
+        await deps.verdicts.waitFor(await deps.headPosition(), Math.max(1, deadline - Date.now()));
+      }
+    }
     const verdicts = deps.verdicts.state;
     // A market the feed cannot build this timeframe for (a coin with 1h candles only, on 15m) never
     // has a verdict: it is named with the feed's own refusal, the words scan_trade_calls gives it,

@@ -53,7 +53,7 @@ export interface DispatcherOptions {
   /** Durable consumer names start with this; two dispatchers sharing it share the work. */
   durablePrefix?: string;
   /** Runs the ranked scan of a digest; without it scan_digest subscriptions get nothing. */
-  scan?: (input: ScanTradeCallsInput) => Promise<ScanTradeCallsOutput>;
+  scan?: (input: ScanTradeCallsInput, period: { start: number }) => Promise<ScanTradeCallsOutput>;
   /** Clock for digest periods: the feed's (tests compress it). */
   now?: () => number;
   /** `now` is a replay clock: subscriptions count from when they were first seen in feed time. */
@@ -590,10 +590,10 @@ export class WebhookDispatcher {
         includeHolds: true,
         minConfidence: sub.minConfidence ?? 0,
       };
-      const key = JSON.stringify(input);
+      const key = JSON.stringify([input, periodStart]);
       let scan = this.digestScans.get(key);
       if (!scan) {
-        scan = this.options.scan!(input);
+        scan = this.options.scan!(input, { start: periodStart });
         this.digestScans.set(key, scan);
       }
       let result: ScanTradeCallsOutput;

@@ -235,9 +235,11 @@ describe('extractive answers', () => {
     const answer = extractiveAnswer(question, meaning.retrieve(expandQuestion(question)), (t) =>
       meaning.weight(t),
     );
-    expect(answer.answer).toBe(
-      "A BUY or SELL call's confidence is the fitted probability that its direction beats the fee. [1]",
+    // The definition is the best unit; the other passage's sentence, within reach of it, joins.
+    expect(answer.answer).toContain(
+      "A BUY or SELL call's confidence is the fitted probability that its direction beats the fee. [",
     );
+    expect(answer.citations.map((c) => c.id)).toContain('m');
   });
 
   it('says it does not know, ungrounded, when the question is mostly about what the corpus never names', () => {
@@ -1106,6 +1108,47 @@ describe('extractive answers', () => {
       ['prices', 'Prices', 'A trade call costs 0.02 USD.'],
     ])('How do I sort a list in Python?');
     expect(answer).toEqual({ answer: DONT_KNOW, citations: [], grounded: false });
+  });
+
+  /** Passages that use the service's everyday words (funding, rates, market, queue …) over and over. */
+  const everyday = Array.from({ length: 20 }, (_, i) => [
+    `other-${i}`,
+    `Other ${i}`,
+    `The service does thing number ${i} with its funding market rates and queues elsewhere.`,
+  ]);
+
+  it('quotes a unit of another passage scoring within 0.15 of the best beside it', () => {
+    const answer = askOf([
+      [
+        'a',
+        'Webhooks',
+        'Each webhook endpoint keeps a delivery queue of events in memory, in order, while they wait, each with the number and the time at which it was first sent and the subscription that it belongs to, so that a later look shows what is still owed to whom.',
+      ],
+      [
+        'b',
+        'Limits',
+        'The webhook delivery queue holds its events in memory, in order, while they wait for the receiver.',
+      ],
+      ...everyday.slice(0, 8),
+    ])('How is the webhook delivery queue of each endpoint ordered in memory while events wait?');
+    // b's sentence does not name the endpoint and scores about 0.13 below a's: within reach.
+    expect(answer.citations.map((c) => c.id)).toEqual(['a', 'b']);
+    expect(answer.answer).toContain('while they wait for the receiver. [2]');
+  });
+
+  it("does not fall back on a unit naming only the service's everyday words of the question", () => {
+    const ask = askOf([
+      ['a', 'Indicators › Bull Bear Power', 'Funding rates and the market are read each hour.'],
+      ['b', 'Scores', 'A score below zero is negative.'],
+      ...everyday,
+    ]);
+    // The passage covers the question through its title, but its one sentence names neither
+    // "negative" nor "bear": no unit carries the question, and the fallback's would not answer it.
+    expect(ask('Why do funding rates go negative in a bear market?')).toEqual({
+      answer: DONT_KNOW,
+      citations: [],
+      grounded: false,
+    });
   });
 
   it('says it does not know below the threshold, citing nothing', () => {

@@ -162,6 +162,15 @@ describe('an analyst with a key, through npm run history and DuckDB', () => {
         ).arrayBuffer(),
       );
       writeFileSync(served, body);
+      // The README's curl line as printed, run where no exports/ exists yet (a reader starting at
+      // that block): it writes the same file, not a silent curl error 23 and no file.
+      const curlLine = /^\s*(curl -s [^\n]*localhost:8080\/api\/verdicts [^\n]+)$/m.exec(readmeText)![1]!;
+      const fresh = mkdtempSync(join(dir, 'curl-'));
+      await exec('sh', ['-c', curlLine.replace('localhost:8080', new URL(server.url).host)], {
+        cwd: fresh,
+        env: { ...process.env, KEY: key },
+      });
+      expect(readFileSync(join(fresh, 'exports', 'verdicts.ndjson'))).toEqual(body);
       const json = `read_json('${served}')`;
       const [counted] = (
         await connection.runAndReadAll(

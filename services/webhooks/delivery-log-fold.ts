@@ -90,33 +90,17 @@ function attemptOf(record: DeliveryRecord, attempt: number): AttemptRecord | und
 }
 
 /**
- * What the last trim of a subscription's list found: its first `from` ids were kept (pending, see
- * `kept`) but those at `holes` (ascending), which finished since. Without it a burst of pending
- * deliveries makes every new one rescan the whole list (quadratic in the backlog); and with the
- * prefix dropped at every outcome, as a flood finishes one delivery for each it adds, the scan came
- * back (10 µs of fold per delivery with 1,000 pending, 1 µs with 10). It only skips work: a list
- * without an entry (e.g. one loaded from a snapshot) is scanned from the start, same result.
+ * How many leading ids of a subscription's list were pending at the last trim, with no delivery of
+ * that subscription finished since. Without it a burst of pending deliveries makes every new one
+ * rescan the whole list (quadratic in the backlog). It only skips work: a list without an entry
+ * (e.g. one loaded from a snapshot) is scanned from the start, with the same result.
  */
-const pendingPrefix = new WeakMap<string[], { from: number; holes: number[] }>();
+const pendingPrefix = new WeakMap<string[], number>();
 
-/**
- * A delivery of this subscription stopped being pending: a hole in the pending prefix where
- * `deliveryId` is (deliveries finish about in order, so it is found near the front), or, with no
- * id, anywhere (the prefix is dropped).
- */
-function finished(state: DeliveryLogState, subscriptionId: string, deliveryId?: string): void {
+/** A delivery of this subscription stopped being pending: the pending prefix may have a hole now. */
+function finished(state: DeliveryLogState, subscriptionId: string): void {
   const ids = state.bySub[subscriptionId];
-  if (!ids) return;
-  const prefix = pendingPrefix.get(ids);
-  if (prefix === undefined) return;
-  if (deliveryId === undefined) {
-    pendingPrefix.delete(ids);
-    return;
-  }
-  const at = ids.indexOf(deliveryId);
-  if (at < 0 || at >= prefix.from || prefix.holes.includes(at)) return;
-  prefix.holes.push(at);
-  prefix.holes.sort((a, b) => a - b);
+  if (ids) pendingPrefix.delete(ids);
 }
 
 /**
@@ -145,33 +129,14 @@ function kept(record: DeliveryRecord | undefined): boolean {
 
 function trim(state: DeliveryLogState, subscriptionId: string, limit: number): void {
   const ids = state.bySub[subscriptionId]!;
-  let prefix = pendingPrefix.get(ids);
-  if (prefix === undefined) {
-    prefix = { from: 0, holes: [] };
-    pendingPrefix.set(ids, prefix);
-  }
-  const { holes } = prefix;
-  let { from } = prefix;
+  let from = pendingPrefix.get(ids) ?? 0;
   while (ids.length > limit) {
-    // The oldest delivery no longer pending: the first hole, or else the first past the prefix. A
-    // hole pending again (a resend, a recovery) is back in the prefix.
-    let at = -1;
-    while (at < 0 && holes.length > 0) {
-      const hole = holes.shift()!;
-      if (!kept(state.deliveries[ids[hole]!])) at = hole;
-    }
-    if (at >= 0) {
-      for (let i = 0; i < holes.length; i++) holes[i]!--;
-      from--;
-    } else {
-      while (from < ids.length && kept(state.deliveries[ids[from]!])) from++;
-      if (from >= ids.length) break;
-      at = from;
-    }
-    const [evicted] = ids.splice(at, 1);
+    while (from < ids.length && kept(state.deliveries[ids[from]!])) from++;
+    if (from >= ids.length) break;
+    const [evicted] = ids.splice(from, 1);
     delete state.deliveries[evicted!];
   }
-  prefix.from = from;
+  pendingPrefix.set(ids, from);
 }
 
 /** `DeliveryRecord.revision` of a delivery whose own stream does not exist yet (see `DeliverySequenced.first`). */
@@ -307,7 +272,7 @@ export function applyDeliveryEvent(
       // Only the latest attempt decides the delivery's status (an old attempt may report late).
       const latest = record.attempts.at(-1);
       if (latest?.attempt === d.attempt) record.status = failed ? (next ? 'pending' : 'failed') : 'succeeded';
-      if (record.status !== 'pending') finished(state, record.subscriptionId, record.id);
+      if (record.status !== 'pending') finished(state, record.subscriptionId);
       break;
     }
     case 'SubscriptionDisabled': {

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { verifyWebhook } from '../contracts/webhook-verify.ts';
 import { WebhookEnvelope } from '../contracts/webhooks.ts';
+import { rankMarkets } from '../services/engine/engine.ts';
 import { requireNats } from './nats-server.ts';
 import { appendVerdict, HOURLY_DIGEST, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
 import { type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
@@ -175,5 +176,65 @@ describe.runIf(reachable)('a digest built at its period’s start', () => {
     if (envelope.data.type !== 'scan_digest') throw new Error('not a digest');
     expect(envelope.data.period_start).toBe(new Date(start).toISOString());
     expect(envelope.data.calls.map((c) => c.verdict_id).sort()).toEqual((await fresh).sort());
+  });
+});
+
+describe.runIf(reachable)('a digest’s top-N', () => {
+  let stack: WebhookStack;
+  let receiver: Receiver;
+  let shift = 0;
+  let dropped: string | undefined;
+
+  beforeAll(async () => {
+    stack = await startWebhookStack({
+      settings: { tls: { ca: tls.cert } },
+      digestNow: () => Date.now() + shift,
+      // The venue's ranking as the feed gives it, less the market the test drops from it.
+      wrapFeed: (feed) =>
+        ({
+          kind: feed.kind,
+          now: () => feed.now(),
+          markets: async (exchange: never) =>
+            (await feed.markets(exchange)).filter((m: { coin: string }) => m.coin !== dropped),
+          close: async () => {},
+        }) as unknown as typeof feed,
+    });
+    receiver = await startReceiver(tls);
+  });
+  afterAll(async () => {
+    await receiver?.close();
+    await stack?.close();
+  });
+
+  it('is the venue’s ranking at the digest’s close, as the scheduler records it', async () => {
+    const key = await stack.issue();
+    const hour = 3_600_000;
+    const [a, b, c, d] = rankMarkets(await stack.engine.feed.markets('BINANCE'))
+      .slice(0, 4)
+      .map((m) => m.coin);
+    const first = Math.floor((Date.now() + hour) / hour) * hour;
+    for (const coin of [a!, b!, c!])
+      await appendVerdict(stack.store, { coin, call: 'HOLD', confidence: 50, candleCloseTime: first });
+    const created = await stack.request('POST', '/api/webhooks', key, {
+      url: receiver.url,
+      ...HOURLY_DIGEST,
+    });
+    expect(created.status).toBe(201);
+    shift = hour;
+    await receiver.waitFor(1, 40_000);
+    // At the next close the venue ranks c below the top 3: the scheduler records d in its place.
+    dropped = c;
+    const fresh = await Promise.all(
+      [a!, b!, d!].map((coin) =>
+        appendVerdict(stack.store, { coin, call: 'HOLD', confidence: 60, candleCloseTime: first + hour }),
+      ),
+    );
+    shift = 2 * hour;
+    await receiver.waitFor(2, 40_000);
+    const envelope = WebhookEnvelope.parse(JSON.parse(receiver.received[1]!.body));
+    if (envelope.data.type !== 'scan_digest') throw new Error('not a digest');
+    expect(envelope.data.period_start).toBe(new Date(first + hour).toISOString());
+    expect(envelope.data.calls.map((row) => row.verdict_id).sort()).toEqual(fresh.sort());
+    expect(envelope.data.skipped).toEqual([]);
   });
 });

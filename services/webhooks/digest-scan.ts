@@ -24,7 +24,7 @@ const DIGEST_CLOSE_POLL_MS = 50;
  */
 export function rankedDigestScan(deps: {
   ranking: {
-    prepare(exchange: string): Promise<void>;
+    prepare(exchange: string, maxAgeMs?: number): Promise<void>;
     ranked(exchange: string): readonly RankedMarket[];
   };
   verdicts: { readonly state: LatestVerdicts; waitFor(position: number, timeoutMs?: number): Promise<void> };
@@ -35,7 +35,10 @@ export function rankedDigestScan(deps: {
 }): (input: ScanTradeCallsInput, period?: { start: number }) => Promise<ScanTradeCallsOutput> {
   return async (input, period) => {
     const exchange = input.exchange!;
-    await deps.ranking.prepare(exchange);
+    // The venue's top-N as the scheduler ranks it at this close (it reads the ranking on every
+    // close): a ranking cached from earlier would list a market the engine no longer records, with
+    // its last verdict, hours old, as the latest, and leave out the one that took its place.
+    await deps.ranking.prepare(exchange, 0);
     const ranked = deps.ranking.ranked(exchange);
     if (ranked.length === 0) throw new Error(`no market ranking for ${exchange} loaded yet`);
     const catchUpMs = deps.catchUpMs ?? DIGEST_CATCH_UP_MS;

@@ -23,10 +23,13 @@ export class MarketRanking {
     private readonly ttlMs = 5 * 60_000,
   ) {}
 
-  /** Makes sure a ranking for the venue is loaded and fresh enough; never throws. */
-  async prepare(exchange: string): Promise<void> {
+  /**
+   * Makes sure a ranking for the venue is loaded and no older than `maxAgeMs` (default the TTL);
+   * never throws: a failed load keeps the last one.
+   */
+  async prepare(exchange: string, maxAgeMs = this.ttlMs): Promise<void> {
     const cached = this.lists.get(exchange);
-    if (cached && Date.now() - cached.at < this.ttlMs) return;
+    if (cached && Date.now() - cached.at < maxAgeMs) return;
     let pending = this.refreshing.get(exchange);
     if (!pending) {
       pending = this.load(exchange)

@@ -178,6 +178,13 @@ export async function* readExport(path: string, format = detectFormat(path)): As
     for (const part of parquetParts(path)) {
       const buf = await readFile(part);
       const name = part.slice(part.lastIndexOf('/') + 1);
+      // Every Parquet file starts with PAR1, one cut short too (it lacks the footer): without it the
+      // file is in another format (fewer than 4 bytes: cut short, below).
+      if (buf.length >= 4 && buf.subarray(0, 4).toString('latin1') !== 'PAR1')
+        throw unreadable(
+          name,
+          "Parquet part: it does not start with PAR1, so it is not Parquet: --format names the file's format (ndjson, csv, parquet)",
+        );
       let records: Record<string, unknown>[];
       try {
         records = await parquetReadObjects({
@@ -217,6 +224,13 @@ export async function* readExport(path: string, format = detectFormat(path)): As
         );
       }
       if (!header) {
+        // The export's header names its columns; a line that names none of them (a JSON line read
+        // with --format csv) would read every field of the next line as wrong.
+        if (!fields.includes('position') || !fields.includes('verdict_id'))
+          throw unreadable(
+            `line ${lineNumber}`,
+            `CSV header (no position and verdict_id columns): ${cutOrFormat(0, format)}`,
+          );
         header = fields;
         cursorColumn = header.indexOf('cursor');
         continue;

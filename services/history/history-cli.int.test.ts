@@ -696,6 +696,18 @@ describe('npm run history', () => {
     expect(wrong.firstBroken.reason).toMatch(
       /^line 1: malformed JSON line \(.+\): the file's first row is not NDJSON: --format names/,
     );
+    // So is an NDJSON file read as CSV or as Parquet: the format is named, not a wall of fields read
+    // from a JSON line as a CSV header, nor a Parquet file "cut short".
+    const ndjson = join(dir, 'really-ndjson.csv');
+    await runHistoryCommand(urlExport(ndjson, '--format', 'ndjson'), deps());
+    for (const format of ['csv', 'parquet']) {
+      const asIf = JSON.parse(await runHistoryCommand(['verify', ndjson, '--format', format], deps()));
+      expect(asIf, format).toMatchObject({ ok: false, rows: 0 });
+      expect(asIf.firstBroken.reason, format).toMatch(
+        new RegExp(`is not ${format === 'csv' ? 'CSV' : 'Parquet'}: --format names the file's format`),
+      );
+      expect(asIf.firstBroken.reason, format).not.toContain('cut short');
+    }
     await expect(runHistoryCommand(['verify', misnamed, '--format', 'xml'], deps())).rejects.toThrow(
       'unknown format xml',
     );

@@ -90,17 +90,45 @@ function attemptOf(record: DeliveryRecord, attempt: number): AttemptRecord | und
 }
 
 /**
- * How many leading ids of a subscription's list were pending at the last trim, with no delivery of
- * that subscription finished since. Without it a burst of pending deliveries makes every new one
- * rescan the whole list (quadratic in the backlog). It only skips work: a list without an entry
- * (e.g. one loaded from a snapshot) is scanned from the start, with the same result.
+ * What the last trim of a subscription's list knows of it: its first `scan` ids are kept (pending,
+ * see `kept`); those up to `from` are too, but for at most `holes` that finished since. Without it
+ * a burst of pending deliveries makes every new one rescan the whole list (quadratic in the
+ * backlog), as it did when any outcome dropped what was known (a flood finishes one delivery for
+ * each it adds). It only skips work: a list without an entry (e.g. one loaded from a snapshot) is
+ * scanned from the start, with the same result.
  */
-const pendingPrefix = new WeakMap<string[], number>();
+const pendingPrefix = new WeakMap<string[], { scan: number; from: number; holes: number }>();
+/**
+ * The order deliveries were added to this log in (their lists keep it): where an outcome's delivery
+ * sits. A symbol's property: snapshots (JSON, structured clones) leave it out.
+ */
+const ADDED = Symbol('added');
+let added = 0;
+function addedAt(record: DeliveryRecord | undefined): number | undefined {
+  return (record as { [ADDED]?: number } | undefined)?.[ADDED];
+}
 
-/** A delivery of this subscription stopped being pending: the pending prefix may have a hole now. */
-function finished(state: DeliveryLogState, subscriptionId: string): void {
+/**
+ * A delivery of this subscription stopped being pending (`record`; none: any of them, and what
+ * was known of the list is dropped). Before `scan` it makes the scan start over; before `from`, a
+ * hole; past `from` it changes nothing known.
+ */
+function finished(state: DeliveryLogState, subscriptionId: string, record?: DeliveryRecord): void {
   const ids = state.bySub[subscriptionId];
-  if (ids) pendingPrefix.delete(ids);
+  if (!ids) return;
+  const prefix = pendingPrefix.get(ids);
+  if (prefix === undefined) return;
+  const order = addedAt(record);
+  const { scan, from } = prefix;
+  const fromOrder = from < ids.length ? addedAt(state.deliveries[ids[from]!]) : Number.POSITIVE_INFINITY;
+  const scanOrder = scan < ids.length ? addedAt(state.deliveries[ids[scan]!]) : Number.POSITIVE_INFINITY;
+  if (order === undefined || fromOrder === undefined || scanOrder === undefined) {
+    pendingPrefix.delete(ids);
+    return;
+  }
+  if (order >= fromOrder) return;
+  if (order < scanOrder) prefix.scan = 0;
+  prefix.holes++;
 }
 
 /**
@@ -129,14 +157,41 @@ function kept(record: DeliveryRecord | undefined): boolean {
 
 function trim(state: DeliveryLogState, subscriptionId: string, limit: number): void {
   const ids = state.bySub[subscriptionId]!;
-  let from = pendingPrefix.get(ids) ?? 0;
+  let prefix = pendingPrefix.get(ids);
+  if (prefix === undefined) {
+    prefix = { scan: 0, from: 0, holes: 0 };
+    pendingPrefix.set(ids, prefix);
+  }
+  let { scan, from, holes } = prefix;
   while (ids.length > limit) {
-    while (from < ids.length && kept(state.deliveries[ids[from]!])) from++;
-    if (from >= ids.length) break;
-    const [evicted] = ids.splice(from, 1);
+    // The oldest delivery no longer pending: a hole before `from`, or else the first past it. A
+    // hole pending again (a resend, a recovery) is passed over like any kept one.
+    let at = -1;
+    if (holes > 0) {
+      while (scan < from && kept(state.deliveries[ids[scan]!])) scan++;
+      if (scan < from) {
+        at = scan;
+        holes--;
+        from--;
+      } else holes = 0;
+    }
+    if (at < 0) {
+      while (from < ids.length && kept(state.deliveries[ids[from]!])) from++;
+      if (from >= ids.length) {
+        scan = from;
+        break;
+      }
+      at = from;
+      scan = from;
+    }
+    // The front, as in a flood the oldest finishes first: shift() moves no ids, splice(0, 1) all.
+    const evicted = at === 0 ? ids.shift() : ids.splice(at, 1)[0];
     delete state.deliveries[evicted!];
   }
-  pendingPrefix.set(ids, from);
+  if (holes === 0) scan = from;
+  prefix.scan = scan;
+  prefix.from = from;
+  prefix.holes = holes;
 }
 
 /** `DeliveryRecord.revision` of a delivery whose own stream does not exist yet (see `DeliverySequenced.first`). */
@@ -163,6 +218,7 @@ function addRecord(
     attempts: [],
   };
   state.deliveries[d.deliveryId] = record;
+  (record as { [ADDED]?: number })[ADDED] = added++;
   const ids = state.bySub[d.subscriptionId] ?? [];
   ids.push(d.deliveryId);
   state.bySub[d.subscriptionId] = ids;
@@ -272,7 +328,7 @@ export function applyDeliveryEvent(
       // Only the latest attempt decides the delivery's status (an old attempt may report late).
       const latest = record.attempts.at(-1);
       if (latest?.attempt === d.attempt) record.status = failed ? (next ? 'pending' : 'failed') : 'succeeded';
-      if (record.status !== 'pending') finished(state, record.subscriptionId);
+      if (record.status !== 'pending') finished(state, record.subscriptionId, record);
       break;
     }
     case 'SubscriptionDisabled': {

@@ -187,6 +187,14 @@ function urlSource(
       // same command again cannot help.
       const refused = filterRefusal(res.status, body);
       if (refused) throw new UsageError(refused);
+      // So is a key the service refuses (unknown, revoked, not a live key): --key, in its words.
+      if (res.status === 401) {
+        let message: unknown;
+        try {
+          message = (JSON.parse(body) as { message?: unknown }).message;
+        } catch {}
+        throw new UsageError(`--key: ${typeof message === 'string' ? message : body} (HTTP 401)`);
+      }
       throw new Error(`GET ${url} answered ${res.status}: ${body}`);
     }
     const lines = (await res.text()).split('\n').filter((l) => l.trim() !== '');

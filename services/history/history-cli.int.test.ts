@@ -398,6 +398,15 @@ describe('npm run history', () => {
     await expect(refused).rejects.toThrow(/^--coin: .*ZZZ.* \(unknown_coin, HTTP 404\)$/);
     expect(existsSync(out)).toBe(false);
     expect(existsSync(`${out}.checkpoint.json`)).toBe(false);
+    // A key the service refuses too: --key and the service's words, not its JSON body with a
+    // "run the same command again" that cannot help.
+    const badKey = runHistoryCommand(
+      ['export', '--url', server.url, '--key', `sk_live_${'A'.repeat(43)}`, '--out', out],
+      deps(),
+    );
+    await expect(badKey).rejects.toThrow(UsageError);
+    await expect(badKey).rejects.toThrow(/^--key: the API key is unknown or revoked \(HTTP 401\)$/);
+    expect(existsSync(out)).toBe(false);
     // The real command line: exit 2 as for a filter refused before any request, no JSON body.
     const cli = await run(process.execPath, [
       '--import',

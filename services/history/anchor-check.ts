@@ -156,7 +156,8 @@ export async function readChainAnchors(options: {
     return true;
   };
   if (options.txs?.length) {
-    for (const hash of options.txs) {
+    // One anchor named twice (as copied from an explorer, in either case) is read once.
+    for (const hash of new Set(options.txs.map((tx) => tx.toLowerCase()))) {
       const tx = await client.getTransaction({ hash: hash as Hex });
       if (!(await take(tx)))
         throw new Error(

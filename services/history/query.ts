@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { type ErrorCode, ServiceError } from '../../contracts/errors.ts';
+import { type ErrorCode, errorMessage, ServiceError } from '../../contracts/errors.ts';
 import {
   HISTORY_FORMATS,
   HISTORY_MAX_LIMIT,
@@ -189,12 +189,7 @@ export const HistoryQuerySchema = z
         .string()
         .transform((text, ctx) => {
           const cursor = decodeCursor(text);
-          if (cursor === null)
-            issue(
-              ctx,
-              'INVALID_CURSOR',
-              "not a cursor this service issued: pass a row's cursor (its last column) or the X-History-Cursor trailer as served, unchanged",
-            );
+          if (cursor === null) issue(ctx, 'INVALID_CURSOR', errorMessage('INVALID_CURSOR'));
           return cursor ?? z.NEVER;
         })
         .describe('The cursor of an earlier answer'),

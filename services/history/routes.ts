@@ -239,11 +239,7 @@ function historyAccess(deps: HistoryRoutesDeps) {
     if (position === 0) return null;
     const [event] = await deps.store.readAll({ after: position - 1, maxCount: 1 });
     if (event?.position !== position || !tagMatches(cursor, event.id)) {
-      throw new HistoryQueryError(
-        'FOREIGN_CURSOR',
-        "after names a position this store does not hold: a cursor from another store? Resume with a cursor this service served (a row's cursor or the X-History-Cursor trailer), or export again without after",
-        'after',
-      );
+      throw new HistoryQueryError('FOREIGN_CURSOR', errorMessage('FOREIGN_CURSOR'), 'after');
     }
     return event.id;
   }

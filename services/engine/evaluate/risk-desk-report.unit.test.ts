@@ -1,13 +1,13 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { MIN_INTERVAL_BLOCKS } from '../signals/risk-forecast.ts';
 import { parseVolatilityTable } from '../signals/volatility.ts';
 import type { DeskScore, Lift } from './risk-desk.ts';
 import {
   type DeskRowReport,
   deskBaselineRows,
   deskCounts,
-  MIN_INTERVAL_BLOCKS,
   renderRiskDesk,
   renderRiskDeskRows,
 } from './risk-desk-run.ts';

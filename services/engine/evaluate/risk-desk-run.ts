@@ -64,9 +64,6 @@ export interface DeskResult {
  */
 export const MIN_DESK_POINTS = 200;
 
-/** Fewest resampled blocks an interval is printed on (the risk answer's evidence names it too). */
-export { MIN_INTERVAL_BLOCKS };
-
 interface CoinFiles {
   coin: string;
   m5?: string;

@@ -78,11 +78,14 @@ export class MalformedRowError extends Error {
 const CUT_SHORT =
   'a line cut short (a download or a copy that stopped) is no row; fetch the rest again with after= the cursor of the last whole line, or export again';
 
+/** What a file read in another format than its own is told. */
+const NAME_FORMAT = "--format names the file's format (ndjson, csv, parquet)";
+
 /** What to do about a line that is no row: past the first row, the file was cut; at its start, it is not in the format read. */
 const cutOrFormat = (rowsRead: number, format: HistoryFormat) =>
   rowsRead > 0
     ? CUT_SHORT
-    : `the file's first row is not ${format === 'csv' ? 'CSV' : 'NDJSON'}: --format names the file's format (ndjson, csv, parquet)`;
+    : `the file's first row is not ${format === 'csv' ? 'CSV' : 'NDJSON'}: ${NAME_FORMAT}`;
 
 /**
  * Whether `cursor` is the one its row was exported with: every export writes the cursor of the
@@ -183,7 +186,7 @@ export async function* readExport(path: string, format = detectFormat(path)): As
       if (buf.length >= 4 && buf.subarray(0, 4).toString('latin1') !== 'PAR1')
         throw unreadable(
           name,
-          "Parquet part: it does not start with PAR1, so it is not Parquet: --format names the file's format (ndjson, csv, parquet)",
+          `Parquet part: it does not start with PAR1, so it is not Parquet: ${NAME_FORMAT}`,
         );
       let records: Record<string, unknown>[];
       try {

@@ -3,7 +3,7 @@
  * `backup`) imports this module before any other, so its top level runs before theirs. On an older
  * Node (the machines' system Node 20, say) the process says so in one line and exits 1, rather than
  * failing later on an API that Node lacks, or warning from a dependency and going on unsupported.
- * package.json's `engines` names the same major (node-version.unit.test.ts keeps them equal).
+ * package.json's `engines` names the same major (node-version.e2e.test.ts keeps them equal).
  */
 export const MIN_NODE_MAJOR = 24;
 

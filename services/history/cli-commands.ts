@@ -138,16 +138,19 @@ const COMMAND_OPTIONS = {
   score: ['window', 'as-of', 'as-of-position', 'format'],
 } as const;
 
-/** `--coin: …` when the service refused one of the export's filters (400/404/422 naming it), else null. */
-function filterRefusal(status: number, body: string): string | null {
-  if (status !== 400 && status !== 404 && status !== 422) return null;
-  let refusal: { code?: unknown; message?: unknown; field?: unknown };
+/**
+ * What the service refused that is an option's fault, in its words, else null: one of the
+ * export's filters (400/404/422 naming it: `--coin: …`), or the key (401: `--key: …`).
+ */
+function optionRefusal(status: number, body: string): string | null {
+  if (status !== 400 && status !== 401 && status !== 404 && status !== 422) return null;
+  type Refusal = { code?: unknown; message?: unknown; field?: unknown };
+  let refusal: Refusal = {};
   try {
-    refusal = JSON.parse(body) as typeof refusal;
-  } catch {
-    return null;
-  }
+    refusal = (JSON.parse(body) as Refusal | null) ?? {};
+  } catch {}
   const { code, message, field } = refusal;
+  if (status === 401) return `--key: ${typeof message === 'string' ? message : body} (HTTP 401)`;
   if (typeof message !== 'string' || !(FILTERS as readonly unknown[]).includes(field)) return null;
   return `--${String(field)}: ${message} (${String(code)}, HTTP ${status})`;
 }
@@ -183,18 +186,10 @@ function urlSource(
       if (res.status === 400 && body.includes('"FOREIGN_CURSOR"'))
         throw new ForeignCursorError(`${url} does not hold the event the cursor names (${FOREIGN})`);
       // A filter the service refuses (a coin no venue lists, a venue or timeframe it does not
-      // serve) is the option's fault, as a filter refused here is: its words, exit 2; running the
-      // same command again cannot help.
-      const refused = filterRefusal(res.status, body);
+      // serve) or a key it refuses (unknown, revoked, not a live key) is the option's fault, as a
+      // filter refused here is: its words, exit 2; running the same command again cannot help.
+      const refused = optionRefusal(res.status, body);
       if (refused) throw new UsageError(refused);
-      // So is a key the service refuses (unknown, revoked, not a live key): --key, in its words.
-      if (res.status === 401) {
-        let message: unknown;
-        try {
-          message = (JSON.parse(body) as { message?: unknown }).message;
-        } catch {}
-        throw new UsageError(`--key: ${typeof message === 'string' ? message : body} (HTTP 401)`);
-      }
       throw new Error(`GET ${url} answered ${res.status}: ${body}`);
     }
     const lines = (await res.text()).split('\n').filter((l) => l.trim() !== '');

@@ -1,10 +1,12 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ReplayFeed } from '../adapters/market/replay.ts';
 import { verifyWebhook } from '../contracts/webhook-verify.ts';
 import { WebhookEnvelope } from '../contracts/webhooks.ts';
+import { rankMarkets } from '../services/engine/engine.ts';
 import { deliveryStream } from '../services/webhooks/delivery-log-fold.ts';
-import { requireNats } from './nats-server.ts';
+import { consumerDrained, requireNats, streamMessageIds } from './nats-server.ts';
 import { appendVerdict, startWebhookStack, until, type WebhookStack } from './webhooks-harness.ts';
 import { type Behaviour, type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
 
@@ -291,7 +293,6 @@ describe.runIf(reachable)('webhook delivery through NATS to HTTPS receivers', ()
     const key = await stack.issue();
     const ranked = (await stack.engine.feed.markets('BINANCE')).map((m) => m.coin);
     expect(ranked.length).toBeGreaterThan(1);
-    const { rankMarkets } = await import('../services/engine/engine.ts');
     const order = rankMarkets(await stack.engine.feed.markets('BINANCE')).map((m) => m.coin);
     await subscribe(key, { url: r.url, events: ['trade_call'], assets: ['top:1'], timeframes: ['12h'] });
     await appendVerdict(stack.store, { coin: order[1]!, timeframe: '12h', call: 'BUY', confidence: 50 });
@@ -299,5 +300,79 @@ describe.runIf(reachable)('webhook delivery through NATS to HTTPS receivers', ()
     await r.waitFor(1);
     await new Promise((res) => setTimeout(res, 500));
     expect(r.received.map((g) => JSON.parse(g.body).data.coin)).toEqual([order[0]]);
+  });
+});
+
+describe.runIf(reachable)('top:N filters on market events', () => {
+  let stack: WebhookStack;
+  let r: Receiver;
+
+  beforeAll(async () => {
+    stack = await startWebhookStack({ settings: { tls: { ca: tls.cert } } });
+    r = await startReceiver(tls);
+  });
+  afterAll(async () => {
+    await stack?.close();
+    await r?.close();
+  });
+
+  it('rank by the venue’s ranking at the event’s candle close, on the feed clock', async () => {
+    const hour = 3_600_000;
+    const feed = stack.engine.feed as ReplayFeed;
+    const top4 = async () =>
+      rankMarkets(await feed.markets('BINANCE'))
+        .map((m) => m.coin)
+        .slice(0, 4);
+    // On the shipped slice the venue's 4th market at the replay's 01:00 close is out of its top 4
+    // at 02:00 (the feed ranks by 24 h volume, so the ranking moves with the feed's clock).
+    const first = Math.floor(feed.now() / hour) * hour + hour;
+    feed.clock.setTime(first + 10 * 60_000);
+    const before = await top4();
+    const key = await stack.issue();
+    const res = await stack.request('POST', '/api/webhooks', key, {
+      url: r.url,
+      events: ['trade_call'],
+      assets: ['top:4'],
+      timeframes: ['1h'],
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(201);
+    const out = before[3]!;
+    await appendVerdict(stack.store, { coin: out, call: 'BUY', confidence: 50, candleCloseTime: first });
+    await r.waitFor(1);
+    // Feed time moves on an hour (seconds of wall time at the default replay speed).
+    feed.clock.setTime(first + hour + 10 * 60_000);
+    const after = await top4();
+    expect(after).not.toContain(out);
+    const into = after.find((coin) => !before.includes(coin));
+    if (!into) throw new Error('no market entered the top 4');
+    await appendVerdict(stack.store, {
+      coin: out,
+      call: 'BUY',
+      confidence: 50,
+      candleCloseTime: first + hour,
+    });
+    const last = await appendVerdict(stack.store, {
+      coin: into,
+      call: 'BUY',
+      confidence: 50,
+      candleCloseTime: first + hour,
+    });
+    // Every call published and the dispatcher's consumer done with each: what matched is claimed.
+    await expect
+      .poll(async () => (await streamMessageIds(stack.stream)).includes(last), { timeout: 30_000 })
+      .toBe(true);
+    await expect
+      .poll(() => consumerDrained(stack.stream, `${stack.durable}-calls`), { timeout: 30_000 })
+      .toBe(true);
+    await stack.api.runner.waitFor(await stack.store.headPosition());
+    const log = await stack.request('GET', `/api/webhooks/${res.body.id}/deliveries`, key);
+    expect(log.body.deliveries).toHaveLength(2);
+    await r.waitFor(2);
+    const sent = r.received.map((got) => {
+      const { data } = JSON.parse(got.body);
+      return `${data.coin} ${(data.candle_close_time - first / 1000) / 3600}h`;
+    });
+    // The call of the market that left the top 4 is not sent; the one that entered it is.
+    expect(sent.sort()).toEqual([`${out} 0h`, `${into} 1h`].sort());
   });
 });

@@ -108,6 +108,7 @@ export function dispatcherComponent(deps: {
   /** Overrides for tests (e.g. a compressed retry schedule or a custom resolver). */
   settings?: Partial<WebhookSettings>;
   durablePrefix?: string;
+  /** Stands in for the feed's clock for digests and venue rankings (tests). */
   digestNow?: () => number;
   /**
    * The webhook projection of the api role in the same process (`webhookApi(…).runner`), so the
@@ -172,6 +173,8 @@ export function dispatcherComponent(deps: {
         ownFeed = feed;
       }
       const markets = feed;
+      // Digests and venue rankings follow the feed's clock (replay time on the replay feed).
+      const now = deps.digestNow ?? (() => markets.now());
       const ranking = new MarketRanking(
         async (exchange) =>
           rankMarkets(await markets.markets(exchange as never)).map((m) => ({
@@ -179,6 +182,7 @@ export function dispatcherComponent(deps: {
             quoteVolume24h: m.quoteVolume24h,
           })),
         logger,
+        now,
       );
       await runner.start();
       await ownVerdicts?.start();
@@ -204,8 +208,7 @@ export function dispatcherComponent(deps: {
           feed: markets,
         }),
         recoverPerSecond: settings.recoverPerSecond,
-        // Digests follow the feed's clock (replay time on the replay feed).
-        now: deps.digestNow ?? (() => markets.now()),
+        now,
         feedClock: !deps.digestNow && markets.kind === 'replay',
         ...(deps.trackRecord ? { trackRecord: deps.trackRecord } : {}),
       });

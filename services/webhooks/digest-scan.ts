@@ -24,7 +24,7 @@ const DIGEST_CLOSE_POLL_MS = 50;
  */
 export function rankedDigestScan(deps: {
   ranking: {
-    prepare(exchange: string, maxAgeMs?: number): Promise<void>;
+    prepare(exchange: string, asOf: number): Promise<void>;
     ranked(exchange: string): readonly RankedMarket[];
   };
   verdicts: { readonly state: LatestVerdicts; waitFor(position: number, timeoutMs?: number): Promise<void> };
@@ -36,9 +36,9 @@ export function rankedDigestScan(deps: {
   return async (input, period) => {
     const exchange = input.exchange!;
     // The venue's top-N as the scheduler ranks it at this close (it reads the ranking on every
-    // close): a ranking cached from earlier would list a market the engine no longer records, with
-    // its last verdict, hours old, as the latest, and leave out the one that took its place.
-    await deps.ranking.prepare(exchange, 0);
+    // close): a ranking read before it would list a market the engine no longer records, with its
+    // last verdict, hours old, as the latest, and leave out the one that took its place.
+    await deps.ranking.prepare(exchange, period?.start ?? Number.POSITIVE_INFINITY);
     const ranked = deps.ranking.ranked(exchange);
     if (ranked.length === 0) throw new Error(`no market ranking for ${exchange} loaded yet`);
     const catchUpMs = deps.catchUpMs ?? DIGEST_CATCH_UP_MS;

@@ -276,7 +276,7 @@ export class WebhookDispatcher {
   private async matching(candidate: Candidate, only?: SubscriptionRecord): Promise<SubscriptionRecord[]> {
     const subs = only ? [only] : Object.values(this.options.runner.state.subscriptions.subs);
     if (subs.some((s) => ranksTopN(s, candidate.position)))
-      await this.options.ranking.prepare(candidate.exchange);
+      await this.options.ranking.prepare(candidate.exchange, candidate.candleCloseTime);
     // An indexed loop: a filter's callback would be a closure over the candidate per event.
     const out: SubscriptionRecord[] = [];
     for (let i = 0; i < subs.length; i++) if (matches(subs[i]!, candidate, this.rankOf)) out.push(subs[i]!);
@@ -667,9 +667,15 @@ function ranksTopN(s: SubscriptionRecord, position: number): boolean {
 /** The fields of an event that matching reads, and no more (not a copy of the whole verdict). */
 function candidate(
   event: Candidate['event'],
-  d: { coin: string; timeframe: Candidate['timeframe']; exchange: Candidate['exchange'] },
+  d: {
+    coin: string;
+    timeframe: Candidate['timeframe'];
+    exchange: Candidate['exchange'];
+    candleCloseTime: number;
+  },
   confidence: Candidate['confidence'],
   position: number,
 ): Candidate {
-  return { event, coin: d.coin, timeframe: d.timeframe, exchange: d.exchange, confidence, position };
+  const { coin, timeframe, exchange, candleCloseTime } = d;
+  return { event, coin, timeframe, exchange, confidence, position, candleCloseTime };
 }

@@ -10,6 +10,8 @@ export interface Candidate {
   confidence: number | null;
   /** The event's log position: only subscriptions created before it take it. */
   position: number;
+  /** The event's candle close (feed time): `top:N` ranks by the venue's ranking at it. */
+  candleCloseTime: number;
 }
 
 /** The venue's markets in ranking order (0 = first); null when the ranking is unknown. */

@@ -6,36 +6,44 @@ export interface RankedMarket {
 }
 
 /**
- * The venues' market rankings for `top:N` filters and digests, refreshed at most every `ttlMs`.
- * The engine's ranking rule decides (open interest, else 24 h volume), so top:N means what scans
- * mean by it; open interest and volume are not in the event log, so the list comes from a feed.
+ * The venues' market rankings for `top:N` filters and digests, each held with the feed time it
+ * was read at. The engine's ranking rule decides (open interest, else 24 h volume), so top:N means
+ * what scans mean by it; open interest and volume are not in the event log, so the list comes from
+ * a feed, whose ranking moves with the feed's clock (a replay's hour passes in seconds).
  */
 export class MarketRanking {
   private readonly lists = new Map<
     string,
     { at: number; coins: Map<string, number>; ranked: RankedMarket[] }
   >();
-  private readonly refreshing = new Map<string, Promise<void>>();
+  private readonly refreshing = new Map<string, { at: number; done: Promise<void> }>();
 
   constructor(
     private readonly load: (exchange: string) => Promise<RankedMarket[]>,
     private readonly logger: Logger,
-    private readonly ttlMs = 5 * 60_000,
+    /** The feed's clock (replay time on the replay feed). */
+    private readonly now: () => number,
   ) {}
 
   /**
-   * Makes sure a ranking for the venue is loaded and no older than `maxAgeMs` (default the TTL);
-   * never throws: a failed load keeps the last one.
+   * Makes sure the venue's ranking was read at feed time `asOf` or later (an event's candle
+   * close, a digest's): the one read before that close may rank another market N-th, as the
+   * scheduler ranked it at that close. Read at most once per close, never later than the clock's
+   * now; never throws: a failed load keeps the last one.
    */
-  async prepare(exchange: string, maxAgeMs = this.ttlMs): Promise<void> {
-    const cached = this.lists.get(exchange);
-    if (cached && Date.now() - cached.at < maxAgeMs) return;
+  async prepare(exchange: string, asOf: number): Promise<void> {
+    const needed = Math.min(asOf, this.now());
+    if ((this.lists.get(exchange)?.at ?? Number.NEGATIVE_INFINITY) >= needed) return;
     let pending = this.refreshing.get(exchange);
-    if (!pending) {
-      pending = this.load(exchange)
+    if (!pending || pending.at < needed) {
+      const at = this.now();
+      const loading = { at, done: Promise.resolve() };
+      loading.done = this.load(exchange)
         .then((ranked) => {
+          // Loads may end out of order: the latest read is kept.
+          if ((this.lists.get(exchange)?.at ?? Number.NEGATIVE_INFINITY) > at) return;
           this.lists.set(exchange, {
-            at: Date.now(),
+            at,
             coins: new Map(ranked.map((m, i) => [m.coin.toUpperCase(), i])),
             ranked,
           });
@@ -43,10 +51,13 @@ export class MarketRanking {
         .catch((err: unknown) =>
           this.logger.warn({ err, exchange }, 'market ranking unavailable; top:N filters keep the last one'),
         )
-        .finally(() => this.refreshing.delete(exchange));
+        .finally(() => {
+          if (this.refreshing.get(exchange) === loading) this.refreshing.delete(exchange);
+        });
+      pending = loading;
       this.refreshing.set(exchange, pending);
     }
-    await pending;
+    await pending.done;
   }
 
   rankOf(exchange: string, coin: string): number | null {

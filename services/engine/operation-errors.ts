@@ -38,14 +38,6 @@ export class OperationError extends Error {
   }
 }
 
-const MARKET_STATUS: Record<string, number> = {
-  unknown_coin: 404,
-  unsupported_timeframe: 422,
-  unsupported_exchange: 422,
-  insufficient_history: 422,
-  venue_unavailable: 503,
-};
-
 /**
  * A refused input as its failure, every issue worded by issueText (what the field must be, what
  * was sent): `schema` and `input` are the input's schema and the input as sent, when known.
@@ -74,7 +66,8 @@ export function describeFailure(err: unknown): OperationFailure | null {
   if (err instanceof OperationError) return err.failure;
   if (err instanceof ZodError) return invalidInput(err);
   if (err instanceof MarketDataError) {
-    const status = MARKET_STATUS[err.code] ?? 422;
+    // The catalog's status and retryable for the market's codes (unknown_coin 404, venue_unavailable 503...).
+    const status = isErrorCode(err.code) ? ERRORS[err.code].status : 422;
     return { status, code: err.code, message: err.message, retryable: retryableCode(err.code) };
   }
   // An operation that records what it answers (a verdict) while the event store is out of reach

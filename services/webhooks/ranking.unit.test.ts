@@ -1,0 +1,67 @@
+import pino from 'pino';
+import { describe, expect, it } from 'vitest';
+import { MarketRanking, type RankedMarket } from './ranking.ts';
+
+const logger = pino({ level: 'silent' });
+const HOUR = 3_600_000;
+
+/** A venue whose ranking is whatever `order` holds when a load reads it; loads end when released. */
+function venue() {
+  const v = {
+    clock: 10 * HOUR,
+    order: ['BTC', 'ETH'],
+    loads: 0,
+    held: [] as Array<() => void>,
+    hold: false,
+    load: async (): Promise<RankedMarket[]> => {
+      v.loads += 1;
+      const ranked = v.order.map((coin) => ({ coin, quoteVolume24h: null }));
+      if (v.hold) await new Promise<void>((resolve) => v.held.push(resolve));
+      return ranked;
+    },
+  };
+  return v;
+}
+
+describe('venue ranking on the feed clock', () => {
+  it('is read once per close: an event of a later close reads it again, however little wall time passed', async () => {
+    const v = venue();
+    const ranking = new MarketRanking(v.load, logger, () => v.clock);
+    await ranking.prepare('BINANCE', 10 * HOUR);
+    await ranking.prepare('BINANCE', 10 * HOUR);
+    await ranking.prepare('BINANCE', 9 * HOUR); // a late event: the ranking held is the newest there is
+    expect(v.loads).toBe(1);
+    v.clock = 11 * HOUR + 60_000;
+    v.order = ['ETH', 'BTC'];
+    await ranking.prepare('BINANCE', 11 * HOUR);
+    expect(v.loads).toBe(2);
+    expect(ranking.rankOf('BINANCE', 'eth')).toBe(0);
+  });
+
+  it('reads no ranking later than the clock: a close ahead of it is read once, not on every event', async () => {
+    const v = venue();
+    const ranking = new MarketRanking(v.load, logger, () => v.clock);
+    await ranking.prepare('BINANCE', 12 * HOUR);
+    await ranking.prepare('BINANCE', 12 * HOUR);
+    expect(v.loads).toBe(1);
+  });
+
+  it('shares a read in flight with the events of its close, and keeps the later of two reads ending out of order', async () => {
+    const v = venue();
+    v.hold = true;
+    const ranking = new MarketRanking(v.load, logger, () => v.clock);
+    const a = ranking.prepare('BINANCE', 10 * HOUR);
+    const b = ranking.prepare('BINANCE', 10 * HOUR);
+    expect(v.loads).toBe(1);
+    // The next close comes while that read is in flight: its events read again.
+    v.clock = 11 * HOUR;
+    v.order = ['ETH', 'BTC'];
+    const c = ranking.prepare('BINANCE', 11 * HOUR);
+    expect(v.loads).toBe(2);
+    v.held[1]!();
+    await c;
+    v.held[0]!();
+    await Promise.all([a, b]);
+    expect(ranking.ranked('BINANCE').map((m) => m.coin)).toEqual(['ETH', 'BTC']);
+  });
+});

@@ -863,7 +863,7 @@ describe.runIf(run)('PostgreSQL event store', () => {
     }
   });
 
-  it('settles a revision another writer commits first: that append refused, the rest of its group written, an append expecting any written after it', async () => {
+  it('settles a revision another writer commits first: that append refused (alone too), the rest of its group written, an append expecting any written after it', async () => {
     const schema = fresh();
     const store = await openPostgresEventStore({ url: own.url, schema, groupsInFlight: 1 });
     const other = new pg.Client({ connectionString: own.url, application_name: 'revision-race' });
@@ -937,6 +937,20 @@ describe.runIf(run)('PostgreSQL event store', () => {
       await other.query('COMMIT');
       await expect(late).resolves.toMatchObject({ nextRevision: 2 });
       expect((await store.readStream(any)).map((e) => e.type)).toEqual(['A', 'Other', 'Mine']);
+
+      // An append alone, sent as the one-row INSERT, waits the same way on the revision the other
+      // holds open, and is refused once that commits.
+      await writeOpen(raced, 1);
+      const sent = vi.spyOn(store.pool, 'query');
+      const alone = store.append(raced, [event('Alone')], { expectedRevision: 1 });
+      await waiting();
+      await other.query('COMMIT');
+      await expect(alone).rejects.toMatchObject({ name: 'WrongExpectedRevisionError', actual: 2 });
+      const appends = sent.mock.calls
+        .map(([q]) => String((q as { name?: string }).name))
+        .filter((name) => /^es_(insert|append)/.test(name));
+      expect(appends[0]).toMatch(/^es_insert_one/);
+      expect((await store.readStream(raced)).map((e) => e.type)).toEqual(['A', 'Other', 'Other']);
     } finally {
       await other.query('ROLLBACK').catch(() => undefined);
       await other.end();

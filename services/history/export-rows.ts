@@ -661,16 +661,18 @@ function viewOf(b: Uint8Array, role: number): DataView {
 /**
  * Copies bytes `from..to` of `s` to `d` at `o` (offsets in their ArrayBuffers), four at a time: a
  * head's runs are 10-20 bytes, too short for a native copy to pay, and a byte loop copied them at
- * a third more CPU. Returns where it ends.
+ * a third more CPU. Read and written little-endian, the machine's order: big-endian (DataView's
+ * default) swapped each word twice, and writing the lines took about a sixth more CPU.
+ * Returns where it ends.
  */
 function copyWords(s: DataView, from: number, to: number, d: DataView, o: number): number {
   let i = from;
   for (; i + 8 <= to; i += 8, o += 8) {
-    d.setUint32(o, s.getUint32(i));
-    d.setUint32(o + 4, s.getUint32(i + 4));
+    d.setUint32(o, s.getUint32(i, true), true);
+    d.setUint32(o + 4, s.getUint32(i + 4, true), true);
   }
   if (i + 4 <= to) {
-    d.setUint32(o, s.getUint32(i));
+    d.setUint32(o, s.getUint32(i, true), true);
     i += 4;
     o += 4;
   }

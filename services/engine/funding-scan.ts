@@ -2,7 +2,6 @@ import type { Logger } from 'pino';
 import type { z } from 'zod';
 import { MarketDataError, UnsupportedExchangeError } from '../../adapters/market/errors.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
-import { ERRORS } from '../../contracts/errors.ts';
 import type { Exchange, MarketInfo, VenueStatus } from '../../contracts/market.ts';
 import { ScanFundingArbInput, type ScanFundingArbOutput } from '../../contracts/tools.ts';
 import { forEachLimited } from './for-each-limited.ts';
@@ -259,7 +258,6 @@ function assertListed(
   const shown = served.slice(0, LISTED_IN_REFUSAL).join(', ');
   const more = served.length > LISTED_IN_REFUSAL ? ` and ${served.length - LISTED_IN_REFUSAL} more` : '';
   throw new OperationError({
-    status: ERRORS.unknown_coin.status,
     code: 'unknown_coin',
     message: `${unknown.join(', ')} ${unknown.length === 1 ? 'is' : 'are'} not listed with funding on ${venues.join(', ')} (coins served there: ${shown}${more})`,
   });

@@ -1,7 +1,7 @@
 import { ZodError, type ZodType } from 'zod';
 import { EventStoreUnavailableError, WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
 import { MarketDataError } from '../../adapters/market/errors.ts';
-import { ERRORS, isErrorCode } from '../../contracts/errors.ts';
+import { ERRORS, type ErrorCode, isErrorCode } from '../../contracts/errors.ts';
 import { issueText } from '../../contracts/issue-text.ts';
 
 /**
@@ -28,13 +28,17 @@ export function retryableCode(code: string): boolean {
   return isErrorCode(code) && ERRORS[code].retryable;
 }
 
-/** A failure a feature describes itself (the knowledge tools' SCREAMING_CASE codes). */
+/**
+ * A failure a feature describes itself (the knowledge tools' SCREAMING_CASE codes), in its own
+ * words: its status and retryable are the catalog's for its code.
+ */
 export class OperationError extends Error {
   override readonly name = 'OperationError';
   readonly failure: OperationFailure;
-  constructor(failure: Omit<OperationFailure, 'retryable'>) {
+  constructor(failure: Omit<OperationFailure, 'status' | 'retryable' | 'code'> & { code: ErrorCode }) {
     super(failure.message);
-    this.failure = { ...failure, retryable: retryableCode(failure.code) };
+    const { status, retryable } = ERRORS[failure.code];
+    this.failure = { ...failure, status, retryable };
   }
 }
 

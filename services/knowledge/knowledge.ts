@@ -18,7 +18,6 @@ export class ChatQuotaExhaustedError extends OperationError {
     readonly retryAfterSeconds: number,
   ) {
     super({
-      status: 429,
       code: 'CHAT_QUOTA_EXHAUSTED',
       message: `the chat quota of this month is used up (${chatQuota.total} chats); it resets at ${chatQuota.resets_at}`,
       service: { chat_quota: chatQuota },
@@ -28,7 +27,6 @@ export class ChatQuotaExhaustedError extends OperationError {
 
 export const internalError = () =>
   new OperationError({
-    status: 500,
     code: 'INTERNAL_ERROR',
     message: 'the request failed on our side; nothing was counted',
   });

@@ -3,7 +3,7 @@ import {
   ChatKnowledgeInput,
   checkChat,
   checkSearch,
-  KNOWLEDGE_ERRORS,
+  type KNOWLEDGE_ERRORS,
   SearchAnswer,
   SearchKnowledgeInput,
 } from '../../contracts/knowledge.ts';
@@ -13,7 +13,7 @@ import { OperationError } from '../engine/operation-errors.ts';
 import { internalError, type Knowledge } from './knowledge.ts';
 
 function refuse(code: keyof typeof KNOWLEDGE_ERRORS, message: string): never {
-  throw new OperationError({ status: KNOWLEDGE_ERRORS[code].status, code, message });
+  throw new OperationError({ code, message });
 }
 
 /** Anything but a described failure leaves as INTERNAL_ERROR, without detail. */

@@ -128,10 +128,7 @@ describe('callTool refusals', () => {
         // A fault of unknown cause: internal_error here, INTERNAL_ERROR (500) on HTTP.
         failing('buggy_tool', () => new TypeError('x is undefined')),
         // A refusal the feature words itself, retryable in the catalog (once the month resets).
-        failing(
-          'chat_tool',
-          () => new OperationError({ status: 429, code: 'CHAT_QUOTA_EXHAUSTED', message: 'used up' }),
-        ),
+        failing('chat_tool', () => new OperationError({ code: 'CHAT_QUOTA_EXHAUSTED', message: 'used up' })),
       ]),
       // The fault is logged, as it is on HTTP.
       logger: pino({ level: 'silent' }),

@@ -1,7 +1,8 @@
 /**
  * Webhook delivery benchmarks, each against a baseline measured in the same run:
- *   1. signed deliveries/s through the whole path (event → store → relay → bus (NATS in the split
- *      layout, the in-process bus in the single one) → dispatcher → HTTPS receiver) against the
+ *   1. signed deliveries/s from verdicts on the log through the path (store → relay → bus (NATS in
+ *      the split layout, the in-process bus in the single one) → dispatcher → HTTPS receiver, and
+ *      the records; `--source=live` times the engine's appends too, see SourceMode) against the
  *      durable floor (webhooks-floor.ts): a loop that POSTs the same signed bytes to the same
  *      receiver at the same concurrency and then records each delivery's outcome with one flushed
  *      LMDB put (targets, issue 61: ratio ≥ 0.8 in each layout; CPU per delivery, every process of
@@ -662,11 +663,12 @@ function figures(
 /**
  * What the split layout's targets leave the dispatcher, when every process of the path shares this
  * machine's cores. The rate target: at that share of the floor loop's rate the cores allow so much
- * CPU per delivery in all; the event source and relay ("bench"), the receiver and the NATS server
- * take their measured share of it, and the rest is the most the dispatcher could spend (a necessary
- * condition, not a sufficient one; the target is judged on the median of the runs' ratios, and that
- * share of the median floor rate stands in for it). The CPU target: 1.5× the floor's CPU with its
- * receiver, per delivery in all, less the same measured share of the other processes.
+ * CPU per delivery in all; the relay (with `--source=live` the event source too: "bench"), the
+ * receiver and the NATS server take their measured share of it, and the rest is the most the
+ * dispatcher could spend (a necessary condition, not a sufficient one; the target is judged on the
+ * median of the runs' ratios, and that share of the median floor rate stands in for it). The CPU
+ * target: 1.5× the floor's CPU with its receiver, per delivery in all, less the same measured share
+ * of the other processes.
  */
 function cpuBudget(all: ThroughputFigures[]): string {
   const cores = availableParallelism();

@@ -33,7 +33,7 @@ describe('the digest scan names why a market has no verdict', () => {
         prepare: async () => {},
         ranked: () => ['BTC', 'ETH'].map((coin) => ({ coin, quoteVolume24h: null })),
       },
-      verdicts: { state: {}, waitFor: async () => {} },
+      verdicts: { state: {}, checkpoint: 0, waitFor: async () => {} },
       headPosition: async () => 0,
       feed: candles ? feed : { kind: feed.kind, now: () => feed.now() },
     });

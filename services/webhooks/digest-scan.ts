@@ -13,8 +13,6 @@ import type { RankedMarket } from './ranking.ts';
  * verdicts of the close at its period's start.
  */
 export const DIGEST_CATCH_UP_MS = 5_000;
-/** How often a digest scan looks again for the verdicts of that close. */
-const DIGEST_CLOSE_POLL_MS = 50;
 
 /**
  * The dispatcher's digest scan: the venue ranking, then the verdicts as the log holds them now.
@@ -27,7 +25,12 @@ export function rankedDigestScan(deps: {
     prepare(exchange: string, asOf: number): Promise<void>;
     ranked(exchange: string): readonly RankedMarket[];
   };
-  verdicts: { readonly state: LatestVerdicts; waitFor(position: number, timeoutMs?: number): Promise<void> };
+  verdicts: {
+    readonly state: LatestVerdicts;
+    /** The last log position folded into `state`. */
+    readonly checkpoint: number;
+    waitFor(position: number, timeoutMs?: number): Promise<void>;
+  };
   headPosition: () => Promise<number>;
   /** With `candles`, a market without a verdict is named with the feed's refusal when it has one. */
   feed: { readonly kind: FeedKind; now(): number; candles?: MarketFeed['candles'] };
@@ -58,9 +61,11 @@ export function rankedDigestScan(deps: {
           const verdict = deps.verdicts.state[marketKey(exchange, coin, timeframe)];
           return verdict !== undefined && verdict.candleCloseTime < close;
         });
+      // Each turn waits for the projection's next fold (any page of the log past what it holds).
       while (behind() && Date.now() < deadline) {
-        await new Promise((r) => setTimeout(r, Math.min(DIGEST_CLOSE_POLL_MS, deadline - Date.now())));
-        await deps.verdicts.waitFor(await deps.headPosition(), Math.max(1, deadline - Date.now()));
+        await deps.verdicts
+          .waitFor(deps.verdicts.checkpoint + 1, Math.max(1, deadline - Date.now()))
+          .catch(() => undefined);
       }
     }
     const verdicts = deps.verdicts.state;

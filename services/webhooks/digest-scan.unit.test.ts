@@ -125,7 +125,7 @@ describe('the dispatcher digest scan', () => {
     const waited: number[] = [];
     const scan = rankedDigestScan({
       ranking: ranking([]),
-      verdicts: { state: {}, waitFor: async (p) => void waited.push(p) },
+      verdicts: { state: {}, checkpoint: 0, waitFor: async (p) => void waited.push(p) },
       headPosition: async () => 7,
       feed,
     });
@@ -135,6 +135,7 @@ describe('the dispatcher digest scan', () => {
   it('reads the verdicts only once their projection reached the log head', async () => {
     const verdicts = {
       state: {} as LatestVerdicts,
+      checkpoint: 0,
       waitFor: vi.fn(async (_position: number, _timeoutMs?: number) => {
         // Catching up folds the verdicts a rebuild from position 0 had not reached yet.
         verdicts.state = { 'BINANCE:ETH:1h': verdict('ETH'), 'BINANCE:BTC:1h': verdict('BTC') };
@@ -156,7 +157,11 @@ describe('the dispatcher digest scan', () => {
   it('throws when the verdicts do not catch up in time', async () => {
     const scan = rankedDigestScan({
       ranking: ranking(['ETH']),
-      verdicts: { state: {}, waitFor: () => Promise.reject(new Error('did not reach position 9')) },
+      verdicts: {
+        state: {},
+        checkpoint: 0,
+        waitFor: () => Promise.reject(new Error('did not reach position 9')),
+      },
       headPosition: async () => 9,
       feed,
     });

@@ -63,6 +63,39 @@ export const KeyChoiceForm = z.strictObject({
   key_id: z.string().min(1).max(100),
 });
 
+/*
+ * The library's requests, as the document describes them to a client (the library reads and
+ * checks them itself): loose where the RFCs let a client send more members.
+ */
+/** Dynamic client registration (RFC 7591), a JSON body: public clients only. */
+export const ClientRegistration = z.looseObject({
+  redirect_uris: z.array(z.string()).min(1),
+  client_name: z.string().optional(),
+  grant_types: z.array(z.enum(['authorization_code', 'refresh_token'])).optional(),
+  response_types: z.array(z.literal('code')).optional(),
+  token_endpoint_auth_method: z.literal('none').optional(),
+  scope: z.string().optional(),
+});
+
+/** The token endpoint's form: a code with its PKCE verifier, or a refresh token. */
+export const TokenRequest = z.looseObject({
+  grant_type: z.enum(['authorization_code', 'refresh_token']),
+  client_id: z.string(),
+  code: z.string().optional().describe('authorization_code: the code the redirect carried'),
+  code_verifier: z.string().optional().describe('authorization_code: the PKCE verifier of its challenge'),
+  redirect_uri: z.string().optional().describe('authorization_code: the redirect_uri of the request'),
+  refresh_token: z.string().optional().describe('refresh_token: the refresh token (it rotates)'),
+  resource: z.string().optional().describe('The resource the token is for (<origin>/mcp/signin)'),
+  scope: z.string().optional(),
+});
+
+/** Token revocation's form (RFC 7009). */
+export const RevocationRequest = z.looseObject({
+  client_id: z.string(),
+  token: z.string(),
+  token_type_hint: z.enum(['access_token', 'refresh_token']).optional(),
+});
+
 /** The error body of the sign-in routes (an OAuth-style error with a readable description). */
 export const OAuthErrorBody = z.object({
   error: z.string(),

@@ -50,6 +50,7 @@ type Json = Record<string, unknown>;
 type Operation = {
   operationId?: string;
   security?: Json[];
+  requestBody?: { content?: Record<string, { schema?: Json }> };
   responses: Record<
     string,
     { content?: Record<string, { schema?: Json; example?: unknown }>; headers?: Record<string, unknown> }
@@ -219,6 +220,18 @@ async function conform(call: Call): Promise<unknown> {
   expect(operation, `${call.method} ${call.template} is documented`).toBeDefined();
   expect(operation!.operationId, `${label}: operationId`).toMatch(/^[a-z][A-Za-z0-9]+$/);
   called.add(`${call.method} ${call.template}`);
+  // A body the service took is one the document describes (a generated client has no other way to
+  // send it): its media type listed, its fields valid against the schema given for it.
+  if (body !== undefined && res.status < 400) {
+    const sent = headers['content-type']!.split(';')[0]!.trim();
+    const media = operation!.requestBody?.content?.[sent];
+    expect(media, `${label}: request body ${sent} documented`).toBeDefined();
+    if (media!.schema) {
+      const validate = validator(media!.schema);
+      const value = call.form ?? call.body ?? JSON.parse(body);
+      expect(validate(value), `${label}: request body\n${ajv.errorsText(validate.errors)}`).toBe(true);
+    }
+  }
   // The response of the answer's status, as a client picks it; `default` only where none is declared.
   const response =
     operation!.responses[String(res.status)] ?? (call.anyRoute ? operation!.responses.default : undefined);

@@ -8,6 +8,7 @@ import { errorMessage, ServiceError } from '../../../contracts/errors.ts';
 import { type IssueLike, issueText } from '../../../contracts/issue-text.ts';
 import {
   AuthorizationServerMetadata,
+  ClientRegistration,
   InteractionNonce,
   JsonWebKeySet,
   KeyChoiceForm,
@@ -17,7 +18,9 @@ import {
   OAuthErrorBody,
   ProtectedResourceMetadata,
   RegisteredClient,
+  RevocationRequest,
   SIGNIN_MCP_PATH,
+  TokenRequest,
   TokenResponse,
   WalletSignInForm,
 } from '../../../contracts/oauth.ts';
@@ -135,10 +138,20 @@ const errorPageDoc: ResponseDoc = {
     'x-frame-options': 'DENY: the page is never shown in a frame',
   },
 };
-const endpointDoc = (summary: string, responses: Record<number, ResponseDoc>, description?: string) =>
+/** The body a client sends: its schema and its one media type. */
+type RequestDoc = { body: z.ZodType; type: 'application/json' | 'application/x-www-form-urlencoded' };
+const FORM = 'application/x-www-form-urlencoded';
+
+const endpointDoc = (
+  summary: string,
+  responses: Record<number, ResponseDoc>,
+  description?: string,
+  request?: RequestDoc,
+) =>
   documented({
     summary,
     ...(description ? { description } : {}),
+    ...(request ? { body: request.body, bodyContentTypes: [request.type] } : {}),
     tags: ['oauth'],
     sends: LIBRARY_HEADERS,
     responses: { 400: oauthJson, ...responses },
@@ -192,6 +205,7 @@ const LIBRARY_ROUTES: {
         401: { ...oauthJson, description: 'invalid_client: the client_id is not registered' },
       },
       'A code is used once (a second use is refused and ends the tokens of the first); refresh tokens rotate.',
+      { body: TokenRequest, type: FORM },
     ),
   },
   {
@@ -206,6 +220,8 @@ const LIBRARY_ROUTES: {
           schema: RegisteredClient,
         },
       },
+      undefined,
+      { body: ClientRegistration, type: 'application/json' },
     ),
   },
   {
@@ -225,10 +241,15 @@ const LIBRARY_ROUTES: {
     method: 'POST',
     url: OAUTH_ROUTES.revocation,
     cors: 'library',
-    doc: endpointDoc('Token revocation (RFC 7009): revoking a refresh token ends its whole grant', {
-      200: { description: 'Revoked (or unknown: the answer is the same)' },
-      401: { ...oauthJson, description: 'invalid_client: the client_id is not registered' },
-    }),
+    doc: endpointDoc(
+      'Token revocation (RFC 7009): revoking a refresh token ends its whole grant',
+      {
+        200: { description: 'Revoked (or unknown: the answer is the same)' },
+        401: { ...oauthJson, description: 'invalid_client: the client_id is not registered' },
+      },
+      undefined,
+      { body: RevocationRequest, type: FORM },
+    ),
   },
   {
     method: 'GET',
@@ -246,9 +267,11 @@ const pageDoc = documented({
   sends: PAGE_HEADERS,
   responses: { 200: html, 400: html },
 });
-const formDoc = (summary: string, extra: Record<number, ResponseDoc> = {}) =>
+/** A consent page's form post: `form` the fields it takes (none: the post alone). */
+const formDoc = (summary: string, form?: z.ZodType, extra: Record<number, ResponseDoc> = {}) =>
   documented({
     summary,
+    ...(form ? { body: form, bodyContentTypes: [FORM] } : {}),
     tags: ['oauth'],
     sends: PAGE_HEADERS,
     responses: { 303: redirect, 200: html, 400: html, 401: html, 503: html, ...extra },
@@ -566,7 +589,7 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
 
       pages.post(
         `${OAUTH_PREFIX}/interaction/:uid/key`,
-        { config: formDoc('Sign in with an API key (the key the host will act as)') },
+        { config: formDoc('Sign in with an API key (the key the host will act as)', KeySignInForm) },
         async (request, reply) => {
           const details = await interaction(request, reply);
           if (details === null) return reply;
@@ -612,7 +635,7 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
       pages.post(
         `${OAUTH_PREFIX}/interaction/:uid/wallet`,
         {
-          config: formDoc('Sign in with a wallet (EIP-4361); then choose one of its keys', {
+          config: formDoc('Sign in with a wallet (EIP-4361); then choose one of its keys', WalletSignInForm, {
             429: {
               ...html,
               description:
@@ -704,7 +727,7 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
 
       pages.post(
         `${OAUTH_PREFIX}/interaction/:uid/choose`,
-        { config: formDoc("After a wallet sign-in: the wallet's key the host will act as") },
+        { config: formDoc("After a wallet sign-in: the wallet's key the host will act as", KeyChoiceForm) },
         async (request, reply) => {
           const details = await interaction(request, reply);
           if (details === null) return reply;

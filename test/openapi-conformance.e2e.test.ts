@@ -179,6 +179,27 @@ function validator(schema: Json): ValidateFunction {
   return v;
 }
 
+/** The members the schema gives `_service` (through $ref, anyOf, oneOf and allOf). */
+function serviceMembers(schema: Json, seen = new Set<Json>()): Set<string> {
+  const members = new Set<string>();
+  if (seen.has(schema)) return members;
+  seen.add(schema);
+  const ref = schema.$ref;
+  if (typeof ref === 'string' && ref.startsWith('#/')) {
+    const target = ref
+      .slice(2)
+      .split('/')
+      .reduce<unknown>((node, part) => (node as Json | undefined)?.[part], doc);
+    if (target) for (const m of serviceMembers(target as Json, seen)) members.add(m);
+  }
+  const service = (schema.properties as Record<string, Json> | undefined)?._service;
+  if (service) for (const m of Object.keys((service.properties as Json | undefined) ?? {})) members.add(m);
+  for (const branch of ['anyOf', 'oneOf', 'allOf'] as const)
+    for (const sub of (schema[branch] as Json[] | undefined) ?? [])
+      for (const m of serviceMembers(sub, seen)) members.add(m);
+  return members;
+}
+
 /** Calls and checks one answer against the document; returns the parsed JSON body, or the text (if any). */
 async function conform(call: Call): Promise<unknown> {
   const headers: Record<string, string> = { ...call.headers };
@@ -264,6 +285,16 @@ async function conform(call: Call): Promise<unknown> {
     const json = JSON.parse(bytes.toString('utf8'));
     const validate = validator(schema);
     expect(validate(json), `${label}\n${ajv.errorsText(validate.errors)}`).toBe(true);
+    // Every member of the `_service` block a success carries is one its schema describes (the
+    // caller, the quota the README promises on every answer, a receipt), not an untyped map.
+    const service = (json as { _service?: unknown } | null)?._service;
+    if (res.status < 300 && service && typeof service === 'object') {
+      const described = serviceMembers(schema);
+      expect(
+        Object.keys(service).filter((member) => !described.has(member)),
+        `${label}: _service members the document describes`,
+      ).toEqual([]);
+    }
     // A key the answer says it applied is one the operation's security has a generated client send.
     const auth = (json as { _service?: { auth?: { outcome?: string } } } | null)?._service?.auth;
     if (res.status < 300 && auth?.outcome === 'OK')

@@ -404,7 +404,10 @@ export const ErrorBody = z
       .describe(
         'Whether the same request may succeed later (the catalog entry of its code): on every pay-per-call (/x402) refusal but those answered with a quote (402, 429); elsewhere present only when true',
       ),
-    _service: z.record(z.string(), z.unknown()).optional().describe('Caller, quota and request id'),
+    _service: z
+      .record(z.string(), z.unknown())
+      .optional()
+      .describe('Caller and quota, when the caller is known'),
   })
   .loose();
 export type ErrorBody = z.infer<typeof ErrorBody>;

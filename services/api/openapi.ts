@@ -132,6 +132,9 @@ const ServiceBlock = ServiceMeta.extend({
   'Caller (auth), quota after this call, a paid call’s receipt (payment), and on /api/chat its own quota (chat_quota)',
 );
 
+/** A refusal of the catalog as the document gives it: `_service` typed, when the caller is known. */
+const RefusalBody = ErrorBody.extend({ _service: ServiceBlock.optional() });
+
 /**
  * The schema of an answer that also carries `_service`: required on a success (every one carries
  * it), optional on a refusal (one answered before the caller is known has none).
@@ -147,7 +150,7 @@ function schemaOf(schema: z.ZodType | Json, io: 'input' | 'output'): Json {
   return schema instanceof z.ZodType ? jsonSchema(schema, io) : schema;
 }
 
-export const error = (description: string): ResponseDoc => ({ description, schema: ErrorBody });
+export const error = (description: string): ResponseDoc => ({ description, schema: RefusalBody });
 
 /**
  * A refusal answering with one of `codes`: the document lists them as the `code` enum (a
@@ -157,7 +160,7 @@ export function refusal(codes: readonly [ErrorCode, ...ErrorCode[]], note?: stri
   const described = codes.map((code) => `${code}: ${ERRORS[code].message}`).join('; ');
   return {
     description: note ? `${note} (${described})` : described,
-    schema: ErrorBody.extend({ code: z.enum(codes).describe('A code of the error catalog') }),
+    schema: RefusalBody.extend({ code: z.enum(codes).describe('A code of the error catalog') }),
   };
 }
 
@@ -355,7 +358,7 @@ const BEFORE_ROUTING: readonly ErrorCode[] = [
 
 const ANY_ROUTE_RESPONSE = {
   description: `Refusals any operation may answer, each with its status: ${codesText(ANY_ROUTE)}. The RateLimit-* headers come with every answer of a limited operation, refusals included (the request is counted before its key and input are judged), but ${BEFORE_ROUTING.join(', ')} and a BAD_REQUEST for a request that is not valid HTTP or repeats Host or Authorization: those are answered before the request reaches a route. An operation declaring its own words for one of these (POST /api/search and /api/chat: a body over the limit, a repeated header) answers them as its 400 and 413 say. A method the path does not take is answered METHOD_NOT_ALLOWED (${ERRORS.METHOD_NOT_ALLOWED.status}) with Allow listing the methods it takes, except PUT and PATCH on /mcp and /mcp/signin: 405 with a JSON-RPC error body (-32000 'Method not allowed.') and Allow: GET, POST, DELETE, after /mcp/signin's 401 for a missing or refused token; a path the service does not have, NOT_FOUND (404).`,
-  content: { 'application/json': { schema: jsonSchema(ErrorBody, 'output') } },
+  content: { 'application/json': { schema: jsonSchema(RefusalBody, 'output') } },
 };
 
 /**
@@ -376,7 +379,7 @@ const RATE_LIMITED_RESPONSE = {
   description: `The rate limit: RATE_LIMITED (${ERRORS.RATE_LIMITED.status}): ${ERRORS.RATE_LIMITED.message}. Retry-After says when to call again; nothing was served or counted against a quota`,
   content: {
     'application/json': {
-      schema: jsonSchema(ErrorBody.extend({ code: z.enum(['RATE_LIMITED']) }), 'output'),
+      schema: jsonSchema(RefusalBody.extend({ code: z.enum(['RATE_LIMITED']) }), 'output'),
     },
   },
 };
@@ -483,7 +486,7 @@ function withFramingRefusals<R extends { description?: string; content?: Json }>
   const media = Object.values(response.content) as { schema?: unknown }[];
   if (media.some((m) => hasCode(m.schema))) return response;
   const catalog = jsonSchema(
-    ErrorBody.extend({
+    RefusalBody.extend({
       code: z.enum(codes as [ErrorCode, ...ErrorCode[]]).describe('A code of the error catalog'),
     }),
     'output',

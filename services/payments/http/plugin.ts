@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { type ErrorCode, isErrorCode, ServiceError } from '../../../contracts/errors.ts';
+import { jsonSchema } from '../../../contracts/json-schema.ts';
 import { answeredBy } from '../../api/answer-at-turn-end.ts';
 import { errorHandler } from '../../api/errors.ts';
 import { codesText, documented, RESPONSE_HEADERS, refusal } from '../../api/openapi.ts';
@@ -17,7 +18,7 @@ import {
   undebitedService,
 } from '../../metering/caller.ts';
 import { QuotaUnavailableError, serveMetered } from '../../metering/metered-call.ts';
-import type { PaidServiceMeta, ServiceMeta } from '../../metering/service-meta.ts';
+import { type PaidServiceMeta, ServiceMeta } from '../../metering/service-meta.ts';
 import { quotaRetryAfter, refusingResetsAt } from '../../metering/snapshot.ts';
 import { setBounded } from '../../shared/bounded-map.ts';
 import { withoutCredentialParams } from '../../shared/credential-params.ts';
@@ -536,7 +537,10 @@ function paidRouteDoc(tool: PaidTool) {
               items: { type: 'object' },
               description: 'The payment requirements (v1)',
             },
-            _service: { type: 'object', description: 'Caller and quota; nothing was debited' },
+            _service: {
+              ...jsonSchema(ServiceMeta, 'output'),
+              description: 'Caller and quota; nothing was debited',
+            },
           },
         },
         headers: {

@@ -132,15 +132,29 @@ describe.runIf(run)(
       // with its lean, expected move and regime.
       const scan = (await client.callTool({ name: 'scan_trade_calls', arguments: {} })).structuredContent as {
         scanned: number;
-        calls: { call: string; regime: string; expectedMovePct: number | null; lean: unknown }[];
+        calls: {
+          call: string;
+          regime: string;
+          expectedMovePct: number | null;
+          lean: Record<string, unknown> | null;
+        }[];
       };
       expect(scan.scanned).toBeGreaterThan(0);
       expect(scan.calls.length).toBe(Math.min(scan.scanned, 10));
+      let leans = 0;
       for (const row of scan.calls) {
         expect(row.regime).toBeTruthy();
         expect(row.expectedMovePct).toBeGreaterThan(0);
         expect(row).toHaveProperty('lean');
+        if (row.lean === null) continue;
+        leans++;
+        // The lean's net figures to 0.01 bps, not the calibration table's float tails.
+        for (const key of ['expected_net_bps', 'expected_net_bps_low', 'expected_net_bps_high']) {
+          const x = row.lean[key];
+          if (x !== null) expect(String(x), key).toMatch(/^-?\d+(\.\d{1,2})?$/);
+        }
       }
+      expect(leans).toBeGreaterThan(0);
     });
 
     it('serves an anonymous caller on the free limits, naming why no key applied', async () => {

@@ -196,6 +196,13 @@ export interface CellNet {
 }
 
 /**
+ * A served net figure to 0.01 bps: the table's bootstrap bounds carry no meaning past that, and
+ * their float tails (and the upper bound's, mirrored) only lengthen every answer. Whether a figure
+ * is measurable is decided on the unrounded values.
+ */
+const centi = (bps: number): number => Math.round(bps * 100) / 100 || 0;
+
+/**
  * What a cell's pooled net supports. The table keeps the mean and its one-sided 95 % lower bound;
  * the upper bound is that distance above the mean (the day-block bootstrap of a mean over hundreds
  * of days is close to symmetric). A figure is served only when the interval lies on one side of 0:
@@ -204,10 +211,21 @@ export interface CellNet {
  * below 0 reads as an edge that the evidence does not show.
  */
 export function leanNet(meanBps: number | null, lowBps: number | null): CellNet {
-  if (meanBps === null || lowBps === null) return { meanBps: null, lowBps, highBps: null, measurable: false };
+  if (meanBps === null || lowBps === null)
+    return {
+      meanBps: null,
+      lowBps: lowBps === null ? null : centi(lowBps),
+      highBps: null,
+      measurable: false,
+    };
   const highBps = 2 * meanBps - lowBps;
   const measurable = lowBps > 0 || highBps < 0;
-  return { meanBps: measurable ? meanBps : null, lowBps, highBps, measurable };
+  return {
+    meanBps: measurable ? centi(meanBps) : null,
+    lowBps: centi(lowBps),
+    highBps: centi(highBps),
+    measurable,
+  };
 }
 
 const signed = (x: number) => `${x >= 0 ? '+' : '−'}${Math.abs(x).toFixed(1)}`;

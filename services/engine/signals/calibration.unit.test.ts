@@ -223,6 +223,24 @@ describe('a lean serves a net figure only where its evidence supports one', () =
     expect(netWords(leanNet(null, null))).toContain('not measured');
   });
 
+  it('serves its figures to 0.01 bps, measurable decided on the unrounded values', () => {
+    // spot 5m as the table holds it: the bounds' float tails are no information a buyer can use.
+    expect(leanNet(-10.29010890499872, -11.134923398949502)).toEqual({
+      meanBps: -10.29,
+      lowBps: -11.13,
+      highBps: -9.45,
+      measurable: true,
+    });
+    // An upper bound just below 0 stays measurable even where it rounds to 0.
+    expect(leanNet(-5.001, -10)).toEqual({ meanBps: -5, lowBps: -10, highBps: 0, measurable: true });
+    const decimals = (x: number | null) => (x === null ? 0 : (String(x).split('.')[1] ?? '').length);
+    for (const [cell, entry] of Object.entries(defaultCalibration.cells)) {
+      const net = leanNet(entry.net?.meanBps ?? null, entry.net?.lowBps ?? null);
+      for (const x of [net.meanBps, net.lowBps, net.highBps])
+        expect(decimals(x), cell).toBeLessThanOrEqual(2);
+    }
+  });
+
   it('the shipped table never serves a positive figure beside a bound below 0', () => {
     for (const [cell, entry] of Object.entries(defaultCalibration.cells)) {
       const net = leanNet(entry.net?.meanBps ?? null, entry.net?.lowBps ?? null);

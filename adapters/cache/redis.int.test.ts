@@ -343,6 +343,46 @@ describe('redis cache when Redis cannot be reached', () => {
     }
   });
 
+  it('a server that stops answering (SIGSTOP) is dropped after a timed-out command: later calls fail at once, and it recovers', async () => {
+    const server = await startPrivateRedis();
+    const pid = Number(/process_id:(\d+)/.exec(await server.admin.info('server'))?.[1]);
+    const stopped = await connectRedisCache({
+      url: server.url,
+      prefix: 'stopped:',
+      connectTimeoutMs: 500,
+      commandTimeoutMs: 500,
+    });
+    const window = { key: 'quota:q', limit: 10, expiresAt: Date.now() + 60_000 };
+    try {
+      expect((await stopped.debitWindows([window], 1)).ok).toBe(true);
+      process.kill(pid, 'SIGSTOP');
+      await expect(stopped.get('k')).rejects.toThrow(/get failed at .*: Command timed out/);
+      // Not another wait for its own timeout on the hung connection: refused as not connected.
+      await expect
+        .poll(async () => (await stopped.health()).detail ?? '', { interval: 50 })
+        .toMatch(/is not connected/);
+      await expect(stopped.get('k')).rejects.toThrow(
+        /is not connected \(status \w+, last error: get got no reply within the command timeout\)/,
+      );
+      const debit = await stopped.debitWindows([window], 1).catch((e: unknown) => e);
+      expect(debit).toBeInstanceOf(CacheUnavailableError);
+      expect((debit as Error).message).not.toMatch(/timed out/);
+      process.kill(pid, 'SIGCONT');
+      await expect
+        .poll(async () => (await stopped.health()).ok, { interval: 100, timeout: 15_000 })
+        .toBe(true);
+      expect(await stopped.debitWindows([window], 1)).toEqual({ ok: true, counts: [2], refusedBy: null });
+    } finally {
+      try {
+        process.kill(pid, 'SIGCONT');
+      } catch {
+        // already gone
+      }
+      await stopped.close();
+      await server.stop();
+    }
+  });
+
   it('rejects a URL that is not a Redis URL and an empty prefix', async () => {
     await expect(connectRedisCache({ url: 'http://127.0.0.1:6379', prefix: 'p:' })).rejects.toThrow(
       RangeError,

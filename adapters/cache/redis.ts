@@ -579,6 +579,24 @@ export class RedisCache implements Cache {
     return `redis at ${this.where} is not connected (status ${this.client.status}${last})${login}`;
   }
 
+  /**
+   * A command that got no reply within its timeout means a server that holds the connection and
+   * answers nothing (stopped, hung, a network that drops packets): the connection is dropped and
+   * made again in the background, so the calls after it reject at once as not connected instead
+   * of each waiting out its own timeout.
+   */
+  private dropHungConnection(operation: string): void {
+    if (this.client.status !== 'ready') return;
+    this.lastError = `${operation} got no reply within the command timeout`;
+    this.logger?.warn(
+      { operation },
+      'redis cache command timed out: reconnecting; calls fail at once meanwhile',
+    );
+    // Destroyed, not ended: a stopped server never answers the FIN, so an ended socket would stay
+    // half-open (status still ready) until it wakes; a destroyed one closes now and reconnects.
+    this.client.stream?.destroy();
+  }
+
   private async run<T>(operation: string, command: () => Promise<T>): Promise<T> {
     if (this.client.status !== 'ready') {
       throw new CacheUnavailableError(`redis cache ${operation} failed: ${this.unavailableDetail()}`);
@@ -588,6 +606,7 @@ export class RedisCache implements Cache {
     } catch (error) {
       // Redis refusing the command itself is a bug to surface, not an outage (see refusedByRedis).
       if (refusedByRedis(error)) throw error;
+      if (errorMessage(error) === 'Command timed out') this.dropHungConnection(operation);
       throw new CacheUnavailableError(
         `redis cache ${operation} failed at ${this.where}: ${errorMessage(error)}`,
         {

@@ -136,6 +136,19 @@ describe("the consent page's forms refused in words of ours, the key and signatu
     });
   }
 
+  it('a JSON body is refused 415 naming the form type the page takes, not application/json', async () => {
+    const res = await fetch(`${url}/oauth/interaction/${uid}/key`, {
+      method: 'POST',
+      redirect: 'manual',
+      headers: { 'content-type': 'application/json', cookie: cookieHeader() },
+      body: JSON.stringify({ api_key: SECRET_KEY }),
+    });
+    expect(res.status).toBe(415);
+    const body = (await res.json()) as { code: string; message: string };
+    expect(body.code).toBe('UNSUPPORTED_MEDIA_TYPE');
+    expect(body.message).toBe('send the form as application/x-www-form-urlencoded');
+  });
+
   it('the interaction is still live after the refusals: the key form still answers its page', async () => {
     const answer = await post('key', { api_key: '' });
     expect(answer.status).toBe(400);

@@ -551,6 +551,14 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
         { parseAs: 'string' },
         (_request, body, done) => done(null, Object.fromEntries(new URLSearchParams(body as string))),
       );
+      // Any other type: the catalog's 415, worded for a form (its own words name application/json).
+      pages.addContentTypeParser('*', (_request, _payload, done) =>
+        done(
+          new ServiceError('UNSUPPORTED_MEDIA_TYPE', {}, undefined, {
+            message: `send the form as ${FORM}`,
+          }),
+        ),
+      );
 
       pages.get(`${OAUTH_PREFIX}/interaction/:uid`, { config: pageDoc }, async (request, reply) => {
         const details = await interaction(request, reply);

@@ -341,6 +341,9 @@ export const ScanTradeCallsOutput = z.object({
       score: Score,
       regime: AnswerRegime,
       price: LastPrice,
+      timestamp: CloseSeconds.describe(
+        "Unix time in seconds (not ms) of the close of the candle this row's verdict is for, as get_trade_call's timestamp (the scan's own timestamp is when it ran).",
+      ),
       quoteVolume24h: QuoteVolume24h,
       verdictId: z.uuid().describe('Id of the recorded verdict, for later verification.'),
       expectedMovePct: z

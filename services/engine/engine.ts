@@ -267,6 +267,7 @@ export class SignalEngine implements EngineOperations {
           score: call.score,
           regime: call.regime,
           price: call.price,
+          timestamp: call.timestamp,
           quoteVolume24h: market.quoteVolume24h,
           verdictId: call.verdictId,
           expectedMovePct: call.volatility?.expected_move_pct ?? null,

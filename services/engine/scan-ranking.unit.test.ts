@@ -11,6 +11,7 @@ function row(coin: string, patch: Partial<ScanRow> = {}): ScanRow {
     score: 0.2,
     regime: 'ranging',
     price: 100,
+    timestamp: 0,
     quoteVolume24h: 1,
     verdictId: '00000000-0000-4000-8000-000000000001',
     expectedMovePct: 1,

@@ -143,6 +143,7 @@ export function projectedScan(
       score: verdict.score,
       regime: verdict.regime,
       price: verdict.price,
+      timestamp: Math.floor(verdict.candleCloseTime / 1000),
       quoteVolume24h,
       verdictId: verdict.verdictId,
       expectedMovePct: verdict.expectedMovePct,

@@ -199,11 +199,11 @@ export const WebhookView = z.object({
   status: SubscriptionStatus,
   /** The payload version this subscription receives (pinned at creation). */
   event_version: z.number().int().positive(),
-  created_at: z.string(),
-  disabled_at: z.string().nullable(),
+  created_at: z.iso.datetime(),
+  disabled_at: z.iso.datetime().nullable(),
   disabled_reason: z.string().nullable(),
   /** Last successful delivery; with `failing_since`, what a reviewer of a failing endpoint needs. */
-  last_success_at: z.string().nullable(),
+  last_success_at: z.iso.datetime().nullable(),
   /** First failed attempt since the last success; null while healthy. */
   failing_since: z.string().nullable(),
 });
@@ -219,8 +219,8 @@ export const AttemptView = z.object({
    */
   attempt: z.number().int().nullable(),
   /** When the attempt was claimed (queued); `sent_at` is when its request went out. */
-  attempted_at: z.string(),
-  sent_at: z.string().nullable(),
+  attempted_at: z.iso.datetime(),
+  sent_at: z.iso.datetime().nullable(),
   queued_ms: z.number().nullable(),
   trigger: z.string(),
   /** `held`: not sent, the endpoint's breaker was open; due again at `next_attempt_at` (its next probe). */
@@ -229,7 +229,7 @@ export const AttemptView = z.object({
   latency_ms: z.number().nullable(),
   error: z.string().nullable(),
   response: z.string().nullable(),
-  next_attempt_at: z.string().nullable(),
+  next_attempt_at: z.iso.datetime().nullable(),
 });
 
 /** Two instants a delivery names, a few milliseconds apart: its event's (in the body) and its own (in the log). */
@@ -246,7 +246,7 @@ export const DeliveryView = z.object({
   event_id: z.string(),
   status: z.enum(['pending', 'succeeded', 'failed']),
   /** The delivery's instant, not its event's (the delivered body's created_at): see the description. */
-  created_at: z.string().describe(DELIVERY_CREATED_AT),
+  created_at: z.iso.datetime().describe(DELIVERY_CREATED_AT),
   attempts: z.array(AttemptView),
 });
 export type DeliveryView = z.infer<typeof DeliveryView>;
@@ -395,7 +395,7 @@ export const SubscriptionDisabledData = z.object({
   subscription_id: z.string(),
   url: z.string(),
   reason: z.string(),
-  disabled_at: z.string(),
+  disabled_at: z.iso.datetime(),
   consecutive_failures: z.number().int().nonnegative(),
 });
 
@@ -419,7 +419,7 @@ export const WebhookEnvelope = z.object({
   /** The payload version of `data` (the subscription's pinned `event_version`). */
   event_version: z.number().int().positive().optional(),
   /** The event's instant, not the delivery's (the delivery log's created_at): see the description. */
-  created_at: z.string().describe(ENVELOPE_CREATED_AT),
+  created_at: z.iso.datetime().describe(ENVELOPE_CREATED_AT),
   /** True only for POST /api/webhooks/:id/test deliveries. */
   test: z.boolean().optional(),
   data: WebhookData,

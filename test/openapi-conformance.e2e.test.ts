@@ -1442,6 +1442,29 @@ describe('the OpenAPI document describes every real answer', () => {
     }
   });
 
+  it('gives every time of an answer or a delivery (a member named *_at or *At) the date-time format', () => {
+    const plain: string[] = [];
+    const walk = (node: unknown, path: string) => {
+      if (!node || typeof node !== 'object') return;
+      if (Array.isArray(node)) return node.forEach((item, i) => walk(item, `${path}/${i}`));
+      const { properties } = node as { properties?: Record<string, Json> };
+      for (const [name, member] of Object.entries(properties ?? {})) {
+        const types = [
+          member.type,
+          ...((member.anyOf as Json[] | undefined) ?? []).map((b) => b.type),
+        ].flat();
+        const formats = [member.format, ...((member.anyOf as Json[] | undefined) ?? []).map((b) => b.format)];
+        if (/(_at|At)$/.test(name) && types.includes('string') && !formats.includes('date-time'))
+          plain.push(`${path} ${name}`);
+      }
+      for (const [key, value] of Object.entries(node))
+        if (key !== 'example' && key !== 'examples') walk(value, `${path}/${key}`);
+    };
+    walk(doc.paths, '#/paths');
+    walk((doc as { webhooks?: unknown }).webhooks, '#/webhooks');
+    expect(plain).toEqual([]);
+  });
+
   it('documents every code of the error catalog on the operations that answer it', () => {
     const paths = JSON.stringify(doc.paths);
     const undocumented = Object.keys(ERRORS).filter((code) => !new RegExp(`\\b${code}\\b`).test(paths));

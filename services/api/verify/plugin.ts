@@ -39,7 +39,7 @@ const VerifyAnswer = z.object({
   stream: z.string(),
   revision: z.number().int(),
   position: z.number().int().describe('Position in the whole log'),
-  recordedAt: z.string(),
+  recordedAt: z.iso.datetime(),
   exchange: Exchange,
   coin: z.string(),
   timeframe: Timeframe,

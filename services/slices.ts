@@ -130,14 +130,17 @@ export async function composeSlices(ctx: SliceContext): Promise<ComposedSlices> 
         })
       : null;
 
+  // Stopped in reverse: the scheduler, the log's writer, last here so that it stops first. Stopped
+  // after the readers, its start-up backfill went on appending while history drained to the head
+  // (14.6 s of a SIGTERM, 0.4 s short of SHUTDOWN_TIMEOUT_MS's SIGKILL).
   const built: (Slice | null)[] = [
     projections,
-    scheduler,
     channels,
     knowledge,
     history,
     webhooks,
     payments ? paymentsSlice({ setup: payments, channel }) : null,
+    scheduler,
   ];
   const slices = built.filter((slice): slice is Slice => slice !== null);
   return { slices, payments, ops };

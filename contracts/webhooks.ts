@@ -221,12 +221,12 @@ export const AttemptView = z.object({
   /** When the attempt was claimed (queued); `sent_at` is when its request went out. */
   attempted_at: z.iso.datetime(),
   sent_at: z.iso.datetime().nullable(),
-  queued_ms: z.number().nullable(),
+  queued_ms: z.number().int().nullable(),
   trigger: z.string(),
   /** `held`: not sent, the endpoint's breaker was open; due again at `next_attempt_at` (its next probe). */
   outcome: z.enum(['pending', 'succeeded', 'failed', 'held']),
   status: z.number().int().nullable(),
-  latency_ms: z.number().nullable(),
+  latency_ms: z.number().int().nullable(),
   error: z.string().nullable(),
   response: z.string().nullable(),
   next_attempt_at: z.iso.datetime().nullable(),
@@ -255,7 +255,7 @@ export const SendResultView = z.object({
   delivery_id: z.string(),
   delivered: z.boolean(),
   status: z.number().int().nullable(),
-  latency_ms: z.number(),
+  latency_ms: z.number().int(),
   error: z.string().nullable(),
   response: z.string().nullable(),
 });

@@ -179,6 +179,35 @@ function validator(schema: Json): ValidateFunction {
   return v;
 }
 
+/** Every member of every schema of the document's operations and deliveries, with its types and formats (its own and its anyOf branches'). */
+function documentMembers(): { path: string; name: string; types: unknown[]; formats: unknown[] }[] {
+  const found: { path: string; name: string; types: unknown[]; formats: unknown[] }[] = [];
+  const walk = (node: unknown, path: string) => {
+    if (!node || typeof node !== 'object') return;
+    if (Array.isArray(node)) {
+      node.forEach((item, i) => {
+        walk(item, `${path}/${i}`);
+      });
+      return;
+    }
+    const { properties } = node as { properties?: Record<string, Json> };
+    for (const [name, member] of Object.entries(properties ?? {})) {
+      const branches = [member, ...((member.anyOf as Json[] | undefined) ?? [])];
+      found.push({
+        path,
+        name,
+        types: branches.flatMap((b) => b.type ?? []),
+        formats: branches.map((b) => b.format),
+      });
+    }
+    for (const [key, value] of Object.entries(node))
+      if (key !== 'example' && key !== 'examples') walk(value, `${path}/${key}`);
+  };
+  walk(doc.paths, '#/paths');
+  walk((doc as { webhooks?: unknown }).webhooks, '#/webhooks');
+  return found;
+}
+
 /** The members the schema gives `_service` (through $ref, anyOf, oneOf and allOf). */
 function serviceMembers(schema: Json, seen = new Set<Json>()): Set<string> {
   const members = new Set<string>();
@@ -1443,26 +1472,17 @@ describe('the OpenAPI document describes every real answer', () => {
   });
 
   it('gives every time of an answer or a delivery (a member named *_at or *At) the date-time format', () => {
-    const plain: string[] = [];
-    const walk = (node: unknown, path: string) => {
-      if (!node || typeof node !== 'object') return;
-      if (Array.isArray(node)) return node.forEach((item, i) => walk(item, `${path}/${i}`));
-      const { properties } = node as { properties?: Record<string, Json> };
-      for (const [name, member] of Object.entries(properties ?? {})) {
-        const types = [
-          member.type,
-          ...((member.anyOf as Json[] | undefined) ?? []).map((b) => b.type),
-        ].flat();
-        const formats = [member.format, ...((member.anyOf as Json[] | undefined) ?? []).map((b) => b.format)];
-        if (/(_at|At)$/.test(name) && types.includes('string') && !formats.includes('date-time'))
-          plain.push(`${path} ${name}`);
-      }
-      for (const [key, value] of Object.entries(node))
-        if (key !== 'example' && key !== 'examples') walk(value, `${path}/${key}`);
-    };
-    walk(doc.paths, '#/paths');
-    walk((doc as { webhooks?: unknown }).webhooks, '#/webhooks');
-    expect(plain).toEqual([]);
+    const plain = documentMembers()
+      .filter(({ name, types }) => /(_at|At)$/.test(name) && types.includes('string'))
+      .filter(({ formats }) => !formats.includes('date-time'));
+    expect(plain.map(({ path, name }) => `${path} ${name}`)).toEqual([]);
+  });
+
+  it('gives every duration in milliseconds (a member named *_ms) the integer type', () => {
+    const fractional = documentMembers().filter(
+      ({ name, types }) => name.endsWith('_ms') && types.includes('number'),
+    );
+    expect(fractional.map(({ path, name }) => `${path} ${name}`)).toEqual([]);
   });
 
   it('documents every code of the error catalog on the operations that answer it', () => {

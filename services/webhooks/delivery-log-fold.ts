@@ -368,7 +368,7 @@ export function deliveryView(record: DeliveryRecord): DeliveryView {
       attempt: a.held ? null : ++sent,
       attempted_at: a.attemptedAt,
       sent_at: a.sentAt ?? null,
-      queued_ms: a.queuedMs ?? null,
+      queued_ms: typeof a.queuedMs === 'number' ? Math.round(a.queuedMs) : null,
       trigger: a.trigger,
       outcome: a.held ? 'held' : a.outcome,
       status: a.status,

@@ -208,24 +208,34 @@ function documentMembers(): { path: string; name: string; types: unknown[]; form
   return found;
 }
 
-/** The members the schema gives `_service` (through $ref, anyOf, oneOf and allOf). */
-function serviceMembers(schema: Json, seen = new Set<Json>()): Set<string> {
+/**
+ * The members the schema gives the object at `path` (`_service`, or a JSON-RPC refusal's
+ * error.data._service), through $ref, anyOf, oneOf and allOf.
+ */
+function serviceMembers(
+  schema: Json,
+  path: readonly string[] = ['_service'],
+  seen = new Set<Json>(),
+): Set<string> {
   const members = new Set<string>();
   if (seen.has(schema)) return members;
   seen.add(schema);
+  const add = (found: Set<string>) => {
+    for (const m of found) members.add(m);
+  };
   const ref = schema.$ref;
   if (typeof ref === 'string' && ref.startsWith('#/')) {
     const target = ref
       .slice(2)
       .split('/')
       .reduce<unknown>((node, part) => (node as Json | undefined)?.[part], doc);
-    if (target) for (const m of serviceMembers(target as Json, seen)) members.add(m);
+    if (target) add(serviceMembers(target as Json, path, seen));
   }
-  const service = (schema.properties as Record<string, Json> | undefined)?._service;
-  if (service) for (const m of Object.keys((service.properties as Json | undefined) ?? {})) members.add(m);
+  const next = (schema.properties as Record<string, Json> | undefined)?.[path[0]!];
+  if (next && path.length === 1) add(new Set(Object.keys((next.properties as Json | undefined) ?? {})));
+  if (next && path.length > 1) add(serviceMembers(next, path.slice(1), seen));
   for (const branch of ['anyOf', 'oneOf', 'allOf'] as const)
-    for (const sub of (schema[branch] as Json[] | undefined) ?? [])
-      for (const m of serviceMembers(sub, seen)) members.add(m);
+    for (const sub of (schema[branch] as Json[] | undefined) ?? []) add(serviceMembers(sub, path, seen));
   return members;
 }
 
@@ -316,12 +326,16 @@ async function conform(call: Call): Promise<unknown> {
     expect(validate(json), `${label}\n${ajv.errorsText(validate.errors)}`).toBe(true);
     // Every member of the `_service` block an answer carries is one its schema describes (the
     // caller, the quota the README promises on every answer, a receipt), not an untyped map.
-    const service = (json as { _service?: unknown } | null)?._service;
-    if (service && typeof service === 'object') {
-      const described = serviceMembers(schema);
+    const carried = json as { _service?: unknown; error?: { data?: { _service?: unknown } } } | null;
+    for (const [path, service] of [
+      [['_service'], carried?._service],
+      [['error', 'data', '_service'], carried?.error?.data?._service],
+    ] as const) {
+      if (!service || typeof service !== 'object') continue;
+      const described = serviceMembers(schema, path);
       expect(
         Object.keys(service).filter((member) => !described.has(member)),
-        `${label}: _service members the document describes`,
+        `${label}: ${path.join('.')} members the document describes`,
       ).toEqual([]);
     }
     // A key the answer says it applied is one the operation's security has a generated client send.

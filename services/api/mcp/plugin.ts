@@ -4,7 +4,9 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import { isInitializeRequest, LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { ERRORS, type ErrorCode, errorMessage, ServiceError } from '../../../contracts/errors.ts';
+import { jsonSchema } from '../../../contracts/json-schema.ts';
 import { type Caller, decorateCaller } from '../../metering/caller.ts';
+import { ServiceMeta } from '../../metering/service-meta.ts';
 import { JSON_UTF8 } from '../../shared/media-types.ts';
 import { onResponseClosed } from '../../shared/response-closed.ts';
 import { answeredBy } from '../answer-at-turn-end.ts';
@@ -79,7 +81,7 @@ const rpcError = (description: string): ResponseDoc => ({
             properties: {
               code: { type: 'string', description: 'The code of the error catalog' },
               _service: {
-                type: 'object',
+                ...jsonSchema(ServiceMeta, 'output'),
                 description:
                   "The caller's auth and live quota, as on every answer, once the caller is known (not on a refused Host or Origin, nor on the sign-in path's 401)",
               },

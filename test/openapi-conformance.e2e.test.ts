@@ -180,8 +180,9 @@ function validator(schema: Json): ValidateFunction {
 }
 
 /** Every member of every schema of the document's operations and deliveries, with its types and formats (its own and its anyOf branches'). */
-function documentMembers(): { path: string; name: string; types: unknown[]; formats: unknown[] }[] {
-  const found: { path: string; name: string; types: unknown[]; formats: unknown[] }[] = [];
+type Member = { path: string; name: string; types: unknown[]; formats: unknown[]; schema: Json };
+function documentMembers(): Member[] {
+  const found: Member[] = [];
   const walk = (node: unknown, path: string) => {
     if (!node || typeof node !== 'object') return;
     if (Array.isArray(node)) {
@@ -198,6 +199,7 @@ function documentMembers(): { path: string; name: string; types: unknown[]; form
         name,
         types: branches.flatMap((b) => b.type ?? []),
         formats: branches.map((b) => b.format),
+        schema: member,
       });
     }
     for (const [key, value] of Object.entries(node))
@@ -1490,6 +1492,16 @@ describe('the OpenAPI document describes every real answer', () => {
       .filter(({ name, types }) => /(_at|At)$/.test(name) && types.includes('string'))
       .filter(({ formats }) => !formats.includes('date-time'));
     expect(plain.map(({ path, name }) => `${path} ${name}`)).toEqual([]);
+  });
+
+  it('says the members of every object a member holds (no bare {type: object}, itself or as its items)', () => {
+    const bare = (schema: Json | undefined) =>
+      schema?.type === 'object' &&
+      ['properties', 'additionalProperties', 'anyOf', 'oneOf', 'allOf', '$ref'].every((k) => !(k in schema));
+    const untyped = documentMembers().filter(
+      ({ schema }) => bare(schema) || (schema.type === 'array' && bare(schema.items as Json | undefined)),
+    );
+    expect(untyped.map(({ path, name }) => `${path} ${name}`)).toEqual([]);
   });
 
   it('gives every duration in milliseconds (a member named *_ms) the integer type', () => {

@@ -190,18 +190,20 @@ export function paymentResponseHeader(version: 1 | 2, settle: SettleResponse): [
   ];
 }
 
-export interface V1Requirement {
-  scheme: string;
-  network: string;
-  maxAmountRequired: string;
-  resource: string;
-  description: string;
-  mimeType: string;
-  payTo: string;
-  maxTimeoutSeconds: number;
-  asset: string;
-  extra: Record<string, unknown>;
-}
+/** One payment requirement of the v1 402 body (`accepts`): what to sign for, to whom, in what. */
+export const V1Requirement = z.object({
+  scheme: z.string(),
+  network: z.string(),
+  maxAmountRequired: z.string().describe('The price in the asset’s smallest unit'),
+  resource: z.string(),
+  description: z.string(),
+  mimeType: z.string(),
+  payTo: z.string(),
+  maxTimeoutSeconds: z.number().int(),
+  asset: z.string(),
+  extra: z.record(z.string(), z.unknown()),
+});
+export type V1Requirement = z.infer<typeof V1Requirement>;
 
 /** The v1 402 body: the same quote, in v1 field names; rails without a v1 network name are v2-only. */
 export function v1Accepts(

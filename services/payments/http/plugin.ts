@@ -23,7 +23,7 @@ import { quotaRetryAfter, refusingResetsAt } from '../../metering/snapshot.ts';
 import { setBounded } from '../../shared/bounded-map.ts';
 import { withoutCredentialParams } from '../../shared/credential-params.ts';
 import { JSON_UTF8 } from '../../shared/media-types.ts';
-import { type DecodedPayment, decodePaymentHeader, paymentResponseHeader } from '../codecs.ts';
+import { type DecodedPayment, decodePaymentHeader, paymentResponseHeader, V1Requirement } from '../codecs.ts';
 import { describeError, type PaymentFlowDeps, type Refusal, runPaidCall } from '../payment-flow.ts';
 import { QUOTE_CACHE_SIZE, type Quote, type Quoter, quoteJson, quoteJsonWith } from '../quote.ts';
 import { FACILITATOR_REASONS } from '../reasons.ts';
@@ -534,7 +534,7 @@ function paidRouteDoc(tool: PaidTool) {
             message: { type: 'string' },
             accepts: {
               type: 'array',
-              items: { type: 'object' },
+              items: jsonSchema(V1Requirement, 'output'),
               description: 'The payment requirements (v1)',
             },
             _service: {

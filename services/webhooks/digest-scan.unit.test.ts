@@ -30,7 +30,7 @@ describe('digest scan from projected verdicts', () => {
     const verdicts: LatestVerdicts = {
       'BINANCE:BTC:1h': verdict('BTC', { confidence: 55 }),
       'BINANCE:ETH:1h': verdict('ETH', { confidence: 70, score: 0.2 }),
-      'BINANCE:SOL:1h': verdict('SOL', { confidence: 70, score: -0.6 }),
+      'BINANCE:SOL:1h': verdict('SOL', { confidence: 70, score: -0.6, candleCloseTime: 1_699_999_200_000 }),
       'BINANCE:XRP:1h': verdict('XRP', { call: 'HOLD' }),
       'BINANCE:DOGE:1h': verdict('DOGE', { confidence: 99 }),
     };
@@ -56,6 +56,8 @@ describe('digest scan from projected verdicts', () => {
       [3, 'XRP', 'HOLD'],
     ]);
     expect(scan.calls[2]).toMatchObject({ quoteVolume24h: 1e9, expectedMovePct: 1.5, regime: 'trending-up' });
+    // A row's timestamp is its verdict's candle close in Unix seconds, not the scan's time.
+    expect(scan.calls[0]).toMatchObject({ coin: 'SOL', timestamp: 1_699_999_200 });
     // DOGE is beyond the top 5; of the top 5, each market not listed is named with its reason.
     expect(scan.skipped).toEqual([
       { coin: 'ADA', reason: 'no verdict recorded for ADA 1h on BINANCE' },

@@ -250,3 +250,31 @@ describe('the units of a forecast, wherever it is sent', () => {
     }
   });
 });
+
+/**
+ * The evaluation ships the 1d six-candle risk rows without 95 % intervals (too few resampled
+ * blocks in the test months); a buyer of get_risk_forecast on 1d is told so, and why, rather than
+ * reading "interval below 0 on none" as a measured interval that missed 0.
+ */
+describe('risk rows without an interval say so', () => {
+  async function forecasts(timeframe: string) {
+    const http = await post('get_risk_forecast', { coin: 'ETH', timeframe });
+    expect(http.status).toBe(200);
+    const { _service, ...rest } = http.body;
+    const mcpAnswer = await call('get_risk_forecast', { coin: 'ETH', timeframe });
+    expect(mcpAnswer.isError).toBeFalsy();
+    return [RiskForecast.parse(rest), RiskForecast.parse(mcpAnswer.structuredContent)];
+  }
+
+  it('1d: the evidence names the six-candle rows that carry no interval and why, over HTTP and MCP', async () => {
+    for (const forecast of await forecasts('1d')) {
+      expect(forecast.evidence).toContain(
+        'The 2 six-candle rows have no 95 % interval: a resampled block lasts at least a day and two horizons, and the test months hold fewer than 20 of them.',
+      );
+    }
+  });
+
+  it('1h: every row has its interval, and nothing is said about missing ones', async () => {
+    for (const forecast of await forecasts('1h')) expect(forecast.evidence).not.toContain('no 95 % interval');
+  });
+});

@@ -395,7 +395,8 @@ export const SubscriptionDisabledData = z.object({
   subscription_id: z.string(),
   url: z.string(),
   reason: z.string(),
-  disabled_at: z.iso.datetime(),
+  /** An ISO 8601 instant; typed as the published version 1 typed it (webhook-payload-shapes.json). */
+  disabled_at: z.string(),
   consecutive_failures: z.number().int().nonnegative(),
 });
 
@@ -419,7 +420,9 @@ export const WebhookEnvelope = z.object({
   /** The payload version of `data` (the subscription's pinned `event_version`). */
   event_version: z.number().int().positive().optional(),
   /** The event's instant, not the delivery's (the delivery log's created_at): see the description. */
-  created_at: z.iso.datetime().describe(ENVELOPE_CREATED_AT),
+  // An ISO 8601 instant, typed as the published payload versions typed it (webhook-payload-shapes.json):
+  // a format added here changes every published version's shape.
+  created_at: z.string().describe(ENVELOPE_CREATED_AT),
   /** True only for POST /api/webhooks/:id/test deliveries. */
   test: z.boolean().optional(),
   data: WebhookData,

@@ -1487,8 +1487,10 @@ describe('the OpenAPI document describes every real answer', () => {
     }
   });
 
-  it('gives every time of an answer or a delivery (a member named *_at or *At) the date-time format', () => {
+  it('gives every time of an answer (a member named *_at or *At) the date-time format', () => {
+    // Webhook payloads keep the shapes their versions were published with (contracts/webhook-schemas.unit.test.ts).
     const plain = documentMembers()
+      .filter(({ path }) => path.startsWith('#/paths'))
       .filter(({ name, types }) => /(_at|At)$/.test(name) && types.includes('string'))
       .filter(({ formats }) => !formats.includes('date-time'));
     expect(plain.map(({ path, name }) => `${path} ${name}`)).toEqual([]);

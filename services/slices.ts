@@ -131,8 +131,8 @@ export async function composeSlices(ctx: SliceContext): Promise<ComposedSlices> 
       : null;
 
   // Stopped in reverse: the scheduler, the log's writer, last here so that it stops first. Stopped
-  // after the readers, its start-up backfill went on appending while history drained to the head
-  // (14.6 s of a SIGTERM, 0.4 s short of SHUTDOWN_TIMEOUT_MS's SIGKILL).
+  // after the readers, its start-up backfill would go on appending while history drains to the
+  // head (a SIGTERM took 14.6 s that way, 0.4 s short of SHUTDOWN_TIMEOUT_MS's SIGKILL).
   const built: (Slice | null)[] = [
     projections,
     channels,

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { MarketFeed } from '../adapters/market/port.ts';
 import { verifyWebhook } from '../contracts/webhook-verify.ts';
 import { WebhookEnvelope } from '../contracts/webhooks.ts';
 import { rankMarkets } from '../services/engine/engine.ts';
@@ -9,31 +10,59 @@ import { type Receiver, selfSignedCert, startReceiver } from './webhooks-receive
 const reachable = await requireNats();
 const tls = selfSignedCert();
 
-describe.runIf(reachable)('scan digests on their cadence', () => {
-  let stack: WebhookStack;
-  let receiver: Receiver;
-  let shift = 0;
-
+/**
+ * The stack on the digest clock `digestNow`, its feed's `markets` replaced when given, and a TLS
+ * receiver: started before the describe's tests, closed after them.
+ */
+function digestStack(
+  digestNow: () => number,
+  markets?: (feed: MarketFeed, exchange: never) => Promise<unknown>,
+) {
+  const env = {} as { stack: WebhookStack; receiver: Receiver };
   beforeAll(async () => {
-    // The digest clock runs ahead on demand, so an hour boundary passes without waiting for it.
-    stack = await startWebhookStack({
+    env.stack = await startWebhookStack({
       settings: { tls: { ca: tls.cert } },
-      digestNow: () => Date.now() + shift,
+      digestNow,
+      ...(markets
+        ? {
+            wrapFeed: (feed: MarketFeed) =>
+              ({
+                kind: feed.kind,
+                now: () => feed.now(),
+                markets: (exchange: never) => markets(feed, exchange),
+                close: async () => {},
+              }) as unknown as MarketFeed,
+          }
+        : {}),
     });
-    receiver = await startReceiver(tls);
+    env.receiver = await startReceiver(tls);
   });
   afterAll(async () => {
-    await receiver?.close();
-    await stack?.close();
+    await env.receiver?.close();
+    await env.stack?.close();
   });
+  return env;
+}
+
+/** Subscribes `key` to the hourly top-3 digest at the receiver's url. */
+async function createDigest({ stack, receiver }: { stack: WebhookStack; receiver: Receiver }, key: string) {
+  const created = await stack.request('POST', '/api/webhooks', key, {
+    url: receiver.url,
+    ...HOURLY_DIGEST,
+  });
+  expect(created.status).toBe(201);
+  return created;
+}
+
+describe.runIf(reachable)('scan digests on their cadence', () => {
+  let shift = 0;
+  // The digest clock runs ahead on demand, so an hour boundary passes without waiting for it.
+  const env = digestStack(() => Date.now() + shift);
 
   it('sends the ranked top-N once per period, signed', async () => {
+    const { stack, receiver } = env;
     const key = await stack.issue();
-    const created = await stack.request('POST', '/api/webhooks', key, {
-      url: receiver.url,
-      ...HOURLY_DIGEST,
-    });
-    expect(created.status).toBe(201);
+    const created = await createDigest(env, key);
     await new Promise((r) => setTimeout(r, 300));
     expect(receiver.received).toHaveLength(0); // the period it was created in is not due
     shift = 3_600_000;
@@ -65,41 +94,21 @@ describe.runIf(reachable)('scan digests on their cadence', () => {
 });
 
 describe.runIf(reachable)('scan digests without a venue ranking', () => {
-  let stack: WebhookStack;
-  let receiver: Receiver;
   let shift = 0;
   let rankingDown = true;
-
-  beforeAll(async () => {
-    stack = await startWebhookStack({
-      settings: { tls: { ca: tls.cert } },
-      digestNow: () => Date.now() + shift,
-      // The venue ranking cannot be loaded until the test says so.
-      wrapFeed: (feed) =>
-        ({
-          kind: feed.kind,
-          now: () => feed.now(),
-          markets: (exchange: never) =>
-            rankingDown ? Promise.reject(new Error('venue unreachable')) : feed.markets(exchange),
-          close: async () => {},
-        }) as unknown as typeof feed,
-    });
-    receiver = await startReceiver(tls);
-  });
-  afterAll(async () => {
-    await receiver?.close();
-    await stack?.close();
-  });
+  // The venue ranking cannot be loaded until the test says so.
+  const env = digestStack(
+    () => Date.now() + shift,
+    (feed, exchange) =>
+      rankingDown ? Promise.reject(new Error('venue unreachable')) : feed.markets(exchange),
+  );
 
   it('holds the digest back (unclaimed) until a ranking loads, then sends it in full', async () => {
+    const { stack, receiver } = env;
     const key = await stack.issue();
     for (const coin of ['ETH', 'BTC', 'SOL'])
       await appendVerdict(stack.store, { coin, call: 'BUY', confidence: 70 });
-    const created = await stack.request('POST', '/api/webhooks', key, {
-      url: receiver.url,
-      ...HOURLY_DIGEST,
-    });
-    expect(created.status).toBe(201);
+    const created = await createDigest(env, key);
     shift = 3_600_000;
     await new Promise((r) => setTimeout(r, 1_000));
     expect(receiver.received).toHaveLength(0);
@@ -117,35 +126,24 @@ describe.runIf(reachable)('scan digests without a venue ranking', () => {
 });
 
 describe.runIf(reachable)('a digest built at its period’s start', () => {
-  let stack: WebhookStack;
-  let receiver: Receiver;
   let shift = 0;
   // The engine records the verdicts of the close at the period's start a moment after the digest
   // clock passes it: here, once the dispatcher has read the clock past it, as a live engine does
   // while it fetches that close's candles.
   let onPeriod: ((now: number) => void) | undefined;
 
-  beforeAll(async () => {
-    stack = await startWebhookStack({
-      settings: { tls: { ca: tls.cert } },
-      digestNow: () => {
-        const now = Date.now() + shift;
-        if (shift > 0 && onPeriod) {
-          const fire = onPeriod;
-          onPeriod = undefined;
-          fire(now);
-        }
-        return now;
-      },
-    });
-    receiver = await startReceiver(tls);
-  });
-  afterAll(async () => {
-    await receiver?.close();
-    await stack?.close();
+  const env = digestStack(() => {
+    const now = Date.now() + shift;
+    if (shift > 0 && onPeriod) {
+      const fire = onPeriod;
+      onPeriod = undefined;
+      fire(now);
+    }
+    return now;
   });
 
   it('lists the verdicts of the close at the start, not the close before it', async () => {
+    const { stack, receiver } = env;
     const key = await stack.issue();
     const hour = 3_600_000;
     const coins = ['ETH', 'BTC', 'SOL'];
@@ -153,11 +151,7 @@ describe.runIf(reachable)('a digest built at its period’s start', () => {
     // The close before the period's start: the latest on record when the clock passes it.
     for (const coin of coins)
       await appendVerdict(stack.store, { coin, call: 'HOLD', confidence: 50, candleCloseTime: start - hour });
-    const created = await stack.request('POST', '/api/webhooks', key, {
-      url: receiver.url,
-      ...HOURLY_DIGEST,
-    });
-    expect(created.status).toBe(201);
+    await createDigest(env, key);
     const fresh: Promise<string[]> = new Promise((resolve) => {
       onPeriod = (now) => {
         const close = Math.floor(now / hour) * hour;
@@ -180,33 +174,17 @@ describe.runIf(reachable)('a digest built at its period’s start', () => {
 });
 
 describe.runIf(reachable)('a digest’s top-N', () => {
-  let stack: WebhookStack;
-  let receiver: Receiver;
   let shift = 0;
   let dropped: string | undefined;
-
-  beforeAll(async () => {
-    stack = await startWebhookStack({
-      settings: { tls: { ca: tls.cert } },
-      digestNow: () => Date.now() + shift,
-      // The venue's ranking as the feed gives it, less the market the test drops from it.
-      wrapFeed: (feed) =>
-        ({
-          kind: feed.kind,
-          now: () => feed.now(),
-          markets: async (exchange: never) =>
-            (await feed.markets(exchange)).filter((m: { coin: string }) => m.coin !== dropped),
-          close: async () => {},
-        }) as unknown as typeof feed,
-    });
-    receiver = await startReceiver(tls);
-  });
-  afterAll(async () => {
-    await receiver?.close();
-    await stack?.close();
-  });
+  // The venue's ranking as the feed gives it, less the market the test drops from it.
+  const env = digestStack(
+    () => Date.now() + shift,
+    async (feed, exchange) =>
+      (await feed.markets(exchange)).filter((m: { coin: string }) => m.coin !== dropped),
+  );
 
   it('is the venue’s ranking at the digest’s close, as the scheduler records it', async () => {
+    const { stack, receiver } = env;
     const key = await stack.issue();
     const hour = 3_600_000;
     const [a, b, c, d] = rankMarkets(await stack.engine.feed.markets('BINANCE'))
@@ -215,11 +193,7 @@ describe.runIf(reachable)('a digest’s top-N', () => {
     const first = Math.floor((Date.now() + hour) / hour) * hour;
     for (const coin of [a!, b!, c!])
       await appendVerdict(stack.store, { coin, call: 'HOLD', confidence: 50, candleCloseTime: first });
-    const created = await stack.request('POST', '/api/webhooks', key, {
-      url: receiver.url,
-      ...HOURLY_DIGEST,
-    });
-    expect(created.status).toBe(201);
+    await createDigest(env, key);
     shift = hour;
     await receiver.waitFor(1, 40_000);
     // At the next close the venue ranks c below the top 3: the scheduler records d in its place.

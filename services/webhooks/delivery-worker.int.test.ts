@@ -4,7 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import { pino } from 'pino';
+import { type Logger, pino } from 'pino';
+import type { Agent } from 'undici';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { openLmdbEventStore } from '../../adapters/event-store/lmdb.ts';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
@@ -30,11 +31,24 @@ import { settingsOf } from './subscription-decider.ts';
 import { findSubscription } from './subscription-fold.ts';
 import { webhookProjection } from './webhook-projection.ts';
 
-/** A memory store whose outcome appends (DeliverySucceeded/Failed) wait until released. */
-class HeldOutcomes extends MemoryEventStore {
-  held = 0;
+/** A memory store listing the streams read one event at a time (a body or a sequence record read back). */
+class FirstEventReads extends MemoryEventStore {
+  readonly reads: string[] = [];
+
+  override async readStream(stream: string, options?: Parameters<MemoryEventStore['readStream']>[1]) {
+    if (options?.maxCount === 1) this.reads.push(stream);
+    return super.readStream(stream, options);
+  }
+}
+
+/** A store whose appends of the events it `holds` wait, once held, until released. */
+abstract class HeldAppends extends FirstEventReads {
   private gate: Promise<void> | null = null;
   private open: (() => void) | null = null;
+
+  protected abstract holds(events: NewEvent[]): boolean;
+  /** An append of them has come to the gate. */
+  protected abstract arrive(): void;
 
   hold(): void {
     this.gate = new Promise((resolve) => {
@@ -52,46 +66,46 @@ class HeldOutcomes extends MemoryEventStore {
     events: NewEvent[],
     options?: Parameters<MemoryEventStore['append']>[2],
   ) {
-    if (this.gate && events.some((e) => e.type === 'DeliverySucceeded' || e.type === 'DeliveryFailed')) {
-      this.held++;
+    if (this.gate && this.holds(events)) {
+      this.arrive();
       await this.gate;
     }
     return super.append(stream, events, options);
   }
 }
 
+/** A memory store whose outcome appends (DeliverySucceeded/Failed) wait until released. */
+class HeldOutcomes extends HeldAppends {
+  held = 0;
+
+  protected holds(events: NewEvent[]): boolean {
+    return events.some((e) => e.type === 'DeliverySucceeded' || e.type === 'DeliveryFailed');
+  }
+
+  protected arrive(): void {
+    this.held++;
+  }
+}
+
 /** A memory store whose sequence appends (a first attempt's DeliverySequenced) wait until released. */
-class HeldSequencing extends MemoryEventStore {
-  private gate: Promise<void> | null = null;
-  private open: (() => void) | null = null;
+class HeldSequencing extends HeldAppends {
   /** Resolves once an append waits at the gate. */
   waiting: Promise<void> = Promise.resolve();
   private arrived: () => void = () => undefined;
 
-  hold(): void {
-    this.gate = new Promise((resolve) => {
-      this.open = resolve;
-    });
+  override hold(): void {
+    super.hold();
     this.waiting = new Promise((resolve) => {
       this.arrived = resolve;
     });
   }
 
-  release(): void {
-    this.open?.();
-    this.gate = null;
+  protected holds(events: NewEvent[]): boolean {
+    return events.some((e) => e.type === 'DeliverySequenced');
   }
 
-  override async append(
-    stream: string,
-    events: NewEvent[],
-    options?: Parameters<MemoryEventStore['append']>[2],
-  ) {
-    if (this.gate && events.some((e) => e.type === 'DeliverySequenced')) {
-      this.arrived();
-      await this.gate;
-    }
-    return super.append(stream, events, options);
+  protected arrive(): void {
+    this.arrived();
   }
 }
 
@@ -99,27 +113,10 @@ class HeldSequencing extends MemoryEventStore {
  * A memory store that, as PostgreSQL does, answers a write and an idempotent repeat alike: no
  * `written` on its results, so a repeat is told by its position or by the record read back.
  */
-class UntoldWrites extends MemoryEventStore {
-  readonly reads: string[] = [];
-
+class UntoldWrites extends FirstEventReads {
   override async append(...args: Parameters<MemoryEventStore['append']>) {
     const { nextRevision, position } = await super.append(...args);
     return { nextRevision, position };
-  }
-
-  override async readStream(stream: string, options?: Parameters<MemoryEventStore['readStream']>[1]) {
-    if (options?.maxCount === 1) this.reads.push(stream);
-    return super.readStream(stream, options);
-  }
-}
-
-/** A HeldOutcomes store listing the streams read one event at a time (a body or a sequence record read back). */
-class FirstEventReads extends HeldOutcomes {
-  readonly reads: string[] = [];
-
-  override async readStream(stream: string, options?: Parameters<MemoryEventStore['readStream']>[1]) {
-    if (options?.maxCount === 1) this.reads.push(stream);
-    return super.readStream(stream, options);
   }
 }
 
@@ -132,6 +129,16 @@ afterEach(async () => {
 /** The types of a delivery stream's events, in order. */
 async function eventTypes(store: EventStore, deliveryId: string): Promise<string[]> {
   return (await store.readStream(deliveryStream(deliveryId))).map((e) => e.type);
+}
+
+/** An agent for this file's loopback receivers, trusting their certificate. */
+function loopbackAgent(connectionsPerOrigin: number) {
+  return guardedAgent({
+    addresses: { allow: parseCidrList('127.0.0.1/32') },
+    connectTimeoutMs: 2_000,
+    connectionsPerOrigin,
+    tls: { ca: tls.cert },
+  });
 }
 
 type WorkerSettings = ConstructorParameters<typeof DeliveryWorker>[0]['settings'];
@@ -158,12 +165,7 @@ async function setup<S extends EventStore = HeldOutcomes>(
   const runner = new ProjectionRunner(store, new MemoryProjectionStore(), webhookProjection);
   await runner.start();
   const receiver: Receiver = await startReceiver(tls);
-  const agent = guardedAgent({
-    addresses: { allow: parseCidrList('127.0.0.1/32') },
-    connectTimeoutMs: 2_000,
-    connectionsPerOrigin: endpointConcurrency,
-    tls: { ca: tls.cert },
-  });
+  const agent = loopbackAgent(endpointConcurrency);
   cleanups.push(async () => {
     if (store instanceof HeldOutcomes) store.release();
     await runner.stop();
@@ -171,14 +173,21 @@ async function setup<S extends EventStore = HeldOutcomes>(
     await receiver.close();
   });
   const secrets = new SecretBox(randomBytes(32).toString('hex'));
-  const worker = new DeliveryWorker({
-    store,
-    runner,
-    secrets,
-    agent,
-    settings: workerSettings({ endpointConcurrency, ...settings }),
-    logger: pino({ level: 'silent' }),
-  });
+  // A worker on this store and runner: this setup's, or another dispatcher's.
+  const newWorker = (
+    workerAgent: Agent,
+    given: Parameters<typeof workerSettings>[0],
+    options: { secrets?: SecretBox; logger?: Logger } = {},
+  ) =>
+    new DeliveryWorker({
+      store,
+      runner,
+      secrets: options.secrets ?? secrets,
+      agent: workerAgent,
+      settings: workerSettings(given),
+      logger: options.logger ?? pino({ level: 'silent' }),
+    });
+  const worker = newWorker(agent, { endpointConcurrency, ...settings });
   const created = await createSubscription(store, {
     keyId: 'key-1',
     request: { url: receiver.url, events: ['trade_call'] } as never,
@@ -203,13 +212,18 @@ async function setup<S extends EventStore = HeldOutcomes>(
     const { attempt: _, ...first } = firstAttempt(n);
     return worker.claimFirst(first);
   };
-  return { store, runner, receiver, worker, claim, firstAttempt, sub, secrets };
+  // A PATCH of its url by its key, folded.
+  const moveUrl = async (url: string) => {
+    const position = await updateSubscription(store, 'key-1', { ...settingsOf(sub), url }, settingsOf(sub));
+    await runner.waitFor(position!);
+  };
+  return { store, runner, receiver, worker, newWorker, claim, firstAttempt, sub, moveUrl };
 }
 
 describe('DeliveryWorker', () => {
   it('runs a first attempt in the slot it took when its url moved while its sequence event was appended', async () => {
     const store = new HeldSequencing();
-    const { runner, receiver, worker, claim, sub } = await setup(1, store);
+    const { receiver, worker, claim, sub, moveUrl } = await setup(1, store);
     const moved = await startReceiver(tls);
     cleanups.push(() => moved.close());
     store.hold();
@@ -217,13 +231,7 @@ describe('DeliveryWorker', () => {
     const claiming = claim(1);
     await store.waiting;
     // A PATCH of the url, folded meanwhile: the projection's record changes in place.
-    const position = await updateSubscription(
-      store,
-      'key-1',
-      { ...settingsOf(sub), url: moved.url },
-      settingsOf(sub),
-    );
-    await runner.waitFor(position!);
+    await moveUrl(moved.url);
     expect(sub.url).toBe(moved.url);
     store.release();
     const job = await claiming;
@@ -232,13 +240,7 @@ describe('DeliveryWorker', () => {
     expect(await worker.submit(job!)).toMatchObject({ ok: true });
     expect(moved.received).toHaveLength(1);
     // The old origin's one slot is free again: this key's next delivery there goes out.
-    const position2 = await updateSubscription(
-      store,
-      'key-1',
-      { ...settingsOf(sub), url: receiver.url },
-      settingsOf(sub),
-    );
-    await runner.waitFor(position2!);
+    await moveUrl(receiver.url);
     expect(await worker.submit((await claim(2))!)).toMatchObject({ ok: true });
     expect(receiver.received).toHaveLength(1);
     await worker.drained();
@@ -247,7 +249,7 @@ describe('DeliveryWorker', () => {
   it("sends a first attempt whose url moved while its sequence event was appended, though the old origin's breaker opened meanwhile", async () => {
     const store = new HeldSequencing();
     // Two slots: the hung request holds one, the moved attempt takes the other. One timeout opens the breaker.
-    const { runner, receiver, worker, claim, sub } = await setup(2, store, {
+    const { receiver, worker, claim, moveUrl } = await setup(2, store, {
       breakerTimeouts: 1,
       timeoutMs: 300,
     });
@@ -260,13 +262,7 @@ describe('DeliveryWorker', () => {
     // Admitted at the old origin (its second slot taken there, its breaker still closed), then waits on its append.
     const claiming = claim(2);
     await store.waiting;
-    const position = await updateSubscription(
-      store,
-      'key-1',
-      { ...settingsOf(sub), url: moved.url },
-      settingsOf(sub),
-    );
-    await runner.waitFor(position!);
+    await moveUrl(moved.url);
     // The old origin's request times out: its breaker opens while the moved attempt still holds a slot there.
     expect(await hung).toMatchObject({ ok: false });
     store.release();
@@ -276,13 +272,7 @@ describe('DeliveryWorker', () => {
     expect(await worker.submit(job!)).toMatchObject({ ok: true });
     expect(moved.received).toHaveLength(1);
     // The old origin's breaker was open all along: a delivery back there is held for it.
-    const back = await updateSubscription(
-      store,
-      'key-1',
-      { ...settingsOf(sub), url: receiver.url },
-      settingsOf(sub),
-    );
-    await runner.waitFor(back!);
+    await moveUrl(receiver.url);
     expect(await worker.submit((await claim(3))!)).toMatchObject({
       held: true,
       error: expect.stringContaining('circuit open'),
@@ -345,7 +335,7 @@ describe('DeliveryWorker', () => {
   });
 
   it('lets another dispatcher take a queued attempt over only by a claim: after a used lease it claims nothing, before a late turn it sends alone, over an overrun lease its outcome is the one recorded', async () => {
-    const { store, runner, receiver, worker, claim, firstAttempt, secrets } = await setup<HeldOutcomes>(
+    const { store, receiver, worker, newWorker, claim, firstAttempt } = await setup<HeldOutcomes>(
       1,
       undefined,
       {
@@ -353,21 +343,9 @@ describe('DeliveryWorker', () => {
       },
     );
     // Another dispatcher on the same log, finding d-n queued past its stuck time.
-    const agent = guardedAgent({
-      addresses: { allow: parseCidrList('127.0.0.1/32') },
-      connectTimeoutMs: 2_000,
-      connectionsPerOrigin: 1,
-      tls: { ca: tls.cert },
-    });
+    const agent = loopbackAgent(1);
     cleanups.push(() => agent.close());
-    const other = new DeliveryWorker({
-      store,
-      runner,
-      secrets,
-      agent,
-      settings: workerSettings({ endpointConcurrency: 1, stuckAfterMs: 60_000 }),
-      logger: pino({ level: 'silent' }),
-    });
+    const other = newWorker(agent, { endpointConcurrency: 1, stuckAfterMs: 60_000 });
     const takeOver = (n: number, expected: number) =>
       other.claim({ ...firstAttempt(n), expected, queuedAttempt: true });
     const sends = (n: number) => receiver.received.filter((r) => r.body.includes(`"n":${n}`)).length;
@@ -445,7 +423,7 @@ describe('DeliveryWorker', () => {
   it('keeps the bytes of jobs past the queue limit while they fit its byte budget, and reads back only the others', async () => {
     // As sent, with its number (every one of d-1 to d-8 has one digit in both).
     const bodyBytes = JSON.stringify({ delivery_id: 'd-1', seq: 1, n: 1 }).length * 2;
-    const { store, receiver, worker, claim, sub } = await setup(1, new FirstEventReads(), {
+    const { store, receiver, worker, claim, sub } = await setup(1, new HeldOutcomes(), {
       stuckAfterMs: 60_000,
       endpointQueueLimit: 1,
       queueBytesLimit: 2 * bodyBytes,
@@ -535,7 +513,7 @@ describe('DeliveryWorker', () => {
   });
 
   it('signs with the current secret alone when the previous one, in its overlap, was sealed under an earlier master key', async () => {
-    const { store, runner, sub } = await setup(1, new MemoryEventStore());
+    const { store, runner, newWorker, sub } = await setup(1, new MemoryEventStore());
     // The operator moved to a new master key; the subscriber rotated with the default overlap.
     const next = new SecretBox(randomBytes(32).toString('hex'));
     const rotated = await rotateSecret(store, {
@@ -553,14 +531,11 @@ describe('DeliveryWorker', () => {
     });
     cleanups.push(() => agent.close());
     const written: string[] = [];
-    const worker = new DeliveryWorker({
-      store,
-      runner,
-      secrets: next,
+    const worker = newWorker(
       agent,
-      settings: workerSettings({ endpointConcurrency: 1 }),
-      logger: pino({ level: 'info' }, { write: (chunk: string) => written.push(chunk) }),
-    });
+      { endpointConcurrency: 1 },
+      { secrets: next, logger: pino({ level: 'info' }, { write: (chunk: string) => written.push(chunk) }) },
+    );
     expect(worker.openSecrets(current, Date.now())).toEqual({ current: rotated.secret, previous: null });
     expect(worker.canOpen(current)).toBe(true);
     expect(worker.secretsCheck()).toEqual({ ok: true });
@@ -602,17 +577,24 @@ describe('DeliveryWorker', () => {
     const { receiver, worker, runner, sub } = await setup(8, store);
     const transactions = vi.spyOn(store.root, 'childTransaction');
     const reads = vi.spyOn(store, 'readStream');
+    // A first handling of a trade_call delivery, as the dispatcher's.
+    const claimFirst = (deliveryId: string, eventId: string, body: string) =>
+      worker.claimFirst({
+        deliveryId,
+        subscription: sub,
+        eventId,
+        event: 'trade_call',
+        trigger: 'event',
+        body,
+      });
     // A page of bus messages: eight deliveries claimed in one turn, one append each.
     const jobs = await Promise.all(
       Array.from({ length: 8 }, (_, n) =>
-        worker.claimFirst({
-          deliveryId: `g-${n}`,
-          subscription: sub,
-          eventId: `ev-g-${n}`,
-          event: 'trade_call',
-          trigger: 'event',
-          body: JSON.stringify({ event: 'trade_call', delivery_id: `g-${n}`, data: { n } }),
-        }),
+        claimFirst(
+          `g-${n}`,
+          `ev-g-${n}`,
+          JSON.stringify({ event: 'trade_call', delivery_id: `g-${n}`, data: { n } }),
+        ),
       ),
     );
     expect(transactions).toHaveBeenCalledTimes(1);
@@ -644,18 +626,7 @@ describe('DeliveryWorker', () => {
       await worker.bodyOf({ deliveryId: third.deliveryId, subscriptionId: sub.id, seq: third.seq }),
     ).toBe(JSON.stringify({ event: 'trade_call', delivery_id: third.deliveryId, data: { n: 3 } }));
     // A redelivered page claims nothing and gets the same numbers back.
-    const again = await Promise.all(
-      jobs.map((j) =>
-        worker.claimFirst({
-          deliveryId: j!.deliveryId,
-          subscription: sub,
-          eventId: j!.eventId,
-          event: 'trade_call',
-          trigger: 'event',
-          body: '{}',
-        }),
-      ),
-    );
+    const again = await Promise.all(jobs.map((j) => claimFirst(j!.deliveryId, j!.eventId, '{}')));
     expect(again.every((j) => j === null)).toBe(true);
     expect(await worker.sequence(sub.id, 'g-3')).toBe(jobs[3]!.seq);
     // Two handlings of one new delivery at once (a handling stalled past the bus's ack wait beside
@@ -663,14 +634,11 @@ describe('DeliveryWorker', () => {
     // same number for both.
     await runner.waitFor(await store.headPosition());
     const handle = (deliveryId: string) =>
-      worker.claimFirst({
+      claimFirst(
         deliveryId,
-        subscription: sub,
-        eventId: 'ev',
-        event: 'trade_call',
-        trigger: 'event',
-        body: JSON.stringify({ event: 'trade_call', delivery_id: deliveryId, data: {} }),
-      });
+        'ev',
+        JSON.stringify({ event: 'trade_call', delivery_id: deliveryId, data: {} }),
+      );
     expect(await handle('g-5')).toBeNull();
     reads.mockClear();
     const both = await Promise.all([handle('g-new'), handle('g-new')]);

@@ -62,6 +62,19 @@ async function projectionsProcess(schema: string, feed: Feed) {
   return { store, pending, resolver };
 }
 
+/** A log of `steps` recorded closes in a schema of its own, and two projections processes on it. */
+async function twoProcesses(name: string, steps: number) {
+  const schema = uniqueSchema(name);
+  schemas.push(schema);
+  const writer = await openPostgresEventStore({ url: POSTGRES_URL, schema, logger });
+  closing.push(() => writer.close());
+  const fx = await recordHistory({ steps, store: writer, settleHours: 0 });
+  closing.push(() => fx.engine.close());
+  const a = await projectionsProcess(schema, fx.feed);
+  const b = await projectionsProcess(schema, fx.feed);
+  return { schema, writer, fx, a, b };
+}
+
 /** Every outcome in the log, by the verdict it labels. */
 async function outcomesByVerdict(store: PostgresEventStore): Promise<Map<string, number>> {
   const counts = new Map<string, number>();
@@ -75,14 +88,7 @@ async function outcomesByVerdict(store: PostgresEventStore): Promise<Map<string,
 
 describe.runIf(run)('two outcome resolvers on one PostgreSQL log', () => {
   it('write one unbroken chain per stream: the second stands by, then takes over from the first', async () => {
-    const schema = uniqueSchema('resolver_lease');
-    schemas.push(schema);
-    const writer = await openPostgresEventStore({ url: POSTGRES_URL, schema, logger });
-    closing.push(() => writer.close());
-    const fx = await recordHistory({ steps: 30, store: writer, settleHours: 0 });
-    closing.push(() => fx.engine.close());
-    const a = await projectionsProcess(schema, fx.feed);
-    const b = await projectionsProcess(schema, fx.feed);
+    const { writer, fx, a, b } = await twoProcesses('resolver_lease', 30);
 
     // Outcomes fall due an hour at a time, and both resolve each hour at once.
     const verify = async () =>
@@ -123,14 +129,7 @@ describe.runIf(run)('two outcome resolvers on one PostgreSQL log', () => {
   }, 120_000);
 
   it("hands the lease over when the holder's connection dies, and gives it back when the store closes", async () => {
-    const schema = uniqueSchema('resolver_lease_death');
-    schemas.push(schema);
-    const writer = await openPostgresEventStore({ url: POSTGRES_URL, schema, logger });
-    closing.push(() => writer.close());
-    const fx = await recordHistory({ steps: 40, store: writer, settleHours: 0 });
-    closing.push(() => fx.engine.close());
-    const a = await projectionsProcess(schema, fx.feed);
-    const b = await projectionsProcess(schema, fx.feed);
+    const { schema, writer, fx, a, b } = await twoProcesses('resolver_lease_death', 40);
     const admin = new pg.Client({ connectionString: POSTGRES_URL });
     await admin.connect();
     closing.push(() => admin.end());

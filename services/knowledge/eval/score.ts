@@ -86,8 +86,22 @@ export const TUNED_SETS = [
  * measured, prices, charges and refunds, keys, rate limits, webhook secrets) and 12 near-topic
  * probes (regulation at large, investment advice, custodians, another exchange's KYC, SQL,
  * chit-chat).
+ *
+ * tuning19.json: in sample from the start, written for the picker's nineteenth change before the
+ * chat was asked them and committed before any change of that round: 45 questions of a risk
+ * analyst at a crypto market maker (the risk forecast's meaning, horizons, fit and benchmarks, the
+ * adaptive band, sizing and stops, weekends and restarts, regime labels and their worth,
+ * risk_shift webhooks, funding normalisation and carry, the gate's evidence, prices, re-scoring)
+ * and 10 near-topic probes (market making and options at large, another venue's rebate or margin,
+ * a trading call before a data release, a book, the weather).
  */
-export const SPENT_SETS = ['tuning15.json', 'tuning16.json', 'tuning17.json', 'tuning18.json'] as const;
+export const SPENT_SETS = [
+  'tuning15.json',
+  'tuning16.json',
+  'tuning17.json',
+  'tuning18.json',
+  'tuning19.json',
+] as const;
 
 /**
  * Sets never tuned on, scored by the CLI only when named (main.ts), never by a test a picker

@@ -9,7 +9,7 @@ import { freePort } from './ports.ts';
  * A Redis server of its own on a free loopback port (no persistence), for tests that change what
  * the whole server does (make it a replica, cap its memory), which the shared one must not.
  */
-export async function startPrivateRedis(): Promise<{
+export async function startPrivateRedis(options: { port?: number } = {}): Promise<{
   url: string;
   /** A connection for the test's own commands (REPLICAOF, CONFIG SET). */
   admin: Redis;
@@ -17,7 +17,7 @@ export async function startPrivateRedis(): Promise<{
   readOnly(): Promise<void>;
   stop(): Promise<void>;
 }> {
-  const port = await freePort();
+  const port = options.port ?? (await freePort());
   const dir = mkdtempSync(join(tmpdir(), 'redis-private-'));
   const server = spawn(
     'redis-server',

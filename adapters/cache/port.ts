@@ -120,7 +120,9 @@ export const CACHE_LOG_COMPONENT = 'cache';
 
 /**
  * The cache could not be reached or did not answer in time. Callers treat it as retryable: the
- * operation may or may not have been applied when the connection broke mid-command.
+ * operation may or may not have been applied when the connection broke mid-command, except a
+ * debit (debitWindows, debitLive): one whose answer was lost is given back by the adapter once the
+ * cache answers again, so a caller told unavailable that calls again is counted once.
  */
 export class CacheUnavailableError extends Error {
   override readonly name: string = 'CacheUnavailableError';

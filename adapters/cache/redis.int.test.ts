@@ -383,6 +383,9 @@ describe('redis cache when Redis cannot be reached', () => {
         .poll(async () => (await stopped.health()).ok, { interval: 100, timeout: 15_000 })
         .toBe(true);
       expect(await stopped.debitWindows([window], 1)).toEqual({ ok: true, counts: [2], refusedBy: null });
+      // The debit in flight ran once Redis woke (its command was in the server's buffer), and its
+      // caller was told unavailable: given back, so a caller that calls again is counted once.
+      expect(await stopped.readWindows(['quota:beside'])).toEqual([0]);
     } finally {
       try {
         process.kill(pid, 'SIGCONT');

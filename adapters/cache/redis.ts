@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { Redis } from 'ioredis';
 import type { Logger } from 'pino';
@@ -25,6 +26,7 @@ import {
   assertTtl,
   assertWindowKeys,
   BUILDING_TTL_MS,
+  debitOutcomeKey,
   GENERATION_PREFIX,
   generationBuildingKey,
   generationDebitsKey,
@@ -53,11 +55,19 @@ end
 `;
 /**
  * The debits of one turn in one script, in the order asked. ARGV[1] the keys' prefix, ARGV[2] the
- * number of debits, then per debit its n, n keys, amount and n (limit, expiresAt). With KEYS[1], a
- * family's marker: on its live generation's counters (each made debit counted in its `#debits`),
- * the reply led by the generation ({} when none is live); without, on the keys as named, led by ''.
+ * number of debits, ARGV[3] the call's outcome key, ARGV[4] its time to live in ms, ARGV[5] the
+ * number of earlier calls' outcome keys to forget (their answers came), those keys, then per debit
+ * its n, n keys, amount and n (limit, expiresAt). With KEYS[1], a family's marker: on its live
+ * generation's counters (each made debit counted in its `#debits`), the reply led by the generation
+ * ({} when none is live); without, on the keys as named, led by ''. The outcome key keeps what was
+ * debited (`generation|` and a 1 or 0 a debit) for a call whose answer is lost (GIVE_BACK_SCRIPT);
+ * a call that finds it there already was given back before it ran (its answer long given up on),
+ * and debits nothing.
  */
 const DEBIT_MANY_SCRIPT = `${DEBIT_CORE}${LIVE_MARKER_LUA}
+if redis.call('EXISTS', ARGV[3]) == 1 then return {} end
+local forget = tonumber(ARGV[5])
+if forget > 0 then redis.call('UNLINK', unpack(ARGV, 6, 5 + forget)) end
 local base = ARGV[1]
 local replies = {''}
 if #KEYS == 1 then
@@ -66,7 +76,8 @@ if #KEYS == 1 then
   base = base .. generation .. ':'
   replies[1] = generation
 end
-local at = 3
+local made = {}
+local at = 6 + forget
 for d = 1, tonumber(ARGV[2]) do
   local n = tonumber(ARGV[at])
   local keys = {}
@@ -74,12 +85,70 @@ for d = 1, tonumber(ARGV[2]) do
   local reply = debit_windows(keys, ARGV, at + n)
   local amount = tonumber(ARGV[at + n + 1])
   if #KEYS == 1 and reply[1] == 1 and amount > 0 then redis.call('INCRBY', base .. '#debits', amount) end
+  made[d] = (reply[1] == 1 and amount > 0) and '1' or '0'
   replies[d + 1] = reply
   at = at + 3 * n + 2
 end
+redis.call('SET', ARGV[3], replies[1] .. '|' .. table.concat(made), 'PX', ARGV[4])
 return replies`;
+/**
+ * Gives back what one debit script call made, when its answer was lost (a timeout, a dropped
+ * connection): KEYS[1] its outcome key; ARGV[1] the keys' prefix (a family's generation prefix, or
+ * the plain one), ARGV[2] the key's time to live in ms, ARGV[3] the number of debits, then per
+ * debit its n, n keys and amount, as the call sent them. Lowers each counter the call debited (and
+ * its generation's `#debits`) by up to the amount, and leaves the key marked given back, so a
+ * second try gives nothing and a call that runs only now (still in the server's buffer) debits
+ * nothing. Reply: the units given back a window.
+ */
+const GIVE_BACK_SCRIPT = `
+local raw = redis.call('GET', KEYS[1])
+redis.call('SET', KEYS[1], '-', 'PX', ARGV[2])
+if not raw or raw == '-' then return 0 end
+local bar = string.find(raw, '|', 1, true)
+local generation = string.sub(raw, 1, bar - 1)
+local made = string.sub(raw, bar + 1)
+local base = ARGV[1]
+if generation ~= '' then base = base .. generation .. ':' end
+local given = 0
+local at = 4
+for d = 1, tonumber(ARGV[3]) do
+  local n = tonumber(ARGV[at])
+  local amount = tonumber(ARGV[at + n + 1])
+  if string.sub(made, d, d) == '1' then
+    local keys = {}
+    for i = 1, n do keys[i] = base .. ARGV[at + i] end
+    if generation ~= '' then keys[n + 1] = base .. '#debits' end
+    for _, key in ipairs(keys) do
+      local count = redis.call('GET', key)
+      if count then
+        local give = math.min(tonumber(count), amount)
+        if give > 0 then redis.call('DECRBY', key, give) end
+      end
+    end
+    given = given + amount
+  end
+  at = at + n + 2
+end
+return given`;
 /** Debits sent in one script call at most; a larger turn's go out in several. */
 export const MAX_DEBITS_PER_SCRIPT = 256;
+/**
+ * How long a debit call's outcome key lives: a call whose answer was lost is given back if Redis
+ * answers again within it (a longer outage leaves it counted). Answered calls' keys are deleted by
+ * the next call, so the keys held are those of the calls in flight and the last few.
+ */
+export const DEBIT_OUTCOME_TTL_MS = 3_600_000;
+/** Answered calls' outcome keys one debit call deletes at most. */
+const MAX_FORGOTTEN_PER_SCRIPT = 256;
+
+/** A debit script call whose answer was lost: what it sent, to give back once Redis answers again. */
+interface LostDebits {
+  outcomeKey: string;
+  family: string | null;
+  debits: { keys: string[]; amount: number }[];
+  /** After this (Unix ms) its outcome key is gone: what it made stays counted. */
+  until: number;
+}
 
 interface PendingDebit {
   windows: QuotaWindow[];
@@ -206,6 +275,7 @@ type ScriptedRedis = Redis & {
   signalReadLive(numKeys: number, ...args: (string | number)[]): Promise<(string | null)[]>;
   signalRefundLive(numKeys: number, ...args: (string | number)[]): Promise<string | null>;
   signalSwitchGeneration(numKeys: number, ...args: (string | number)[]): Promise<number>;
+  signalGiveBackDebits(numKeys: number, ...args: (string | number)[]): Promise<number>;
   signalAddToGeneration(numKeys: number, ...args: (string | number)[]): Promise<number>;
 };
 
@@ -257,6 +327,7 @@ export class RedisCache implements Cache {
     this.client.defineCommand('signalReleaseLive', { lua: RELEASE_LIVE_SCRIPT });
     this.client.defineCommand('signalRefundLive', { lua: REFUND_LIVE_SCRIPT });
     this.client.defineCommand('signalSwitchGeneration', { lua: SWITCH_SCRIPT });
+    this.client.defineCommand('signalGiveBackDebits', { lua: GIVE_BACK_SCRIPT });
     this.client.defineCommand('signalAddToGeneration', { lua: ADD_SCRIPT });
     this.client.on('error', (error: Error) => {
       // ioredis repeats the same error on every reconnect attempt; log each distinct one once.
@@ -266,6 +337,8 @@ export class RedisCache implements Cache {
     this.client.on('ready', () => {
       if (this.lastError !== null) this.logger?.info('redis cache connection restored');
       this.lastError = null;
+      // Sent before anything else on the new connection: a retried call's debit comes after it.
+      this.giveBackLost();
       // A server that restarted comes back empty (or from an older snapshot): let the owners of
       // counters check theirs. Listeners registered after connect() see every later connection.
       for (const listener of this.reconnectListeners) listener();
@@ -396,20 +469,45 @@ export class RedisCache implements Cache {
     );
   }
 
-  /** Sends a family's (or plain windows') debits of one turn in one script call and settles each. */
+  /** Distinguishes this process's debit calls' outcome keys from other replicas'. */
+  private readonly debitTag = randomBytes(6).toString('hex');
+  private debitCalls = 0;
+  /** Outcome keys of debit calls answered since the last call went out: that call deletes them. */
+  private answered: string[] = [];
+  /** Debit calls whose answer was lost, to give back once Redis answers again. */
+  private lost: LostDebits[] = [];
+
+  /**
+   * Sends a family's (or plain windows') debits of one turn in one script call and settles each.
+   * A call whose answer is lost (a timeout, a dropped connection) may have been made in Redis all
+   * the same, while each of its callers is told the cache is unavailable and may call again: so
+   * the call leaves what it debited under an outcome key, and such a call is given back as soon
+   * as Redis answers again (giveBackLost). A debit rejected as unavailable is not counted.
+   */
   private sendDebits(family: string | null, batch: PendingDebit[]): void {
     const keys = family === null ? [] : [this.k(markerKey(family))];
-    const args: (string | number)[] = [this.k(family === null ? '' : GENERATION_PREFIX), batch.length];
+    const outcomeKey = this.k(debitOutcomeKey(`${this.debitTag}-${(this.debitCalls++).toString(36)}`));
+    const forget = this.answered.splice(0, MAX_FORGOTTEN_PER_SCRIPT);
+    const args: (string | number)[] = [
+      this.k(family === null ? '' : GENERATION_PREFIX),
+      batch.length,
+      outcomeKey,
+      DEBIT_OUTCOME_TTL_MS,
+      forget.length,
+      ...forget,
+    ];
     for (const { windows, amount } of batch) {
       args.push(windows.length);
       for (const window of windows) args.push(window.key);
       args.push(amount);
       for (const window of windows) args.push(window.limit, window.expiresAt);
     }
+    const sentAt = Date.now();
     this.run(family === null ? 'debitWindows' : 'debitLive', () =>
       this.client.signalDebitMany(keys.length, ...keys, ...args),
     ).then(
       (reply) => {
+        this.answered.push(outcomeKey);
         if (reply.length === 0) {
           for (const debit of batch) debit.reject(new CounterStateLostError(family!));
           return;
@@ -425,9 +523,54 @@ export class RedisCache implements Cache {
         });
       },
       (err: unknown) => {
+        // Redis's own refusal is an answer: the script did not run to its end, nothing to give back.
+        if (!answeredByRedis(err)) {
+          const debits = batch.map(({ windows, amount }) => ({ keys: windows.map((w) => w.key), amount }));
+          this.lost.push({ outcomeKey, family, debits, until: sentAt + DEBIT_OUTCOME_TTL_MS });
+          // Given back on the next connection's 'ready'; at once if this one stays up.
+          setTimeout(() => this.giveBackLost(), 0).unref();
+        }
         for (const debit of batch) debit.reject(err);
       },
     );
+  }
+
+  /**
+   * Gives back the debit calls whose answer was lost, once Redis answers: each by its outcome key,
+   * what it made and nothing more, once however often it is tried (GIVE_BACK_SCRIPT). One that
+   * fails is tried again on the next connection until its outcome key is gone.
+   */
+  private giveBackLost(): void {
+    if (this.lost.length === 0 || this.client.status !== 'ready') return;
+    const lost = this.lost;
+    this.lost = [];
+    for (const call of lost) {
+      const args: (string | number)[] = [
+        this.k(call.family === null ? '' : GENERATION_PREFIX),
+        DEBIT_OUTCOME_TTL_MS,
+        call.debits.length,
+      ];
+      for (const { keys, amount } of call.debits) args.push(keys.length, ...keys, amount);
+      this.run('giveBackDebits', () => this.client.signalGiveBackDebits(1, call.outcomeKey, ...args)).then(
+        (units) => {
+          if (Number(units) > 0)
+            this.logger?.info(
+              { family: call.family, units: Number(units) },
+              'redis cache debit whose answer was lost given back: its callers were told the cache was unavailable',
+            );
+        },
+        (err: unknown) => {
+          if (!answeredByRedis(err) && Date.now() < call.until) {
+            this.lost.push(call);
+            return;
+          }
+          this.logger?.error(
+            { err, family: call.family, debits: call.debits.length },
+            'redis cache debit whose answer was lost not given back: it may stay counted',
+          );
+        },
+      );
+    }
   }
 
   async releaseLive(family: string, generation: string, keys: string[], amount: number): Promise<boolean> {
@@ -615,6 +758,12 @@ export class RedisCache implements Cache {
       );
     }
   }
+}
+
+/** Whether Redis answered the command (with an error): it ran, or was refused, and is over. */
+function answeredByRedis(err: unknown): boolean {
+  const cause = err instanceof CacheUnavailableError ? err.cause : err;
+  return cause instanceof Error && cause.name === 'ReplyError';
 }
 
 function decodeDebitReply(windows: QuotaWindow[], reply: unknown): DebitResult {

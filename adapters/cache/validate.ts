@@ -129,6 +129,12 @@ export function markerKey(family: string): string {
   return `${family}:generation`;
 }
 
+/** Where a debit script call keeps what it debited until its answer came (see RedisCache.sendDebits). */
+export function debitOutcomeKey(id: string): string {
+  assertKey(id);
+  return `debits:${id}`;
+}
+
 /** Where a refund's id is remembered (see Cache.refundLive). */
 export function refundIdKey(family: string, id: string): string {
   assertKey(family);

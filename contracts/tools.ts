@@ -59,12 +59,14 @@ const SizingStop = z.object({
   distance_pct: z
     .number()
     .positive()
-    .describe('Distance from the price, in percent: |stop − price| ÷ price × 100.'),
+    .describe('Distance from the price, in percent: |stop − price| ÷ price × 100, to four decimals.'),
   loss_usd: z
     .number()
     .nonnegative()
     .nullable()
-    .describe('What the sized notional loses if the stop is hit, in USD: notional_usd × distance_pct / 100.'),
+    .describe(
+      "What the sized notional loses if the stop is hit, in USD: notional_usd × |stop − price| ÷ price (the distance before distance_pct's rounding), so risk_budget_usd × the stop's distance in σ.",
+    ),
 });
 
 /**

@@ -66,6 +66,32 @@ describe('sizing for a stated risk budget', () => {
     expect(SizingSchema.parse(skewed)).toEqual(skewed);
   });
 
+  it("a stop's loss is what its description says, recomputed from the served fields to the cent", () => {
+    // The contract: loss_usd = notional_usd × |stop − price| ÷ price, i.e. the budget × the stop's
+    // distance in σ. distance_pct is rounded to four decimals, so it does not give the loss to the
+    // cent at a large notional (BTC 5m, σ 0.15 %: 100 USD is about a 65,000 USD notional).
+    for (const budgetUsd of [100, 1_000_000, 10_000_000]) {
+      for (const [price, sigmaPct] of [
+        [117_393.72, 0.1549],
+        [2.85218, 0.3681],
+        [0.00000931, 2.3186],
+      ] as const) {
+        const bandLow = price * Math.exp((-1.18 * sigmaPct) / 100);
+        const bandHigh = price * Math.exp((1.16 * sigmaPct) / 100);
+        const sizing = sizeFor({ price, expectedMovePct: sigmaPct, bandLow, bandHigh, budgetUsd });
+        for (const stop of [sizing.long_stop!, sizing.short_stop!]) {
+          const distance = Math.abs(stop.price - price) / price;
+          // notional_usd is itself rounded to the cent: at most half a cent × the distance off.
+          expect(Math.abs(stop.loss_usd! - sizing.notional_usd! * distance)).toBeLessThanOrEqual(0.0051);
+          expect(Math.abs(stop.loss_usd! - (budgetUsd * distance) / (sigmaPct / 100))).toBeLessThanOrEqual(
+            0.0051,
+          );
+          expect(Math.abs(stop.distance_pct - 100 * distance)).toBeLessThanOrEqual(0.00005 + 1e-12);
+        }
+      }
+    }
+  });
+
   it('keeps one sized copy per answer and budget, and a bounded number of budgets', () => {
     const answer = {};
     let made = 0;

@@ -20,7 +20,8 @@ class FlakyStore extends MemoryEventStore {
   down = false;
   override async append(...args: Parameters<MemoryEventStore['append']>) {
     if (this.down && args[1].some((e) => e.type === 'VerdictRecorded')) {
-      throw new EventStoreUnavailableError('postgres unreachable: the database system is starting up');
+      // The adapter's words, with the server's address in them, as PostgreSQL's are when it is away.
+      throw new EventStoreUnavailableError('postgres unreachable: connect ECONNREFUSED 10.0.3.7:5432');
     }
     return super.append(...args);
   }
@@ -49,9 +50,11 @@ describe('a recorded answer while the event store is unavailable', () => {
     store.down = true;
     const res = await tradeCall('BTC', { authorization: `Bearer ${key}` });
     expect(res.status).toBe(503);
+    // The outage in the catalog's words: the store's address and the driver's error are for the
+    // log and /readyz, not for whoever holds a key.
     expect(await res.json()).toMatchObject({
       code: 'event_store_unavailable',
-      message: expect.stringContaining('unreachable'),
+      message: 'the event log is unreachable right now; retry shortly',
       retryable: true,
     });
     const debits = (await store.readAll()).reduce((sum, e) => sum + debitedUnits(e), 0);
@@ -60,6 +63,40 @@ describe('a recorded answer while the event store is unavailable', () => {
     store.down = false;
     const again = await tradeCall('BTC', { authorization: `Bearer ${key}` });
     expect(again.status).toBe(200);
+  });
+
+  it('MCP: the tool result names the outage, not the address of the store', async () => {
+    const { key } = await stack.issue('pro');
+    store.down = true;
+    try {
+      const res = await fetch(`${stack.url}/mcp`, {
+        method: 'POST',
+        headers: {
+          authorization: `Bearer ${key}`,
+          'content-type': 'application/json',
+          accept: 'application/json, text/event-stream',
+        },
+        body: JSON.stringify({
+          jsonrpc: '2.0',
+          id: 1,
+          method: 'tools/call',
+          params: {
+            name: 'get_trade_call',
+            arguments: { coin: 'SOL', timeframe: '1h', exchange: 'BINANCE' },
+          },
+        }),
+      });
+      const { result } = (await res.json()) as {
+        result: { isError: boolean; content: { text: string }[]; structuredContent: Record<string, unknown> };
+      };
+      expect(result.isError).toBe(true);
+      expect(result.structuredContent).toMatchObject({ code: 'event_store_unavailable', retryable: true });
+      expect(result.content[0]!.text).toBe(
+        'event_store_unavailable: the event log is unreachable right now; retry shortly',
+      );
+    } finally {
+      store.down = false;
+    }
   });
 
   it('paid: 503 event_store_unavailable, and the payment is released, not settled', async () => {

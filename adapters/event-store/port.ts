@@ -156,6 +156,14 @@ export class EventStoreUnavailableError extends Error {
   readonly statusCode = 503;
   readonly code: string = 'event_store_unavailable';
   readonly retryable = true;
+  /**
+   * What a caller is told. The message names the store's server and the driver's words
+   * (`postgres unreachable: connect ECONNREFUSED 10.0.3.7:5432`, an LMDB path): for the log and
+   * /readyz, not for whoever holds a key.
+   */
+  get publicMessage(): string {
+    return 'the event log is unreachable right now; retry shortly';
+  }
 }
 
 /**
@@ -165,6 +173,9 @@ export class EventStoreUnavailableError extends Error {
 export class StorageFullError extends EventStoreUnavailableError {
   override readonly name: string = 'StorageFullError';
   override readonly code: string = 'storage_full';
+  override get publicMessage(): string {
+    return 'the event log is out of space; nothing was written; retry later';
+  }
 }
 
 /**

@@ -1,7 +1,7 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
+import { EventStoreUnavailableError, WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
 import {
   ERRORS,
   type ErrorBody,
@@ -238,9 +238,11 @@ function catalogError(error: unknown, codes: FieldCodes, request?: FastifyReques
   if (typeof fastify?.code === 'string') {
     const known = FRAMEWORK[fastify.code];
     if (known) return known();
-    // An error that names its catalog code and status (the event store's outage, say).
+    // An error that names its catalog code and status (the event store's outage, say); the
+    // store's own words name its server, so the caller gets the outage's public sentence.
     if (isErrorCode(fastify.code) && fastify.statusCode === ERRORS[fastify.code].status) {
-      return new ServiceError(fastify.code, { detail: fastify.message });
+      const detail = error instanceof EventStoreUnavailableError ? error.publicMessage : fastify.message;
+      return new ServiceError(fastify.code, { detail });
     }
   }
   // secure-json-parse's refusal of __proto__ / constructor keys.
@@ -326,7 +328,7 @@ export function errorHandler(render: Render) {
     if (known?.statusCode === 503) {
       // No stack per request: the adapter logs the outage (a full disk, a lost server) once.
       request.log.warn(
-        { code: known.code, reason: known.message },
+        { code: known.code, reason: error.message || known.message },
         'request refused: a backing server is unavailable',
       );
     }

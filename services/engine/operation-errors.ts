@@ -77,7 +77,7 @@ export function describeFailure(err: unknown): OperationFailure | null {
   // An operation that records what it answers (a verdict) while the event store is out of reach
   // (a PostgreSQL restart or failover, a host cut off) or full: nothing was written, try again.
   if (err instanceof EventStoreUnavailableError) {
-    return { status: 503, code: err.code, message: err.message, retryable: retryableCode(err.code) };
+    return { status: 503, code: err.code, message: err.publicMessage, retryable: retryableCode(err.code) };
   }
   // Recording lost its stream's race to other writers on every try (seen once in the fault
   // drill, PostgreSQL restarting under load): nothing of this call was written, and a retry

@@ -133,6 +133,10 @@ describe('composite verdict on real candles', () => {
     expect(v.edge).toMatchObject({ cell: 'spot:1h', measured: false });
     expect(v.edge.reason).toContain('no measured edge here');
     expect(v.reasoning).toContain('no measured edge here');
+    // The expected move is one σ of the log return, not a range the close stays in: the band beside it is that.
+    expect(v.reasoning).toContain(
+      `Expected move over 6 candles ±${v.volatility.expected_move_pct.toFixed(2)}% (one σ of the log return; forecast rank`,
+    );
     // A cell the evaluation never measured (here the perpetual on 1h, absent from the table) holds too.
     const perp = createMarketState({ exchange: 'BINANCE', coin: 'BTC', timeframe: '1h' });
     for (const c of candles.slice(0, 400)) perp.update(c);

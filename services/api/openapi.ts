@@ -5,11 +5,10 @@ import type { FastifyInstance, FastifySchema } from 'fastify';
 import { z } from 'zod';
 import { ERRORS, ErrorBody, type ErrorCode, isErrorCode } from '../../contracts/errors.ts';
 import { jsonSchema } from '../../contracts/json-schema.ts';
-import { ChatQuotaSnapshot } from '../../contracts/knowledge.ts';
 import { OAuthErrorBody } from '../../contracts/oauth.ts';
 import { webhookOpenApi } from '../../contracts/webhook-schemas.ts';
 import { isSignInPage, isSignInPath, UNLIMITED_PATHS } from '../metering/caller.ts';
-import { PaymentReceipt, ServiceMeta } from '../metering/service-meta.ts';
+import { ServiceBlock } from '../metering/service-meta.ts';
 import { setBounded } from '../shared/bounded-map.ts';
 import { openToAnyOrigin } from './cors.ts';
 import type { FieldCodes } from './errors.ts';
@@ -123,14 +122,6 @@ export interface RouteDoc {
   /** Headers any answer of the operation may carry (see RESPONSE_HEADERS). */
   sends?: readonly ResponseHeader[];
 }
-
-/** `_service`: who called, what is left of their quota, a paid call's receipt (see service-meta.ts). */
-const ServiceBlock = ServiceMeta.extend({
-  payment: PaymentReceipt.optional(),
-  chat_quota: ChatQuotaSnapshot.optional(),
-}).describe(
-  'Caller (auth), quota after this call, a paid call’s receipt (payment), and on /api/chat its own quota (chat_quota)',
-);
 
 /** A refusal of the catalog as the document gives it: `_service` typed, when the caller is known. */
 const RefusalBody = ErrorBody.extend({ _service: ServiceBlock.optional() });

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { Plan } from '../../contracts/events.ts';
+import { ChatQuotaSnapshot } from '../../contracts/knowledge.ts';
 import { QuotaSnapshot } from './snapshot.ts';
 
 /**
@@ -38,3 +39,15 @@ export type PaymentReceipt = z.infer<typeof PaymentReceipt>;
 /** `_service` of a call paid per call (x402): the same block with the receipt alongside. */
 export const PaidServiceMeta = ServiceMeta.extend({ payment: PaymentReceipt });
 export type PaidServiceMeta = z.infer<typeof PaidServiceMeta>;
+
+/**
+ * `_service` as an answer may carry it, on every channel (the OpenAPI document, the MCP tools'
+ * outputSchema): who called, what is left of their quota, a paid call's receipt, and on the chat
+ * its own quota.
+ */
+export const ServiceBlock = ServiceMeta.extend({
+  payment: PaymentReceipt.optional(),
+  chat_quota: ChatQuotaSnapshot.optional(),
+}).describe(
+  'Caller (auth), quota after this call, a paid call’s receipt (payment), and on /api/chat its own quota (chat_quota)',
+);

@@ -3,6 +3,7 @@ import { jsonSchema } from '../../../contracts/json-schema.ts';
 import { TOOL_NAMES, TOOLS, type ToolAnnotations, type ToolName } from '../../../contracts/tools.ts';
 import type { SignalOperations } from '../../engine/operations.ts';
 import type { Caller } from '../../metering/caller.ts';
+import { ServiceBlock } from '../../metering/service-meta.ts';
 
 export interface ToolContext {
   requestId: string;
@@ -43,13 +44,16 @@ export function annotationsOf(tool: Pick<ToolDefinition, 'title' | 'annotations'
   return tool.annotations ?? { title: tool.title, readOnlyHint: true, openWorldHint: true };
 }
 
+/** `_service` as the OpenAPI document types it (auth, quota, a paid call's receipt, the chat quota). */
+const SERVICE_SCHEMA = jsonSchema(ServiceBlock, 'output');
+
 /**
  * What every tool error's structuredContent carries: a code, and `_service`. Clients that check
  * structuredContent against outputSchema even on errors must find errors valid too.
  */
 const TOOL_ERROR_SCHEMA = {
   type: 'object',
-  properties: { code: { type: 'string' }, error: { type: 'string' }, _service: { type: 'object' } },
+  properties: { code: { type: 'string' }, error: { type: 'string' }, _service: SERVICE_SCHEMA },
   required: ['code'],
 } as const;
 
@@ -64,7 +68,7 @@ export function outputSchemaOf(output: z.ZodType): { type: 'object'; anyOf: Reco
 /** The schema of a tool's answer with its `_service` block (what a paid HTTP call answers 200 with). */
 export function answerSchemaOf(output: z.ZodType): Record<string, unknown> {
   const result = jsonSchema(output, 'output');
-  const properties = { ...(result.properties as Record<string, unknown>), _service: { type: 'object' } };
+  const properties = { ...(result.properties as Record<string, unknown>), _service: SERVICE_SCHEMA };
   const required = [...((result.required as string[] | undefined) ?? []), '_service'];
   return { ...result, properties, required };
 }

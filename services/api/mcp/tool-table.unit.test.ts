@@ -10,6 +10,7 @@ import { Regime } from '../../../contracts/market.ts';
 import { priceKeyOf, TOOL_NAMES, TOOLS } from '../../../contracts/tools.ts';
 import { CARRY_HORIZONS_HOURS } from '../../engine/funding/carry.ts';
 import type { SignalOperations } from '../../engine/operations.ts';
+import { ServiceBlock } from '../../metering/service-meta.ts';
 import { quotedDescription } from '../../payments/quote.ts';
 import { setupX402, type X402Setup } from '../../payments/setup.ts';
 import {
@@ -73,6 +74,16 @@ describe('the tool table', () => {
         outputSchema: outputSchemaOf(tool.output),
         annotations: tool.annotations,
       });
+    }
+  });
+
+  it('types `_service` in every outputSchema as the OpenAPI document does (ServiceBlock), in an answer and in a tool error', () => {
+    const service = jsonSchema(ServiceBlock, 'output');
+    expect(service).toMatchObject({ required: ['auth', 'quota'], additionalProperties: false });
+    for (const tool of toolRegistry(signalTools({} as SignalOperations)).list()) {
+      const [answer, refusal] = tool.outputSchema!.anyOf as { properties: Record<string, unknown> }[];
+      expect(answer!.properties._service, tool.name).toEqual(service);
+      expect(refusal!.properties._service, tool.name).toEqual(service);
     }
   });
 

@@ -381,9 +381,9 @@ export const ScanDigestData = z.object({
   exchange: Exchange,
   /** Start of the cadence period (ISO time) this digest covers. */
   period_start: z.string(),
-  /** Every top-N market's latest verdict, HOLD included, ranked; the markets not here are in `skipped`. */
+  /** Every top-N market's latest verdict (of the close at `period_start` or later), HOLD included, ranked; the markets not here are in `skipped`. */
   calls: z.array(DigestCall),
-  /** The top-N markets not in `calls`, and why (no verdict recorded yet, below `min_confidence`). */
+  /** The top-N markets not in `calls`, and why (no verdict recorded yet, or only of an earlier close; below `min_confidence`). */
   skipped: z.array(z.object({ coin: z.string(), reason: z.string() })),
   /** Present when `calls` is empty: why, in words. */
   note: z.string().optional(),

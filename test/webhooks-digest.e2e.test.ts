@@ -106,8 +106,11 @@ describe.runIf(reachable)('scan digests without a venue ranking', () => {
   it('holds the digest back (unclaimed) until a ranking loads, then sends it in full', async () => {
     const { stack, receiver } = env;
     const key = await stack.issue();
+    // Verdicts of the close the digest is of (a verdict of an earlier close is named in skipped).
+    const hour = 3_600_000;
+    const close = Math.floor((Date.now() + hour) / hour) * hour;
     for (const coin of ['ETH', 'BTC', 'SOL'])
-      await appendVerdict(stack.store, { coin, call: 'BUY', confidence: 70 });
+      await appendVerdict(stack.store, { coin, call: 'BUY', confidence: 70, candleCloseTime: close });
     const created = await createDigest(env, key);
     shift = 3_600_000;
     await new Promise((r) => setTimeout(r, 1_000));

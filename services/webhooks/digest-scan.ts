@@ -53,9 +53,11 @@ export function rankedDigestScan(deps: {
     // a digest built at its period's start can find the close before it still the latest on
     // record: it waits (within the same budget) for the verdicts of the close at the start rather
     // than list the previous candle's as the latest.
-    if (period) {
-      const tfMs = TIMEFRAME_MS[timeframe];
-      const close = Math.floor(period.start / tfMs) * tfMs;
+    // A market still behind it after the wait is named in skipped (projectedScan's `close`).
+    const close = period
+      ? Math.floor(period.start / TIMEFRAME_MS[timeframe]) * TIMEFRAME_MS[timeframe]
+      : undefined;
+    if (close !== undefined) {
       const behind = () =>
         ranked.slice(0, topN).some(({ coin }) => {
           const verdict = deps.verdicts.state[marketKey(exchange, coin, timeframe)];
@@ -93,6 +95,7 @@ export function rankedDigestScan(deps: {
         volumeOf: (coin) => volumes.get(coin) ?? null,
         feed: deps.feed.kind,
         now: deps.feed.now(),
+        ...(close === undefined ? {} : { close }),
       },
     );
   };
@@ -117,6 +120,14 @@ export function projectedScan(
     table?: CalibrationTable;
     /** Why a market has no verdict, where the feed said (else: none is recorded). */
     whyMissing?: ReadonlyMap<string, string>;
+    /**
+     * The close (Unix ms) the digest is of: a market whose latest verdict is of an earlier close is
+     * named in skipped, not listed. The engine records every close only for the markets it
+     * schedules (SCHEDULE_TOP_N of them), so a wider top_n, or an engine behind or stopped, would
+     * otherwise list a verdict days old beside the current ones, its price, call and expected move
+     * read as now: a digest row carries no close time of its own.
+     */
+    close?: number;
   },
 ): ScanTradeCallsOutput {
   const input = { ...ScanTradeCallsInput.parse(raw), exchange: raw.exchange };
@@ -131,6 +142,13 @@ export function projectedScan(
         reason:
           deps.whyMissing?.get(coin) ??
           `no verdict recorded for ${coin} ${input.timeframe} on ${input.exchange}`,
+      });
+      continue;
+    }
+    if (deps.close !== undefined && verdict.candleCloseTime < deps.close) {
+      skipped.push({
+        coin,
+        reason: `no verdict recorded for ${coin} ${input.timeframe} on ${input.exchange} at this digest's close, ${new Date(deps.close).toISOString()}: the latest on record is of ${new Date(verdict.candleCloseTime).toISOString()}`,
       });
       continue;
     }

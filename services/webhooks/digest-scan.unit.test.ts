@@ -156,6 +156,35 @@ describe('the dispatcher digest scan', () => {
     expect(result.calls.map((c) => c.coin).sort()).toEqual(['BTC', 'ETH']);
   });
 
+  it("names a market whose latest verdict is of an earlier close than the digest's, instead of listing it as now", async () => {
+    const hour = 3_600_000;
+    const start = 1_760_040_000_000; // 2025-10-09T20:00:00Z, a period's start and a 1h close
+    // ETH's verdict is of the digest's close; BTC's latest, days before it: the engine records every
+    // close only for the markets it schedules, and BTC was not among them since.
+    const state: LatestVerdicts = {
+      'BINANCE:ETH:1h': verdict('ETH', { candleCloseTime: start }),
+      'BINANCE:BTC:1h': verdict('BTC', { candleCloseTime: start - 76 * hour }),
+    };
+    const scan = rankedDigestScan({
+      ranking: ranking(['ETH', 'BTC']),
+      verdicts: { state, checkpoint: 0, waitFor: () => new Promise((r) => setTimeout(r, 1)) },
+      headPosition: async () => 0,
+      feed,
+      catchUpMs: 20,
+    });
+    const result = await scan(input, { start: start + 10 * 60_000 });
+    expect(result.calls.map((c) => [c.coin, c.timestamp])).toEqual([['ETH', start / 1000]]);
+    expect(result.skipped).toEqual([
+      {
+        coin: 'BTC',
+        reason:
+          "no verdict recorded for BTC 1h on BINANCE at this digest's close, 2025-10-09T20:00:00.000Z: the latest on record is of 2025-10-06T16:00:00.000Z",
+      },
+    ]);
+    // Without a period (not a digest), the latest on record is listed whatever its close.
+    expect((await scan(input)).calls.map((c) => c.coin).sort()).toEqual(['BTC', 'ETH']);
+  });
+
   it('throws when the verdicts do not catch up in time', async () => {
     const scan = rankedDigestScan({
       ranking: ranking(['ETH']),

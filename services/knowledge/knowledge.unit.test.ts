@@ -1151,6 +1151,31 @@ describe('extractive answers', () => {
     });
   });
 
+  it('falls back on a unit stating the rest of the question when its rare word only shapes it', () => {
+    // "sizing", "position" and "stop" stand in several passages each, "put" in one: the rare word
+    // is "put", about a third of the question's weight. No unit carries the question (the stops'
+    // sentence lacks "sizing"), the Stops passage covers it as a whole, and its unit is the answer.
+    const ask = askOf([
+      [
+        'stops',
+        'Stops',
+        'Sizing takes a budget stated by the caller in US dollars, one hundred by default, and turns it into a notional for each horizon of the forecast. A position has its stop at band_low.',
+      ],
+      ['upload', 'Uploads', 'Put the file in the folder.'],
+      ...['sizing', 'position', 'stop'].flatMap((word) =>
+        Array.from({ length: 7 }, (_, i) => [
+          `${word}-${i}`,
+          `Other ${word} ${i}`,
+          `Thing ${i} has a ${word} elsewhere.`,
+        ]),
+      ),
+      ...everyday.slice(0, 8),
+    ]);
+    const answer = ask("Where does the sizing put a position's stop?");
+    expect(answer.grounded).toBe(true);
+    expect(answer.answer).toContain('stop at band_low');
+  });
+
   it('says it does not know below the threshold, citing nothing', () => {
     const question = 'how tall is the eiffel tower in trade terms';
     expect(extractiveAnswer(question, index.retrieve(question))).toEqual({

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
+import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { newEventId } from '../../contracts/event-id.ts';
 import { eventsBehind } from '../../projections/lag.ts';
@@ -8,6 +9,7 @@ import {
   dropSchemas,
   POSTGRES_URL,
   shouldRunPostgresSuite,
+  terminateBackends,
   uniqueSchema,
 } from '../../test/postgres-probe.ts';
 import { event, eventStoreContract, uniqueStream } from './contract.ts';
@@ -1335,6 +1337,27 @@ describe.runIf(run)('PostgreSQL event store', () => {
     await expect(
       openPostgresEventStore({ url: 'postgres://postgres@127.0.0.1:1/test', schema: fresh() }),
     ).rejects.toThrow(/ECONNREFUSED|connect/);
+  });
+
+  it('logs a pooled connection the server ends as one line of its message and code, no stack', async () => {
+    // A server restart ends every pooled connection of every process at once: one line each.
+    const lines: string[] = [];
+    const logger = pino({ level: 'warn' }, { write: (line: string) => void lines.push(line) });
+    const schema = fresh();
+    const store = await openPostgresEventStore({ url: POSTGRES_URL, schema, poolSize: 2, logger });
+    try {
+      await store.append(uniqueStream('idle'), [event('A')]);
+      expect(await terminateBackends(schema)).toBeGreaterThan(0);
+      const lost = async () =>
+        lines.map((l) => JSON.parse(l)).filter((l) => l.msg === 'postgres: idle connection lost');
+      await expect.poll(async () => (await lost()).length, { timeout: 10_000 }).toBeGreaterThan(0);
+      for (const line of await lost()) {
+        expect(line.error).toEqual({ message: expect.stringMatching(/terminat/), code: '57P01' });
+        expect(JSON.stringify(line)).not.toContain('stack');
+      }
+    } finally {
+      await store.close();
+    }
   });
 
   it('reports unhealthy and answers EventStoreUnavailableError once closed', async () => {

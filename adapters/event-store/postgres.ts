@@ -112,7 +112,14 @@ export async function openPostgresEventStore(
   });
   // A pooled idle connection that dies (terminated backend, server restart) is dropped by the
   // pool; without this listener its error would crash the process.
-  pool.on('error', (err) => options.logger?.warn({ err }, 'postgres: idle connection lost'));
+  // Its message and code only: a server restart ends every pooled connection at once, one line
+  // each, and the driver's stack of its socket says nothing more.
+  pool.on('error', (err) =>
+    options.logger?.warn(
+      { error: { message: err.message, code: (err as { code?: string }).code } },
+      'postgres: idle connection lost',
+    ),
+  );
   let recorded: string[];
   try {
     await firstConnection(pool, options.url);

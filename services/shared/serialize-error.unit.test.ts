@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { EventStoreUnavailableError } from '../../adapters/event-store/port.ts';
+import { EventStoreUnavailableError, StorageFullError } from '../../adapters/event-store/port.ts';
 import { serializeError } from './logger.ts';
 
 describe("the logger's error serializer", () => {
@@ -9,7 +9,21 @@ describe("the logger's error serializer", () => {
     const out = serializeError(err) as { message: string; type: string; stack: string };
     expect(out.message).toBe('postgres unreachable: connect ECONNREFUSED 10.0.0.5:5432');
     expect(out.type).toBe('EventStoreUnavailableError');
-    expect(out.stack).toContain('caused by: Error: connect ECONNREFUSED');
+  });
+
+  it("logs the event store's outage without a stack, other errors with theirs and their causes'", () => {
+    // Every reader, saver and ticker of a process logs the outage while it lasts.
+    const cause = new Error('connect ECONNREFUSED 10.0.0.5:5432');
+    const outage = serializeError(new EventStoreUnavailableError('postgres unreachable', { cause }));
+    expect(outage).toMatchObject({
+      type: 'EventStoreUnavailableError',
+      message: 'postgres unreachable: connect ECONNREFUSED 10.0.0.5:5432',
+    });
+    expect(outage).not.toHaveProperty('stack');
+    const full = serializeError(new StorageFullError('LMDB at /data is out of space'));
+    expect(full).not.toHaveProperty('stack');
+    const bug = serializeError(new Error('store read failed', { cause })) as { stack: string };
+    expect(bug.stack).toContain('caused by: Error: connect ECONNREFUSED');
   });
 
   it('still appends a cause the message does not name, each once, as pino does', () => {

@@ -5,11 +5,14 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LmdbProjectionStore } from '../../adapters/event-store/lmdb-snapshots.ts';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
+import { openPostgresEventStore } from '../../adapters/event-store/postgres.ts';
 import { openReplayFeed, type ReplayFeed } from '../../adapters/market/replay.ts';
 import { SHARED_MARKET_DIR } from '../../adapters/market/shared-data.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import type { StoredProjection } from '../../adapters/projection-store/port.ts';
 import { marketKey, TIMEFRAME_MS, type Timeframe } from '../../contracts/market.ts';
+import { startPrivatePostgres } from '../../test/postgres-private.ts';
+import { shouldRunPostgresSuite, uniqueSchema } from '../../test/postgres-probe.ts';
 import { SignalEngine, scheduledCoins } from './engine.ts';
 import { bandScalesName, MarketStates, warmupCandles } from './market-states.ts';
 import { VerdictScheduler } from './scheduler.ts';
@@ -27,6 +30,7 @@ import { verdictStream } from './verdict-recorder.ts';
  */
 
 const H = 3_600_000;
+const runPostgres = await shouldRunPostgresSuite('band scales across a PostgreSQL outage');
 const scales = (state: MarketState) => state.snapshot()!.volRisk.map((r) => r.scale);
 
 describe('band scales across a restart', () => {
@@ -145,6 +149,47 @@ describe('band scales across a restart', () => {
       await store.close();
     }
   }, 120_000);
+
+  it.runIf(runPostgres)(
+    'go on from the last save once the store answers again, when a state was rebuilt while it did not',
+    async () => {
+      // PostgreSQL (the projection snapshots' store) away while a market's state is rebuilt: its
+      // saved scales cannot be read. Kept, that state served scales started at 1 after the store came
+      // back, until a restart, and its next save replaced the saved ones with them.
+      const server = await startPrivatePostgres();
+      const log = await openPostgresEventStore({ url: server.url, schema: uniqueSchema('band_scales') });
+      const step = 8 * H;
+      const start = Date.UTC(2025, 9, 1);
+      const saveAt = start + 10 * 24 * H;
+      const feed = await openReplayFeed({ dir: SHARED_MARKET_DIR, start, run: false, loop: false });
+      feeds.push(feed);
+      try {
+        const store = log.projectionStore();
+        const running = new MarketStates(feed, undefined, store);
+        for (let t = start; t <= saveAt; t += step) {
+          feed.clock.setTime(t);
+          await running.advance('BINANCE', 'ETH', '8h');
+        }
+        expect(await running.saveBandScales()).toBe(1);
+        feed.clock.setTime(saveAt + step);
+        const ongoing = scales(await running.advance('BINANCE', 'ETH', '8h'));
+
+        const restarted = new MarketStates(feed, pino({ level: 'silent' }), store);
+        await server.pause();
+        try {
+          await restarted.advance('BINANCE', 'ETH', '8h');
+        } finally {
+          await server.start();
+        }
+        const after = scales(await restarted.advance('BINANCE', 'ETH', '8h'));
+        for (const [row, s] of after.entries()) expect(s / ongoing[row]!).toBeCloseTo(1, 6);
+      } finally {
+        await log.close();
+        await server.stop();
+      }
+    },
+    300_000,
+  );
 
   it("are saved by the scheduler's run for every market it advanced", async () => {
     const at = Date.UTC(2025, 9, 20, 12);

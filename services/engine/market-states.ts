@@ -142,7 +142,11 @@ export class MarketStates {
           })
         : [];
       // A new state goes on with the band scales saved at a close of its warm-up, from that close.
-      const saved = fresh ? await this.loadBandScales(key) : null;
+      // Saved scales that could not be read (the store out of reach) leave the state served this
+      // once and not kept, as one without its hours: kept, it served scales started at 1 until the
+      // process restarted, and its next save replaced the saved ones with them for good.
+      const read = fresh ? await this.readBandScales(key) : { saved: null, unread: false };
+      const { saved } = read;
       let resumed = false;
       let h = 0;
       const seen = fresh ? null : last;
@@ -163,7 +167,7 @@ export class MarketStates {
             : 'market state: saved band scales not resumed (saved outside the warm-up, or for other bands)',
         );
       }
-      if (fresh && hoursMissing) this.states.delete(key);
+      if (fresh && (hoursMissing || read.unread)) this.states.delete(key);
       else this.states.set(key, state);
       return state;
     });
@@ -246,19 +250,24 @@ export class MarketStates {
    * state built from candles (a rebuilt state, a backfill's) resumes them at their close.
    */
   async loadBandScales(key: string): Promise<SavedBandScales | null> {
-    if (!this.bandScales) return null;
+    return (await this.readBandScales(key)).saved;
+  }
+
+  /** loadBandScales, and whether the store failed to answer (`unread`: the state starts them afresh). */
+  private async readBandScales(key: string): Promise<{ saved: SavedBandScales | null; unread: boolean }> {
+    if (!this.bandScales) return { saved: null, unread: false };
     try {
       const stored = await this.bandScales.load<KeptBandScales>(bandScalesName(key));
-      if (stored === null || stored.version !== BAND_SCALES_VERSION) return null;
+      if (stored === null || stored.version !== BAND_SCALES_VERSION) return { saved: null, unread: false };
       const { engineVersion, ...saved } = stored.state;
-      return engineVersion === ENGINE_VERSION ? saved : null;
+      return { saved: engineVersion === ENGINE_VERSION ? saved : null, unread: false };
     } catch (err) {
       // The store out of reach: the state starts its scales afresh, as without a save.
       this.logger?.warn(
         { err, market: key },
         'market state: saved band scales unreadable, starting them afresh',
       );
-      return null;
+      return { saved: null, unread: true };
     }
   }
 

@@ -267,6 +267,8 @@ const PHRASAL: [RegExp, string][] = [
   [/\b(come|comes|came|coming) back\b/gi, '$1'],
   // "Right now" is "now", not a right.
   [/\bright now\b/gi, 'now'],
+  // The documentation writes basis points as the unit it is: "10 bps".
+  [/\bbasis points?\b/gi, 'bps'],
 ];
 /** Numbers in words, as timeframes are written with them ("one-minute" is 1m, "four-hour" 4h). */
 const NUMBER_WORDS: Record<string, number> = {

@@ -1176,6 +1176,21 @@ describe('extractive answers', () => {
     expect(answer.answer).toContain('stop at band_low');
   });
 
+  it('reads basis points as the bps the documentation writes', () => {
+    const ask = askOf([
+      [
+        'gate',
+        'The gate',
+        'Spot 5m calls earned -10.3 bps per call after the fee, on 74,090 calls over 3 folds.',
+      ],
+      ['folds', 'Folds', 'The gate reads 3 folds and 1 era of spot calls after the fee.'],
+      ...everyday.slice(0, 8),
+    ]);
+    const answer = ask('How many basis points per call did spot 5m calls lose after the fee?');
+    expect(answer.grounded).toBe(true);
+    expect(answer.answer).toContain('-10.3 bps per call');
+  });
+
   it('says it does not know below the threshold, citing nothing', () => {
     const question = 'how tall is the eiffel tower in trade terms';
     expect(extractiveAnswer(question, index.retrieve(question))).toEqual({

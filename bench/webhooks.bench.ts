@@ -398,14 +398,10 @@ async function throughputSingle(
           receiver.received.length = 0;
           await settle();
         }
-        // The floor's stretch is profiled only for allocations, to set the path's bytes beside it.
+        // Profiled as the path's stretch is (its CPU, or with BENCH_HEAP_PROF its allocations), so
+        // the parts of both stand side by side.
         const figures = await measureCpu({}, () =>
-          profiledIf(
-            process.env.BENCH_HEAP_PROF === '1' ? process.env.BENCH_CPU_PROF_DIR : undefined,
-            'single-floor',
-            events,
-            () => floor(events),
-          ),
+          profiledIf(process.env.BENCH_CPU_PROF_DIR, 'single-floor', events, () => floor(events)),
         );
         receiver.received.length = 0;
         return figures;

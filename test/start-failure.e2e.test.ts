@@ -53,6 +53,8 @@ describe('a start that fails once the configuration holds', () => {
     // pino's serializer appended the cause's message to one that already ended its sentence with it.
     expect(message.split(cause)).toHaveLength(2);
     expect(message).toBe((fatal[0]!.msg as string).slice('failed to start: '.length));
+    // A refused server is the line alone: no stack of ours, nor the driver's beneath it.
+    expect(fatal[0]!.err).not.toHaveProperty('stack');
     expect(JSON.stringify(r.lines) + r.stderr).not.toContain('SECRETPW3');
   }, 60_000);
 });

@@ -1,5 +1,6 @@
 import { writeSync } from 'node:fs';
 import { type Logger, pino } from 'pino';
+import { DependencyRefusedError } from '../../adapters/dependency-refused.ts';
 import { EventStoreUnavailableError } from '../../adapters/event-store/port.ts';
 import type { Config } from '../../contracts/config.ts';
 
@@ -220,7 +221,9 @@ export function serializeError(err: unknown): unknown {
   // reader, saver and ticker of a process meets and logs while it lasts, each line with the same
   // stack of the adapter's retry and the driver's socket: 404 lines of ~1.5 KB in a 21 s
   // PostgreSQL stop across four roles. Its message and type say all there is; no stack.
-  if (err instanceof EventStoreUnavailableError) {
+  // A server refused at start (DependencyRefusedError) is one line naming it and what to correct:
+  // nothing in the code is at fault, and its stack was the driver's (pg-pool's) under it.
+  if (err instanceof EventStoreUnavailableError || err instanceof DependencyRefusedError) {
     const { stack: _stack, ...rest } = serialized;
     return { ...rest, message };
   }

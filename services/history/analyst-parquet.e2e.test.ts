@@ -153,6 +153,28 @@ describe('an analyst with a key, through npm run history and DuckDB', () => {
       // The perp cell answers HOLD only: without the lean its would-be figure could not be had.
       expect(live.lines.find((l) => l.exchange === 'BINANCE')!.calls).toBe(0);
 
+      // The README's risk record, as printed, on this export: each line's `risk` in the public
+      // track record, the counts exactly and the ratios to the rounding the query prints.
+      const printedRisk = /duckdb -c "(SELECT [^"]+AS sigma_ratio[^"]+)"/.exec(readmeText)![1]!;
+      expect(printedRisk).toContain("read_parquet('exports/verdicts/*.parquet')");
+      const risk = (
+        await connection.runAndReadAll(
+          printedRisk.replace("read_parquet('exports/verdicts/*.parquet')", files),
+        )
+      ).getRowObjectsJson();
+      const scored = live.lines.filter((l) => l.risk.points > 0);
+      expect(scored.length).toBeGreaterThan(0);
+      expect(risk.map((l) => [l.exchange, l.timeframe, Number(l.points), Number(l.covered)])).toEqual(
+        scored
+          .map((l) => [l.exchange, l.timeframe, l.risk.points, l.risk.covered])
+          .sort(([e1, t1], [e2, t2]) => (e1 === e2 ? (t1! < t2! ? -1 : 1) : e1! < e2! ? -1 : 1)),
+      );
+      for (const l of risk) {
+        const line = scored.find((x) => x.exchange === l.exchange && x.timeframe === l.timeframe)!;
+        expect(Math.abs(Number(l.coverage) - line.risk.coverage!)).toBeLessThanOrEqual(0.00005 + 1e-9);
+        expect(Math.abs(Number(l.sigma_ratio) - line.risk.sigmaRatio!)).toBeLessThanOrEqual(0.0005 + 1e-6);
+      }
+
       // The NDJSON file exactly as served over HTTP (the README's curl), read by DuckDB: every
       // line a row (no trailer, no row of nulls), times as timestamps, the README's query as printed.
       const served = join(dir, 'verdicts.ndjson');

@@ -219,6 +219,9 @@ export async function setupX402(
   });
   const local =
     (facilitator as Partial<LocalFacilitator>).kind === 'local' ? (facilitator as LocalFacilitator) : null;
+  /** A chain read within the facilitator's budget, as the verification before it: 503 rather than a wait. */
+  const chainRead = <T>(read: Promise<T>, what: string): Promise<T> =>
+    withDeadline(read, config.X402_FACILITATOR_TIMEOUT_MS, `the chain did not answer ${what}`);
   const flow: PaymentFlowDeps = {
     server,
     ops: deps.ops,
@@ -238,13 +241,11 @@ export async function setupX402(
     ),
     balanceOf: (id) => {
       const chain = chains.get(id.network);
-      // Within the facilitator's budget, as the verification before it: 503 rather than a wait.
       return chain
         ? () =>
-            withDeadline(
+            chainRead(
               chain.balanceOf(id.asset as `0x${string}`, id.payer as `0x${string}`),
-              config.X402_FACILITATOR_TIMEOUT_MS,
-              "the chain did not answer the payer's balance read",
+              "the payer's balance read",
             )
         : null;
     },
@@ -253,15 +254,12 @@ export async function setupX402(
       if (!chain) return null;
       const asset = id.asset as `0x${string}`;
       const payer = id.payer as `0x${string}`;
-      // Each within the facilitator's budget, and unread rather than failed: a fact missing
-      // leaves the facilitator's own reason standing.
+      // Each unread rather than failed: a fact missing leaves the facilitator's own reason standing.
       const fact = <T>(read: Promise<T>, what: string): Promise<T | null> =>
-        withDeadline(read, config.X402_FACILITATOR_TIMEOUT_MS, `the chain did not answer ${what}`).catch(
-          (err: unknown) => {
-            deps.logger.warn({ err, payer }, `${what} could not be read for a refusal`);
-            return null;
-          },
-        );
+        chainRead(read, what).catch((err: unknown) => {
+          deps.logger.warn({ err, payer }, `${what} could not be read for a refusal`);
+          return null;
+        });
       return async () => {
         const [balance, used, chainTime] = await Promise.all([
           fact(chain.balanceOf(asset, payer), "the payer's balance"),
@@ -275,7 +273,7 @@ export async function setupX402(
       const chain = chains.get(id.network);
       return chain
         ? (agreed) =>
-            withDeadline(
+            chainRead(
               // Only the recent blocks: the use fell between this request's verification and settlement.
               chain.authorizationOutcome(
                 {
@@ -286,8 +284,7 @@ export async function setupX402(
                 },
                 REQUEST_LOOKBACK_BLOCKS,
               ),
-              config.X402_FACILITATOR_TIMEOUT_MS,
-              "the chain did not answer the authorisation's use",
+              "the authorisation's use",
             )
         : null;
     },

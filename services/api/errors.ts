@@ -342,9 +342,13 @@ export function errorHandler(render: Render) {
   };
 }
 
-/** A catalog error in the /api shape with the caller's `_service`, where the caller hook ran (answerService). */
-export function apiErrorBody(error: ServiceError, request: FastifyRequest): Promise<ErrorBody> {
-  return withAnswerService(request, errorBody(error));
+/**
+ * A catalog error in the /api shape with the caller's `_service`, where the caller hook ran
+ * (answerService), and the figures the refusal adds to it (a chat's own quota: ServiceError meta).
+ */
+export async function apiErrorBody(error: ServiceError, request: FastifyRequest): Promise<ErrorBody> {
+  const body = await withAnswerService(request, errorBody(error));
+  return body._service && error.meta ? { ...body, _service: { ...body._service, ...error.meta } } : body;
 }
 
 /** Installs the /api error shape on `app` (and the plugins registered under it), `_service` included. */

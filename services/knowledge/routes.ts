@@ -18,10 +18,10 @@ import {
   SearchRequest,
 } from '../../contracts/knowledge.ts';
 import { openToAnyOrigin } from '../api/cors.ts';
-import { errorHandler, type FieldCodes } from '../api/errors.ts';
+import { apiErrorBody, errorHandler, type FieldCodes } from '../api/errors.ts';
 import { declared, refusal } from '../api/openapi.ts';
 import { OperationError } from '../engine/operation-errors.ts';
-import { answerService, callerHook, decorateCaller, type KeyedAccess } from '../metering/caller.ts';
+import { callerHook, decorateCaller, type KeyedAccess } from '../metering/caller.ts';
 import { QuotaUnavailableError, serveMetered } from '../metering/metered-call.ts';
 import type { ServiceMeta } from '../metering/service-meta.ts';
 import { quotaRetryAfter, refusingResetsAt } from '../metering/snapshot.ts';
@@ -185,6 +185,15 @@ interface KnowledgeDeps {
   logger: Logger;
 }
 
+/** `_service` of a refusal answered before the caller was known (a header sent twice). */
+const ABSENT: ServiceMeta = { auth: { outcome: 'ABSENT', presented: false, tier: 'free' }, quota: null };
+
+/** The /api refusal (apiErrorBody), with `_service` on every one: ABSENT where no caller was known. */
+async function knowledgeErrorBody(error: ServiceError, request: FastifyRequest) {
+  const body = await apiErrorBody(error, request);
+  return body._service ? body : { ...body, _service: { ...ABSENT, ...error.meta } };
+}
+
 /** The caller's side of the knowledge routes: its key (the auth hook), its `_service`, its metered calls. */
 function knowledgeAccess(deps: KnowledgeDeps) {
   const quota = () => deps.channel().quota;
@@ -203,12 +212,6 @@ function knowledgeAccess(deps: KnowledgeDeps) {
       return refused('UNAUTHORIZED', `${KNOWLEDGE_ERRORS.UNAUTHORIZED.meaning}${detail}`);
     },
   });
-
-  /** `_service` of a refusal: as far as the request got (a body unreadable before the key was looked at). */
-  async function serviceOf(request: FastifyRequest): Promise<ServiceMeta> {
-    return (await answerService(request)) ?? absent;
-  }
-  const absent: ServiceMeta = { auth: { outcome: 'ABSENT', presented: false, tier: 'free' }, quota: null };
 
   /** Runs `work` against the caller's plan quota; a refusal is thrown with the `_service` it learnt. */
   async function metered<T>(
@@ -233,7 +236,7 @@ function knowledgeAccess(deps: KnowledgeDeps) {
     throw callQuotaExhausted(outcome.window, outcome.service);
   }
 
-  return { requireKey, serviceOf, metered };
+  return { requireKey, metered };
 }
 
 /**
@@ -242,22 +245,14 @@ function knowledgeAccess(deps: KnowledgeDeps) {
  * takes one unit of the month's chat quota. Every answer, errors included, carries `_service`.
  */
 export function knowledgeRoutes(deps: KnowledgeDeps): FastifyPluginAsync {
-  const { requireKey, serviceOf, metered } = knowledgeAccess(deps);
+  const { requireKey, metered } = knowledgeAccess(deps);
   return async (plain) => {
     const app = plain.withTypeProvider<ZodTypeProvider>();
     // Any page may search and chat with a key.
     openToAnyOrigin(plain);
     decorateCaller(plain);
     // Errors are per caller and never cached, on /api/search too; `_service` comes with every one.
-    plain.setErrorHandler(
-      errorHandler(async (error, request) => ({
-        code: error.code,
-        message: error.message,
-        // As every /api answer says it, only when true (a quota's 429, KEY_UNVERIFIABLE's 503).
-        ...(error.retryable ? { retryable: true } : {}),
-        _service: { ...(await serviceOf(request)), ...error.meta },
-      })),
-    );
+    plain.setErrorHandler(errorHandler(knowledgeErrorBody));
     plain.addHook('onSend', async (_request, reply, payload) => {
       if (reply.statusCode >= 400) reply.header('cache-control', 'no-store');
       return payload;

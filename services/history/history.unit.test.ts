@@ -9,7 +9,7 @@ import { defaultCalibration } from '../engine/signals/index.ts';
 import { tradeCallEnvelope } from '../webhooks/payloads.ts';
 import { decodeCursor, encodeCursor, tagMatches } from './cursor.ts';
 import { resolveOutcome } from './outcome.ts';
-import { acceptAsksTrailer, HistoryQueryError, negotiateFormat, parseTime } from './query.ts';
+import { HistoryQueryError, negotiateAnswer, parseTime } from './query.ts';
 import { isoTime } from './rows.ts';
 import {
   addPoint,
@@ -420,32 +420,57 @@ describe('cursor and query', () => {
   });
 
   it('negotiates the format from format= or Accept', () => {
-    expect(negotiateFormat(undefined, undefined)).toBe('ndjson');
-    expect(negotiateFormat(undefined, '*/*')).toBe('ndjson');
-    expect(negotiateFormat(undefined, 'text/csv')).toBe('csv');
-    expect(negotiateFormat(undefined, 'application/json;q=0.5, application/vnd.apache.parquet')).toBe(
-      'parquet',
-    );
-    expect(negotiateFormat(undefined, 'text/html, text/csv;q=0.9')).toBe('csv');
-    expect(negotiateFormat(undefined, 'text/*')).toBe('csv');
-    expect(negotiateFormat(undefined, 'text/html, text/*;q=0.5')).toBe('csv');
-    expect(negotiateFormat('parquet', 'text/csv')).toBe('parquet');
-    expect(() => negotiateFormat(undefined, 'text/html')).toThrow(HistoryQueryError);
-    expect(() => negotiateFormat('json', undefined)).toThrow('format must be one of');
+    const format = (f: string | undefined, accept: string | undefined) =>
+      negotiateAnswer(f, undefined, accept).format;
+    expect(format(undefined, undefined)).toBe('ndjson');
+    expect(format(undefined, '*/*')).toBe('ndjson');
+    expect(format(undefined, 'text/csv')).toBe('csv');
+    expect(format(undefined, 'application/json;q=0.5, application/vnd.apache.parquet')).toBe('parquet');
+    expect(format(undefined, 'text/html, text/csv;q=0.9')).toBe('csv');
+    expect(format(undefined, 'text/*')).toBe('csv');
+    expect(format(undefined, 'text/html, text/*;q=0.5')).toBe('csv');
+    expect(format('parquet', 'text/csv')).toBe('parquet');
+    expect(() => format(undefined, 'text/html')).toThrow(HistoryQueryError);
+    expect(() => format('json', undefined)).toThrow('format must be one of');
   });
 
   it('reads the trailer profile on the Accept range the answer is served as, not on the others', () => {
-    expect(acceptAsksTrailer(undefined, 'text/csv; profile="trailer"')).toBe(true);
-    expect(acceptAsksTrailer(undefined, 'application/x-ndjson; profile="trailer"')).toBe(true);
+    const refused = (f: string | undefined, trailer: boolean | undefined, accept: string | undefined) => {
+      try {
+        negotiateAnswer(f, trailer, accept);
+        return null;
+      } catch (err) {
+        return (err as HistoryQueryError).field;
+      }
+    };
+    // Asked of CSV: refused, naming where it was asked.
+    expect(refused(undefined, undefined, 'text/csv; profile="trailer"')).toBe('accept');
+    expect(refused(undefined, true, 'text/csv')).toBe('trailer');
+    expect(negotiateAnswer(undefined, undefined, 'application/x-ndjson; profile="trailer"')).toEqual({
+      format: 'ndjson',
+      trailer: true,
+    });
     // Served as CSV: the profile sits on the NDJSON range, which was not chosen.
-    expect(acceptAsksTrailer(undefined, 'text/csv, application/x-ndjson; profile="trailer"')).toBe(false);
-    expect(acceptAsksTrailer(undefined, 'text/csv;q=0.5, application/x-ndjson; profile="trailer"')).toBe(
-      true,
-    );
-    // format= wins over Accept.
-    expect(acceptAsksTrailer('csv', 'text/csv; profile="trailer"')).toBe(false);
-    expect(acceptAsksTrailer(undefined, 'text/csv')).toBe(false);
-    expect(acceptAsksTrailer(undefined, undefined)).toBe(false);
+    expect(
+      negotiateAnswer(undefined, undefined, 'text/csv, application/x-ndjson; profile="trailer"'),
+    ).toMatchObject({
+      format: 'csv',
+    });
+    expect(
+      negotiateAnswer(undefined, undefined, 'text/csv;q=0.5, application/x-ndjson; profile="trailer"'),
+    ).toEqual({ format: 'ndjson', trailer: true });
+    // format= wins over Accept, and trailer= over the profile.
+    expect(negotiateAnswer('csv', undefined, 'text/csv; profile="trailer"')).toMatchObject({ format: 'csv' });
+    expect(negotiateAnswer('ndjson', undefined, 'application/x-ndjson; profile="trailer"')).toEqual({
+      format: 'ndjson',
+      trailer: true,
+    });
+    expect(negotiateAnswer(undefined, false, 'application/x-ndjson; profile="trailer"')).toEqual({
+      format: 'ndjson',
+      trailer: false,
+    });
+    expect(negotiateAnswer(undefined, undefined, 'text/csv')).toEqual({ format: 'csv', trailer: false });
+    expect(negotiateAnswer(undefined, undefined, undefined)).toEqual({ format: 'ndjson', trailer: false });
   });
 
   it('reads times as ISO 8601 with a zone or Unix ms', () => {

@@ -65,21 +65,11 @@ const MEDIA: [RegExp, HistoryFormat | 'any'][] = [
   [/^\*\/\*$|^application\/\*$/, 'any'],
 ];
 
-/**
- * Whether an NDJSON answer ends with the trailer line: `trailer=` wins; otherwise an NDJSON type
- * in `Accept` with `profile="trailer"` asks for it; none: rows only, so that a JSON-lines reader
- * reads the file as served (every row carries its own cursor).
- */
 const NDJSON_TYPE = MEDIA.find(([, format]) => format === 'ndjson')![0];
-
-export function wantsTrailer(trailer: boolean | undefined, accept: string | undefined): boolean {
-  if (trailer !== undefined) return trailer;
-  return mediaRanges(accept ?? '').some((range) => NDJSON_TYPE.test(range.type) && range.trailer);
-}
 
 /**
  * The media ranges of `Accept`, in its order: each type, its q (1 when unsaid), and whether it
- * asks for the trailer profile (read alike by wantsTrailer and the range an answer is served as).
+ * asks for the trailer profile.
  */
 function mediaRanges(accept: string): { type: string; q: number; trailer: boolean }[] {
   return accept.split(',').map((part) => {
@@ -91,10 +81,10 @@ function mediaRanges(accept: string): { type: string; q: number; trailer: boolea
 }
 
 /** The media range of `Accept` an answer is served as: the first we can serve, by q; null when none. */
-function chosenRange(accept: string): { format: HistoryFormat; trailer: boolean } | null {
-  const types = mediaRanges(accept)
-    .filter((t) => t.q > 0)
-    .sort((a, b) => b.q - a.q);
+function chosenRange(
+  ranges: ReturnType<typeof mediaRanges>,
+): { format: HistoryFormat; trailer: boolean } | null {
+  const types = ranges.filter((t) => t.q > 0).sort((a, b) => b.q - a.q);
   for (const { type, trailer } of types) {
     const hit = MEDIA.find(([re]) => re.test(type));
     if (hit) return { format: hit[1] === 'any' ? 'ndjson' : hit[1], trailer };
@@ -102,18 +92,30 @@ function chosenRange(accept: string): { format: HistoryFormat; trailer: boolean 
   return null;
 }
 
-/**
- * Whether the Accept range an answer is served as (no `format=`) asks for the trailer line
- * (`text/csv; profile="trailer"`): on a range other than NDJSON's it asks for what that format
- * has not. A profile on a range not chosen (`text/csv, application/x-ndjson; profile="trailer"`
- * served as CSV) asks nothing of the answer.
- */
-export function acceptAsksTrailer(format: string | undefined, accept: string | undefined): boolean {
-  return format === undefined && !!accept?.trim() && chosenRange(accept)?.trailer === true;
+/** What GET /api/verdicts answers as: its format, and whether an NDJSON answer ends with the trailer line. */
+export interface HistoryAnswer {
+  format: HistoryFormat;
+  trailer: boolean;
 }
 
-/** `format=` wins; otherwise the first type of `Accept` we can serve; none given: NDJSON. */
-export function negotiateFormat(format: string | undefined, accept: string | undefined): HistoryFormat {
+/**
+ * The answer's format and trailer line from `format=`, `trailer=` and `Accept`, the header read
+ * once. The format: `format=` wins; otherwise the first type of `Accept` we can serve; none given:
+ * NDJSON. The trailer line: `trailer=` wins; otherwise an NDJSON type in `Accept` with
+ * `profile="trailer"` asks for it; none: rows only, so that a JSON-lines reader reads the file as
+ * served (every row carries its own cursor). The line is NDJSON's: asked of CSV or Parquet
+ * (trailer=true, or the profile on the Accept range the answer is served as) it would be left out
+ * without a word, so it is refused. A profile on a range not chosen (`text/csv,
+ * application/x-ndjson; profile="trailer"` served as CSV) asks nothing of the answer.
+ */
+export function negotiateAnswer(
+  format: string | undefined,
+  trailer: boolean | undefined,
+  accept: string | undefined,
+): HistoryAnswer {
+  const ranges = accept?.trim() ? mediaRanges(accept) : [];
+  let served: HistoryFormat = 'ndjson';
+  let byProfile = false;
   if (format !== undefined) {
     if (!(HISTORY_FORMATS as readonly string[]).includes(format)) {
       throw new HistoryQueryError(
@@ -122,17 +124,31 @@ export function negotiateFormat(format: string | undefined, accept: string | und
         'format',
       );
     }
-    return format as HistoryFormat;
+    served = format as HistoryFormat;
+  } else if (ranges.length > 0) {
+    const chosen = chosenRange(ranges);
+    if (chosen === null) {
+      throw new HistoryQueryError(
+        'UNSUPPORTED_FORMAT',
+        `cannot answer Accept: ${accept}; ask for application/x-ndjson, text/csv or application/vnd.apache.parquet (or format=)`,
+        // The header refused, named as a query parameter is: {code, message, field}.
+        'accept',
+      );
+    }
+    served = chosen.format;
+    byProfile = trailer === undefined && chosen.trailer;
   }
-  if (!accept?.trim()) return 'ndjson';
-  const chosen = chosenRange(accept);
-  if (chosen) return chosen.format;
-  throw new HistoryQueryError(
-    'UNSUPPORTED_FORMAT',
-    `cannot answer Accept: ${accept}; ask for application/x-ndjson, text/csv or application/vnd.apache.parquet (or format=)`,
-    // The header refused, named as a query parameter is: {code, message, field}.
-    'accept',
-  );
+  if ((trailer === true || byProfile) && served !== 'ndjson') {
+    throw new HistoryQueryError(
+      'UNSUPPORTED_FORMAT',
+      `${byProfile ? `Accept: ${accept} asks for the trailer line, which` : 'trailer=true'} ends an NDJSON answer with its cursor line; ${served} has no such line: every row carries its cursor, and the HTTP trailer X-History-Cursor the last one`,
+      byProfile ? 'accept' : 'trailer',
+    );
+  }
+  return {
+    format: served,
+    trailer: trailer ?? ranges.some((range) => NDJSON_TYPE.test(range.type) && range.trailer),
+  };
 }
 
 type Ctx = z.core.$RefinementCtx;

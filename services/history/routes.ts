@@ -34,14 +34,12 @@ import { type Cursor, tagMatches } from './cursor.ts';
 import { trackRecordPage, trackRecordPolicy } from './page.ts';
 import { type ParquetEncoders, sharedParquetEncoders } from './parquet-encoders.ts';
 import {
-  acceptAsksTrailer,
   HISTORY_QUERY_CODES,
   HistoryQueryError,
   HistoryQuerySchema,
   historyFilter,
-  negotiateFormat,
+  negotiateAnswer,
   TrackRecordQuerySchema,
-  wantsTrailer,
 } from './query.ts';
 import { type OutcomeIndex, ScanProgress, type StoredRows, scanHistory } from './scan.ts';
 import type { ServedVenues } from './served-venues.ts';
@@ -314,18 +312,11 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
       async (request, reply) => {
         const { query } = request;
         const service = request.service!;
-        const format = negotiateFormat(query.format, request.headers.accept);
-        // The trailer line is NDJSON's: asked of CSV or Parquet (trailer=true, or the trailer
-        // profile on the Accept range served) it would be left out without a word.
-        const byProfile =
-          query.trailer === undefined && acceptAsksTrailer(query.format, request.headers.accept);
-        if ((query.trailer === true || byProfile) && format !== 'ndjson') {
-          throw new HistoryQueryError(
-            'UNSUPPORTED_FORMAT',
-            `${byProfile ? `Accept: ${request.headers.accept} asks for the trailer line, which` : 'trailer=true'} ends an NDJSON answer with its cursor line; ${format} has no such line: every row carries its cursor, and the HTTP trailer X-History-Cursor the last one`,
-            byProfile ? 'accept' : 'trailer',
-          );
-        }
+        const { format, trailer: trailerLine } = negotiateAnswer(
+          query.format,
+          query.trailer,
+          request.headers.accept,
+        );
         await checkVenue(deps.venues, query);
         if (query.coin !== undefined) await deps.coins?.check(query.coin, query.exchange, 'coin');
         const after: Cursor = query.after ?? { position: 0, tag: '', tagAt: 'end' };
@@ -367,7 +358,7 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
           ...(deps.stored ? { stored: deps.stored } : {}),
           ...(deps.pageSize ? { pageSize: deps.pageSize } : {}),
         };
-        const trailer = wantsTrailer(query.trailer, request.headers.accept)
+        const trailer = trailerLine
           ? () => ({ cursor: progress.cursor, rows: progress.rows, _service: service })
           : null;
         const source: RowSource = (make, fromStore) =>

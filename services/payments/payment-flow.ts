@@ -32,7 +32,7 @@ import {
   type PaymentState,
   paymentStream,
 } from './payment-state.ts';
-import { quotedDescription } from './quote.ts';
+import { quotedResource } from './quote.ts';
 import { v1NetworkName } from './rails.ts';
 import {
   type ChainFacts,
@@ -549,12 +549,12 @@ async function heldFor(
  */
 export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promise<PaidOutcome> {
   const { payment } = call;
-  const resource: ResourceInfo = {
+  // As the quote named it (a v1 payment's resource, for the facilitator).
+  const resource: ResourceInfo = quotedResource({
     url: call.url,
-    // As the quote named it (a v1 payment's resource, for the facilitator).
-    description: quotedDescription(call.tool.description),
+    description: call.tool.description,
     mimeType: 'application/json',
-  };
+  });
   const fingerprint = requestFingerprint(call.tool.name, call.input);
   const requirement = matchRequirement(deps.server, payment, call.requirements);
   if (!requirement) {

@@ -47,6 +47,16 @@ export function quotedDescription(description: string): string {
   return `${(space > 0 ? cut.slice(0, space) : cut).replace(/[\s,;:(]+$/, '')}…`;
 }
 
+/**
+ * A resource as a quote names it, its description cut (quotedDescription): what the 402 carries,
+ * and what a paid call names to the facilitator for a v1 payment, which carries no resource.
+ */
+export function quotedResource<R extends { description?: string }>(resource: R): R {
+  return resource.description === undefined
+    ? resource
+    : { ...resource, description: quotedDescription(resource.description) };
+}
+
 const QUOTE_BODY_KEYS: ReadonlySet<string> = new Set(['x402Version', 'error', 'code', 'message', 'accepts']);
 
 /**
@@ -158,13 +168,9 @@ export class Quoter {
 
   /** The v2 PaymentRequired of one request: what the header carries and the MCP transport sends as is. */
   async paymentRequired(price: number, resource: ResourceInfo, message: string): Promise<PaymentRequired> {
-    const quoted =
-      resource.description === undefined
-        ? resource
-        : { ...resource, description: quotedDescription(resource.description) };
     return this.server.createPaymentRequiredResponse(
       await this.requirements(price),
-      quoted,
+      quotedResource(resource),
       message,
       this.extensionsFor(resource),
     );

@@ -54,6 +54,20 @@ local function live_generation()
 end
 `;
 /**
+ * give_back(key, amount): lowers the counter in `key` by up to `amount`, never below 0, keeping its
+ * expiry; a missing counter stays missing (0). Returns the count after.
+ */
+const GIVE_BACK_LUA = `
+local function give_back(key, amount)
+  local raw = redis.call('GET', key)
+  if not raw then return 0 end
+  local count = tonumber(raw)
+  local give = math.min(count, amount)
+  if give > 0 then count = redis.call('DECRBY', key, give) end
+  return count
+end
+`;
+/**
  * The debits of one turn in one script, in the order asked. ARGV[1] the keys' prefix, ARGV[2] the
  * number of debits, ARGV[3] the call's outcome key, ARGV[4] its time to live in ms, ARGV[5] the
  * number of earlier calls' outcome keys to forget (their answers came), those keys, then per debit
@@ -100,7 +114,7 @@ return replies`;
  * second try gives nothing and a call that runs only now (still in the server's buffer) debits
  * nothing. Reply: the units given back a window.
  */
-const GIVE_BACK_SCRIPT = `
+const GIVE_BACK_SCRIPT = `${GIVE_BACK_LUA}
 local raw = redis.call('GET', KEYS[1])
 redis.call('SET', KEYS[1], '-', 'PX', ARGV[2])
 if not raw or raw == '-' then return 0 end
@@ -118,13 +132,7 @@ for d = 1, tonumber(ARGV[3]) do
     local keys = {}
     for i = 1, n do keys[i] = base .. ARGV[at + i] end
     if generation ~= '' then keys[n + 1] = base .. '#debits' end
-    for _, key in ipairs(keys) do
-      local count = redis.call('GET', key)
-      if count then
-        local give = math.min(tonumber(count), amount)
-        if give > 0 then redis.call('DECRBY', key, give) end
-      end
-    end
+    for _, key in ipairs(keys) do give_back(key, amount) end
     given = given + amount
   end
   at = at + n + 2
@@ -161,18 +169,12 @@ interface PendingDebit {
  * KEYS[1] marker; ARGV: generation key prefix, generation, amount, window keys. Gives back up to
  * the amount on each existing counter and on the debit count, only while the generation is live.
  */
-const RELEASE_LIVE_SCRIPT = `${LIVE_MARKER_LUA}
+const RELEASE_LIVE_SCRIPT = `${LIVE_MARKER_LUA}${GIVE_BACK_LUA}
 if live_generation() ~= ARGV[2] then return 0 end
 local base = ARGV[1] .. ARGV[2] .. ':'
 local keys = {base .. '#debits'}
 for i = 4, #ARGV do keys[#keys + 1] = base .. ARGV[i] end
-for _, key in ipairs(keys) do
-  local raw = redis.call('GET', key)
-  if raw then
-    local give = math.min(tonumber(raw), tonumber(ARGV[3]))
-    if give > 0 then redis.call('DECRBY', key, give) end
-  end
-end
+for _, key in ipairs(keys) do give_back(key, tonumber(ARGV[3])) end
 return 1`;
 /** KEYS[1] marker; ARGV: generation key prefix, window keys. Reply: {} when lost, else {generation, raw...}. */
 const READ_LIVE_SCRIPT = `${LIVE_MARKER_LUA}
@@ -190,7 +192,7 @@ return reply`;
  * id. Reply: the generation it was given back on (the first try's, for an id seen before), or
  * false when none is live.
  */
-const REFUND_LIVE_SCRIPT = `${LIVE_MARKER_LUA}
+const REFUND_LIVE_SCRIPT = `${LIVE_MARKER_LUA}${GIVE_BACK_LUA}
 local generation = live_generation()
 if not generation then return false end
 if KEYS[2] ~= '' then
@@ -200,14 +202,7 @@ if KEYS[2] ~= '' then
 end
 local base = ARGV[1] .. generation .. ':'
 local amount = tonumber(ARGV[2])
-for i = 4, #ARGV do
-  local key = base .. ARGV[i]
-  local raw = redis.call('GET', key)
-  if raw then
-    local give = math.min(tonumber(raw), amount)
-    if give > 0 then redis.call('DECRBY', key, give) end
-  end
-end
+for i = 4, #ARGV do give_back(base .. ARGV[i], amount) end
 if amount > 0 then redis.call('INCRBY', base .. '#debits', amount) end
 return generation`;
 /**
@@ -224,34 +219,20 @@ return 1`;
  * INCRBY each KEYS[i] by ARGV[2i - 1], setting the expiry ARGV[2i] when the counter is created; a
  * negative amount gives back what there is, never below 0 and never creating a counter.
  */
-const ADD_SCRIPT = `
+const ADD_SCRIPT = `${GIVE_BACK_LUA}
 for i, key in ipairs(KEYS) do
   local amount = tonumber(ARGV[2 * i - 1])
   if amount >= 0 then
     if redis.call('INCRBY', key, amount) == amount then redis.call('PEXPIREAT', key, ARGV[2 * i]) end
   else
-    local raw = redis.call('GET', key)
-    if raw then
-      local give = math.min(tonumber(raw), -amount)
-      if give > 0 then redis.call('DECRBY', key, give) end
-    end
+    give_back(key, -amount)
   end
 end
 return #KEYS`;
 /** Refund: lowers each existing counter by up to ARGV[1], keeping its expiry; a missing one stays missing. */
-const RELEASE_SCRIPT = `
+const RELEASE_SCRIPT = `${GIVE_BACK_LUA}
 local reply = {}
-for i, key in ipairs(KEYS) do
-  local raw = redis.call('GET', key)
-  if raw then
-    local count = tonumber(raw)
-    local give = math.min(count, tonumber(ARGV[1]))
-    if give > 0 then count = redis.call('DECRBY', key, give) end
-    reply[i] = count
-  else
-    reply[i] = 0
-  end
-end
+for i, key in ipairs(KEYS) do reply[i] = give_back(key, tonumber(ARGV[1])) end
 return reply`;
 
 export interface RedisCacheOptions {

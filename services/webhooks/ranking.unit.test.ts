@@ -25,6 +25,13 @@ function venue() {
   return v;
 }
 
+/** An event of the 11:00 close a minute after it, the venue ranking ETH first by then. */
+async function nextClose(v: ReturnType<typeof venue>, ranking: MarketRanking): Promise<void> {
+  v.clock = 11 * HOUR + 60_000;
+  v.order = ['ETH', 'BTC'];
+  await ranking.prepare('BINANCE', 11 * HOUR);
+}
+
 describe('venue ranking on the feed clock', () => {
   it('is read once per close: an event of a later close reads it again, however little wall time passed', async () => {
     const v = venue();
@@ -33,9 +40,7 @@ describe('venue ranking on the feed clock', () => {
     await ranking.prepare('BINANCE', 10 * HOUR);
     await ranking.prepare('BINANCE', 9 * HOUR); // a late event: the ranking held is the newest there is
     expect(v.loads).toBe(1);
-    v.clock = 11 * HOUR + 60_000;
-    v.order = ['ETH', 'BTC'];
-    await ranking.prepare('BINANCE', 11 * HOUR);
+    await nextClose(v, ranking);
     expect(v.loads).toBe(2);
     expect(ranking.rankOf('BINANCE', 'eth')).toBe(0);
   });
@@ -88,9 +93,7 @@ describe('venue ranking on the feed clock', () => {
     v.fail = false;
     await ranking.prepare('BYBIT', 10 * HOUR);
     expect(v.loads).toBe(5);
-    v.clock = 11 * HOUR + 60_000;
-    v.order = ['ETH', 'BTC'];
-    await ranking.prepare('BINANCE', 11 * HOUR);
+    await nextClose(v, ranking);
     expect(v.loads).toBe(6);
     expect(ranking.rankOf('BINANCE', 'ETH')).toBe(0);
   });

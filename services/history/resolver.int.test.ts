@@ -186,6 +186,31 @@ describe('outcome resolver', () => {
     expect(await resolver.resolveDue()).toBe(due);
   });
 
+  it('takes no further due verdict once stopped: the pass under way ends, the rest stay pending for the next', async () => {
+    // A SIGTERM during a long pass (a restored log, thousands due) waited for all of it.
+    const log = new MemoryEventStore();
+    const { store, feed } = await recordHistory({ steps: 2, settleHours: 30, store: log });
+    const pending = await pendingView(store);
+    const due = Object.keys(pending.state.pending).length;
+    expect(due).toBeGreaterThan(2);
+    const { resolver } = resolverOn(store, feed, pending, { concurrency: 1 });
+    // The stop comes with the pass's first outcome, as a signal comes between two of them.
+    let stopped: Promise<void> | null = null;
+    const append = log.append.bind(log);
+    log.append = async (...args: Parameters<MemoryEventStore['append']>) => {
+      const result = await append(...args);
+      if (args[1].some((e) => e.type === 'VerdictOutcomeResolved')) stopped ??= resolver.stop();
+      return result;
+    };
+    expect(await resolver.resolveDue()).toBe(1);
+    await stopped;
+    log.append = append;
+
+    await pending.waitFor(await store.headPosition());
+    const next = resolverOn(store, feed, pending).resolver;
+    expect(await next.resolveDue()).toBe(due - 1);
+  });
+
   it('reads only the due verdicts of a tick, not the 50,000 pending of a market backing off', async () => {
     const { store, feed, engine } = await recordHistory({ steps: 2, settleHours: 30 });
     const listed = Object.keys((await pendingView(store)).state.pending).length;

@@ -79,6 +79,8 @@ export class OutcomeResolver {
   /** The pending view has come within `maxLag` of the head since it last started from scratch. */
   private caughtUp = false;
   private viewCheckpoint = 0;
+  /** stop() was called: a pass under way takes no further verdict (they stay pending). */
+  private stopping = false;
   private readonly intervalMs: number;
   resolved = 0;
   /** Candle fetches the feed refused, over the resolver's life. */
@@ -124,6 +126,7 @@ export class OutcomeResolver {
   }
 
   start(): void {
+    this.stopping = false;
     this.timer = setInterval(() => {
       this.tick ??= this.resolveDue()
         .then(() => undefined)
@@ -135,7 +138,14 @@ export class OutcomeResolver {
     this.timer.unref();
   }
 
+  /**
+   * Ends the timer and waits for the pass under way, which finishes the verdicts it has in flight
+   * and takes no more: after a restore or a long stop a pass can hold thousands of due verdicts
+   * (a SIGTERM to a restored log's process waited on one past SHUTDOWN_TIMEOUT_MS and was killed).
+   * The rest stay pending for the next resolver.
+   */
   async stop(): Promise<void> {
+    this.stopping = true;
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
     await this.tick;
@@ -202,6 +212,7 @@ export class OutcomeResolver {
     let appended = 0;
     await forEachLimited([...streams.values()], this.deps.concurrency ?? 4, async (list) => {
       for (const p of list) {
+        if (this.stopping) break;
         const done = await this.resolveQueued(p, clock);
         if (done === 'appended') appended++;
         // Another writer's outcome is the stream's head now, and the view has not folded it: a

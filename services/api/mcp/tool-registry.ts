@@ -44,8 +44,28 @@ export function annotationsOf(tool: Pick<ToolDefinition, 'title' | 'annotations'
   return tool.annotations ?? { title: tool.title, readOnlyHint: true, openWorldHint: true };
 }
 
+/**
+ * A tool schema as agents read it: tools/list goes into a model's context, so the keywords that
+ * only repeat what another states are left out — zod writes a 330-character pattern beside every
+ * `format: date-time` (49 of them in the listing) and JavaScript's safe-integer bound on every
+ * integer (256). The schema accepts what it accepted; `format` still says the time's form.
+ */
+export function forAgents(node: unknown): unknown {
+  if (Array.isArray(node)) return node.map(forAgents);
+  if (node === null || typeof node !== 'object') return node;
+  const out: Record<string, unknown> = {};
+  const record = node as Record<string, unknown>;
+  for (const [key, value] of Object.entries(record)) {
+    if (key === 'pattern' && record.format === 'date-time') continue;
+    if (key === 'maximum' && value === Number.MAX_SAFE_INTEGER) continue;
+    if (key === 'minimum' && value === Number.MIN_SAFE_INTEGER) continue;
+    out[key] = forAgents(value);
+  }
+  return out;
+}
+
 /** `_service` as the OpenAPI document types it (auth, quota, a paid call's receipt, the chat quota). */
-const SERVICE_SCHEMA = jsonSchema(ServiceBlock, 'output');
+const SERVICE_SCHEMA = forAgents(jsonSchema(ServiceBlock, 'output'));
 
 /**
  * What every tool error's structuredContent carries: a code, and `_service`. Clients that check
@@ -62,7 +82,10 @@ const TOOL_ERROR_SCHEMA = {
  * schema (MCP requires `type: object` at the top) with the two shapes as alternatives.
  */
 export function outputSchemaOf(output: z.ZodType): { type: 'object'; anyOf: Record<string, unknown>[] } {
-  return { type: 'object', anyOf: [answerSchemaOf(output), TOOL_ERROR_SCHEMA] };
+  return {
+    type: 'object',
+    anyOf: [forAgents(answerSchemaOf(output)) as Record<string, unknown>, TOOL_ERROR_SCHEMA],
+  };
 }
 
 /** The schema of a tool's answer with its `_service` block (what a paid HTTP call answers 200 with). */

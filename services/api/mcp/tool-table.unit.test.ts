@@ -22,7 +22,7 @@ import {
   undescribed,
   x402Manifest,
 } from '../discovery/catalog.ts';
-import { outputSchemaOf, signalTools, signalToolTable, toolRegistry } from './tool-registry.ts';
+import { forAgents, outputSchemaOf, signalTools, signalToolTable, toolRegistry } from './tool-registry.ts';
 
 /**
  * contracts/tools.ts is the only place a sold tool is described and priced: MCP, the x402 quote
@@ -78,13 +78,23 @@ describe('the tool table', () => {
   });
 
   it('types `_service` in every outputSchema as the OpenAPI document does (ServiceBlock), in an answer and in a tool error', () => {
-    const service = jsonSchema(ServiceBlock, 'output');
+    const service = forAgents(jsonSchema(ServiceBlock, 'output'));
     expect(service).toMatchObject({ required: ['auth', 'quota'], additionalProperties: false });
     for (const tool of toolRegistry(signalTools({} as SignalOperations)).list()) {
       const [answer, refusal] = tool.outputSchema!.anyOf as { properties: Record<string, unknown> }[];
       expect(answer!.properties._service, tool.name).toEqual(service);
       expect(refusal!.properties._service, tool.name).toEqual(service);
     }
+  });
+
+  it('lists no keyword that only repeats another: no pattern beside format date-time, no safe-integer bound', () => {
+    const listed = JSON.stringify(toolRegistry(signalTools({} as SignalOperations)).list());
+    // zod writes both on every time and integer field; the OpenAPI document keeps them.
+    expect(JSON.stringify(jsonSchema(ServiceBlock, 'output'))).toContain('"pattern"');
+    expect(listed).toContain('"format":"date-time"');
+    expect(listed).not.toMatch(/"format":"date-time","pattern"/);
+    expect(listed).not.toContain(String(Number.MAX_SAFE_INTEGER));
+    expect(listed).not.toContain(String(Number.MIN_SAFE_INTEGER));
   });
 
   it('is what x402 sells and quotes: the description and the price of the rule', async () => {

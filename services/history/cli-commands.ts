@@ -436,12 +436,17 @@ async function exportCommand(
     const saved = existsSync(checkpointPath) ? readCheckpoint(checkpointPath) : null;
     // An export that failed before its first row holds nothing worth resuming: a plain re-run
     // starts it again rather than ask the user to clean up after us.
+    // Nor does the checkpoint a finished export leaves beside it once the export itself was
+    // removed: it records rows that are gone, and the run that re-creates them writes its own.
+    const finishedAndRemoved = saved?.done === true && !existsSync(out);
+    if (finishedAndRemoved) rmSync(checkpointPath, { force: true });
     const restarted =
-      saved !== null &&
-      !saved.done &&
-      saved.rows === 0 &&
-      saved.format === format &&
-      removeEmptyExport(out, checkpointPath, saved.bytes);
+      finishedAndRemoved ||
+      (saved !== null &&
+        !saved.done &&
+        saved.rows === 0 &&
+        saved.format === format &&
+        removeEmptyExport(out, checkpointPath, saved.bytes));
     // Otherwise nothing was lost, and the export starts again below.
     if (!restarted && saved !== null && !saved.done) {
       throw new UsageError(
@@ -449,7 +454,9 @@ async function exportCommand(
       );
     }
     if (!restarted && (existsSync(out) || existsSync(checkpointPath))) {
-      throw new UsageError(`${out} exists: choose another --out, or ${startOver(out, checkpointPath)}`);
+      throw new UsageError(
+        `${existsSync(out) ? out : checkpointPath} exists: choose another --out, or ${startOver(out, checkpointPath)}`,
+      );
     }
     checkpoint = { format: format as HistoryFormat, cursor: null, rows: 0, bytes: 0, parts: 0, done: false };
     // The folders asked for are made, as for Parquet's folder of parts: the README's

@@ -397,6 +397,54 @@ describe('redis cache when Redis cannot be reached', () => {
     }
   });
 
+  it("gives back a lost debit only on its own window: a later window's counter under the same key stays", async () => {
+    const server = await startPrivateRedis();
+    const pid = Number(/process_id:(\d+)/.exec(await server.admin.info('server'))?.[1]);
+    const proxy = relay(new URL(server.url));
+    const port = await proxy.start();
+    const prefix = 'expired:';
+    const cache = await connectRedisCache({
+      url: `redis://127.0.0.1:${port}`,
+      prefix,
+      connectTimeoutMs: 500,
+      commandTimeoutMs: 500,
+    });
+    const other = await connectRedisCache({ url: server.url, prefix });
+    // A rate window's key names no period: the next window's counter lives under the same key.
+    const key = 'rate:all:k';
+    try {
+      process.kill(pid, 'SIGSTOP');
+      const lost = cache.debitWindows([{ key, limit: 10, expiresAt: Date.now() + 3_000 }], 1);
+      await expect(lost).rejects.toThrow(CacheUnavailableError);
+      // No way back until the lost debit has run and its window is over.
+      await proxy.stop();
+      process.kill(pid, 'SIGCONT');
+      await expect.poll(async () => (await server.admin.keys(`${prefix}debits:*`)).length).toBe(1);
+      await expect.poll(async () => server.admin.exists(`${prefix}${key}`), { timeout: 15_000 }).toBe(0);
+      // The next window: another call's debit.
+      expect(await other.debitWindows([{ key, limit: 10, expiresAt: Date.now() + 60_000 }], 1)).toEqual({
+        ok: true,
+        counts: [1],
+        refusedBy: null,
+      });
+      await proxy.start(port);
+      await expect.poll(async () => (await cache.health()).ok, { interval: 100, timeout: 15_000 }).toBe(true);
+      // The give-back went first on the new connection, and marked the lost call's outcome key.
+      expect(await server.admin.mget(...(await server.admin.keys(`${prefix}debits:*`)))).toContain('-');
+      expect(await other.readWindows([key])).toEqual([1]);
+    } finally {
+      try {
+        process.kill(pid, 'SIGCONT');
+      } catch {
+        // already gone
+      }
+      await cache.close();
+      await other.close();
+      await proxy.stop();
+      await server.stop();
+    }
+  });
+
   it('rejects a URL that is not a Redis URL and an empty prefix', async () => {
     await expect(connectRedisCache({ url: 'http://127.0.0.1:6379', prefix: 'p:' })).rejects.toThrow(
       RangeError,

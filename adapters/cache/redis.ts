@@ -109,10 +109,12 @@ return replies`;
  * Gives back what one debit script call made, when its answer was lost (a timeout, a dropped
  * connection): KEYS[1] its outcome key; ARGV[1] the keys' prefix (a family's generation prefix, or
  * the plain one), ARGV[2] the key's time to live in ms, ARGV[3] the number of debits, then per
- * debit its n, n keys and amount, as the call sent them. Lowers each counter the call debited (and
- * its generation's `#debits`) by up to the amount, and leaves the key marked given back, so a
- * second try gives nothing and a call that runs only now (still in the server's buffer) debits
- * nothing. Reply: the units given back a window.
+ * debit its n, n keys, amount and n expiresAt, as the call sent them. Lowers each counter the call
+ * debited (and its generation's `#debits`) by up to the amount, and leaves the key marked given
+ * back, so a second try gives nothing and a call that runs only now (still in the server's buffer)
+ * debits nothing. A window whose expiresAt has passed (by Redis's clock, which expires it) is left
+ * alone: its counter is gone with it, and one under its key is a later window's, debited by other
+ * calls (a rate window's key names no period). Reply: the units given back a window.
  */
 const GIVE_BACK_SCRIPT = `${GIVE_BACK_LUA}
 local raw = redis.call('GET', KEYS[1])
@@ -123,19 +125,21 @@ local generation = string.sub(raw, 1, bar - 1)
 local made = string.sub(raw, bar + 1)
 local base = ARGV[1]
 if generation ~= '' then base = base .. generation .. ':' end
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local given = 0
 local at = 4
 for d = 1, tonumber(ARGV[3]) do
   local n = tonumber(ARGV[at])
   local amount = tonumber(ARGV[at + n + 1])
   if string.sub(made, d, d) == '1' then
-    local keys = {}
-    for i = 1, n do keys[i] = base .. ARGV[at + i] end
-    if generation ~= '' then keys[n + 1] = base .. '#debits' end
-    for _, key in ipairs(keys) do give_back(key, amount) end
+    for i = 1, n do
+      if tonumber(ARGV[at + n + 1 + i]) > now then give_back(base .. ARGV[at + i], amount) end
+    end
+    if generation ~= '' then give_back(base .. '#debits', amount) end
     given = given + amount
   end
-  at = at + n + 2
+  at = at + 2 * n + 2
 end
 return given`;
 /** Debits sent in one script call at most; a larger turn's go out in several. */
@@ -153,7 +157,7 @@ const MAX_FORGOTTEN_PER_SCRIPT = 256;
 interface LostDebits {
   outcomeKey: string;
   family: string | null;
-  debits: { keys: string[]; amount: number }[];
+  debits: { keys: string[]; amount: number; expiresAt: number[] }[];
   /** After this (Unix ms) its outcome key is gone: what it made stays counted. */
   until: number;
 }
@@ -506,7 +510,11 @@ export class RedisCache implements Cache {
       (err: unknown) => {
         // Redis's own refusal is an answer: the script did not run to its end, nothing to give back.
         if (!answeredByRedis(err)) {
-          const debits = batch.map(({ windows, amount }) => ({ keys: windows.map((w) => w.key), amount }));
+          const debits = batch.map(({ windows, amount }) => ({
+            keys: windows.map((w) => w.key),
+            amount,
+            expiresAt: windows.map((w) => w.expiresAt),
+          }));
           this.lost.push({ outcomeKey, family, debits, until: sentAt + DEBIT_OUTCOME_TTL_MS });
           // Given back on the next connection's 'ready'; at once if this one stays up.
           setTimeout(() => this.giveBackLost(), 0).unref();
@@ -531,7 +539,8 @@ export class RedisCache implements Cache {
         DEBIT_OUTCOME_TTL_MS,
         call.debits.length,
       ];
-      for (const { keys, amount } of call.debits) args.push(keys.length, ...keys, amount);
+      for (const { keys, amount, expiresAt } of call.debits)
+        args.push(keys.length, ...keys, amount, ...expiresAt);
       this.run('giveBackDebits', () => this.client.signalGiveBackDebits(1, call.outcomeKey, ...args)).then(
         (units) => {
           if (Number(units) > 0)

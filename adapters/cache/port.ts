@@ -121,8 +121,10 @@ export const CACHE_LOG_COMPONENT = 'cache';
 /**
  * The cache could not be reached or did not answer in time. Callers treat it as retryable: the
  * operation may or may not have been applied when the connection broke mid-command, except a
- * debit (debitWindows, debitLive): one whose answer was lost is given back by the adapter once the
- * cache answers again, so a caller told unavailable that calls again is counted once.
+ * debit (debitWindows, debitLive): one whose answer was lost is given back by the adapter that
+ * sent it once the cache answers it again within an hour, on the windows still open, so a caller
+ * told unavailable that calls again is counted once. A process that stops before then leaves the
+ * debit counted until its window ends.
  */
 export class CacheUnavailableError extends Error {
   override readonly name: string = 'CacheUnavailableError';

@@ -521,6 +521,7 @@ describe('DeliveryWorker', () => {
       subscriptionId: sub.id,
       secrets: next,
       overlapMs: 3_600_000,
+      expected: sub.secret,
     });
     await runner.waitFor(rotated.position);
     const current = findSubscription(runner.state.subscriptions, sub.id)!;

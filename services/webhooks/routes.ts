@@ -305,7 +305,10 @@ const DOCS = {
       200: { description: 'The new secret', schema: RotatedSecret },
       400: fail(['INVALID_FIELD']),
       404: fail(['NOT_FOUND']),
-      409: fail(['CONFLICT'], 'Another change to the key’s subscriptions won the race (retryable)'),
+      409: fail(
+        ['CONFLICT'],
+        'Another rotation of this subscription was recorded while this one was made: nothing changed, and that request’s caller holds the newest secret. Rotate again only to get a secret of your own (it ends the secret before it at once), or another change to the key’s subscriptions won the race (retryable)',
+      ),
     },
   }),
   enable: keyed({
@@ -713,12 +716,18 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
         const { params, body } = request;
         const apiKeyId = keyOf(request);
         owned(apiKeyId, params.id);
+        // The secret current when this request came, as the log has it (a rotation another replica
+        // recorded first included): a rotation recorded after that one is this request's rival,
+        // and the later of the two answers 409 CONFLICT, changing nothing.
+        await settled(await store.headPosition());
+        const expected = owned(apiKeyId, params.id).secret;
         const overlapSeconds = body.overlap_seconds;
         const rotated = await rotateSecret(store, {
           keyId: apiKeyId,
           subscriptionId: params.id,
           secrets: deps.secrets,
           overlapMs: overlapSeconds !== undefined ? overlapSeconds * 1_000 : settings.rotationOverlapMs,
+          expected,
         });
         await settled(rotated.position);
         return served(request, {

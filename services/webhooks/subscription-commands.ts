@@ -13,7 +13,7 @@ import {
   subscriptionDecider,
 } from './subscription-decider.ts';
 import { eventFiltersOf, type WireFilter } from './subscription-filters.ts';
-import { DISABLED_BY_SUBSCRIBER, subscriptionStream } from './subscription-fold.ts';
+import { DISABLED_BY_SUBSCRIBER, type SubscriptionRecord, subscriptionStream } from './subscription-fold.ts';
 
 export { SubscriptionChangedError, SubscriptionLimitError, SubscriptionNotFoundError };
 
@@ -86,11 +86,19 @@ export async function reEnableSubscription(
 
 /**
  * A new secret for the subscription; the previous one keeps signing for `overlapMs` beside it.
- * The new secret is returned once, like at creation.
+ * The new secret is returned once, like at creation. `expected` is the sealed secret read as
+ * current: when another rotation was recorded since, nothing is written (SubscriptionChangedError).
  */
 export async function rotateSecret(
   store: EventStore,
-  input: { keyId: string; subscriptionId: string; secrets: SecretBox; overlapMs: number; now?: number },
+  input: {
+    keyId: string;
+    subscriptionId: string;
+    secrets: SecretBox;
+    overlapMs: number;
+    expected: SubscriptionRecord['secret'];
+    now?: number;
+  },
 ): Promise<{ secret: string; previousValidUntil: string; position: number }> {
   const secret = generateWebhookSecret();
   const previousValidUntil = new Date((input.now ?? Date.now()) + input.overlapMs).toISOString();
@@ -101,6 +109,7 @@ export async function rotateSecret(
       secret: input.secrets.seal(secret, input.subscriptionId),
       previousValidUntil,
     },
+    expected: input.expected,
   });
   return { secret, previousValidUntil, position };
 }

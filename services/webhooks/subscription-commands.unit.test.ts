@@ -2,7 +2,12 @@ import { describe, expect, it } from 'vitest';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { SecretBox } from './secret-box.ts';
-import { createSubscription, SubscriptionLimitError } from './subscription-commands.ts';
+import {
+  createSubscription,
+  rotateSecret,
+  SubscriptionChangedError,
+  SubscriptionLimitError,
+} from './subscription-commands.ts';
 import { subscriptionStream } from './subscription-fold.ts';
 
 const secrets = new SecretBox('11'.repeat(32));
@@ -55,5 +60,35 @@ describe('subscription commands', () => {
       }),
     ).rejects.toBeInstanceOf(SubscriptionLimitError);
     expect(await store.readStream(subscriptionStream('key_b'))).toHaveLength(1);
+  });
+
+  it('refuses a rotation when another one lands between its read and its append: no secret handed out that never signs', async () => {
+    const store = new MemoryEventStore();
+    const created = await createSubscription(store, {
+      keyId: 'key_c',
+      request,
+      url: 'https://hooks.example.com/a',
+      secrets,
+      maxPerKey: 5,
+    });
+    const [createdEvent] = await store.readStream(subscriptionStream('key_c'));
+    const original = (createdEvent!.data as { secret: Parameters<SecretBox['open']>[0] }).secret;
+    const rotation = { keyId: 'key_c', subscriptionId: created.subscriptionId, secrets, overlapMs: 60_000 };
+    // Another request (another replica's) rotates after this one read the original secret.
+    const racer = Object.create(store) as MemoryEventStore;
+    let rival: string | undefined;
+    racer.append = async (...args: Parameters<MemoryEventStore['append']>) => {
+      rival ??= (await rotateSecret(store, { ...rotation, expected: original })).secret;
+      return store.append(...args);
+    };
+    await expect(rotateSecret(racer, { ...rotation, expected: original })).rejects.toBeInstanceOf(
+      SubscriptionChangedError,
+    );
+    // One rotation recorded, and its secret (the rival's caller holds it) is the current one.
+    const events = await store.readStream(subscriptionStream('key_c'));
+    const rotations = events.filter((e) => e.type === 'SubscriptionSecretRotated');
+    expect(rotations).toHaveLength(1);
+    const current = (rotations[0]!.data as { secret: Parameters<SecretBox['open']>[0] }).secret;
+    expect(secrets.open(current, created.subscriptionId)).toBe(rival);
   });
 });

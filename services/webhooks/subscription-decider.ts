@@ -41,7 +41,15 @@ export type SubscriptionCommand =
   | { kind: 'create'; data: EventData<'SubscriptionCreated'>; maxPerKey: number }
   | { kind: 'delete'; keyId: string; subscriptionId: string }
   | { kind: 'reEnable'; subscriptionId: string; recoverSince?: string }
-  | { kind: 'rotate'; data: EventData<'SubscriptionSecretRotated'> }
+  | {
+      kind: 'rotate';
+      data: EventData<'SubscriptionSecretRotated'>;
+      /**
+       * The sealed secret the caller read as current: a rotation recorded since then (another
+       * request's, whose caller holds the newest secret) is not overtaken (CONFLICT).
+       */
+      expected: SubscriptionRecord['secret'];
+    }
   | {
       kind: 'reseal';
       data: EventData<'SubscriptionSecretResealed'>;
@@ -158,7 +166,11 @@ export const subscriptionDecider: Decider<SubscriptionState, SubscriptionCommand
         return [{ type: 'SubscriptionUpdated', data: command.data }];
       }
       case 'rotate':
-        existing(state, command.data.subscriptionId);
+        // Two rotations at once would each answer a new secret, and one of them would never sign
+        // (or only for the other's overlap): the one decided second is refused instead.
+        if (!sameSealed(existing(state, command.data.subscriptionId).secret, command.expected)) {
+          throw new SubscriptionChangedError();
+        }
         return [{ type: 'SubscriptionSecretRotated', data: command.data }];
       case 'reseal': {
         const sub = findSubscription(state, command.data.subscriptionId);

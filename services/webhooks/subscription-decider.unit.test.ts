@@ -79,9 +79,28 @@ describe('subscription decider', () => {
     const rotated = { subscriptionId: 'wh_1', secret, previousValidUntil: '2026-01-02T00:00:00.000Z' };
     spec
       .given([created('wh_1')])
-      .when({ kind: 'rotate', data: rotated })
+      .when({ kind: 'rotate', data: rotated, expected: secret })
       .thenEmits([{ type: 'SubscriptionSecretRotated', data: rotated }]);
-    spec.given([]).when({ kind: 'rotate', data: rotated }).thenThrows(notFound);
+    spec.given([]).when({ kind: 'rotate', data: rotated, expected: secret }).thenThrows(notFound);
+  });
+
+  it('refuses a rotation decided after another one it did not read: one new secret, never a lost one', () => {
+    const first = {
+      subscriptionId: 'wh_1',
+      secret: { keyVersion: 'v1', iv: 'iv2', tag: 'tag2', ciphertext: 'ct2' },
+      previousValidUntil: '2026-01-02T00:00:00.000Z',
+    };
+    const second = { ...first, secret: { keyVersion: 'v1', iv: 'iv3', tag: 'tag3', ciphertext: 'ct3' } };
+    // Both read the created secret; the first is recorded, the second is refused.
+    spec
+      .given([created('wh_1'), { type: 'SubscriptionSecretRotated', data: first }])
+      .when({ kind: 'rotate', data: second, expected: secret })
+      .thenThrows((err) => err instanceof SubscriptionChangedError && err.code === 'CONFLICT');
+    // One that read the first rotation's secret rotates.
+    spec
+      .given([created('wh_1'), { type: 'SubscriptionSecretRotated', data: first }])
+      .when({ kind: 'rotate', data: second, expected: first.secret })
+      .thenEmits([{ type: 'SubscriptionSecretRotated', data: second }]);
   });
 
   it('re-seals only the secrets it read, once', () => {

@@ -1,8 +1,4 @@
-import { setTimeout as delay } from 'node:timers/promises';
 import type { Logger } from 'pino';
-
-/** A failed ranking read is tried twice more, these pauses apart, before a close's events go without it. */
-const RANKING_RETRY_PAUSES_MS = [250, 1_000];
 
 export interface RankedMarket {
   coin: string;
@@ -21,7 +17,7 @@ export class MarketRanking {
     { at: number; coins: Map<string, number>; ranked: RankedMarket[] }
   >();
   private readonly refreshing = new Map<string, { at: number; done: Promise<void> }>();
-  /** Per venue, the feed time of its last read that failed every try: a close up to it reads no more. */
+  /** Per venue, the feed time of its last read that failed: a close up to it reads no more. */
   private readonly failed = new Map<string, number>();
 
   constructor(
@@ -29,16 +25,17 @@ export class MarketRanking {
     private readonly logger: Logger,
     /** The feed's clock (replay time on the replay feed). */
     private readonly now: () => number,
-    /** The pauses before a failed read's next tries: their count bounds the tries (1 + pauses). */
-    private readonly retryPausesMs: readonly number[] = RANKING_RETRY_PAUSES_MS,
   ) {}
 
   /**
    * Makes sure the venue's ranking was read at feed time `asOf` or later (an event's candle
    * close, a digest's): the one read before that close may rank another market N-th, as the
    * scheduler ranked it at that close. Read at most once per close, never later than the clock's
-   * now; never throws: a read that fails every try (logged once) keeps the last one for every
-   * event of that close, and the next close reads again.
+   * now; never throws: a read that fails (logged once) keeps the last one for every event of that
+   * close, and the next close reads again. A failed read is not made again here: the live feed
+   * retries a venue's request itself, and not one whose endpoint is failing already, so that a
+   * venue timing out does not hold the close's events (and a stop waiting on them) for its
+   * timeout again and again.
    */
   async prepare(exchange: string, asOf: number): Promise<void> {
     const needed = Math.min(asOf, this.now());
@@ -48,7 +45,7 @@ export class MarketRanking {
     if (!pending || pending.at < needed) {
       const at = this.now();
       const loading = { at, done: Promise.resolve() };
-      loading.done = this.tried(exchange)
+      loading.done = this.load(exchange)
         .then((ranked) => {
           // Loads may end out of order: the latest read is kept.
           if ((this.lists.get(exchange)?.at ?? Number.NEGATIVE_INFINITY) > at) return;
@@ -61,7 +58,7 @@ export class MarketRanking {
         .catch((err: unknown) => {
           this.failed.set(exchange, Math.max(at, this.failed.get(exchange) ?? Number.NEGATIVE_INFINITY));
           this.logger.warn(
-            { err, exchange, tries: 1 + this.retryPausesMs.length },
+            { err, exchange },
             'market ranking unavailable; top:N filters keep the last one for this close',
           );
         })
@@ -72,19 +69,6 @@ export class MarketRanking {
       this.refreshing.set(exchange, pending);
     }
     await pending.done;
-  }
-
-  /** The venue's ranking, read again after each pause while a read fails; the last failure thrown. */
-  private async tried(exchange: string): Promise<RankedMarket[]> {
-    for (let tries = 0; ; tries++) {
-      try {
-        return await this.load(exchange);
-      } catch (err) {
-        const pause = this.retryPausesMs[tries];
-        if (pause === undefined) throw err;
-        await delay(pause);
-      }
-    }
   }
 
   rankOf(exchange: string, coin: string): number | null {

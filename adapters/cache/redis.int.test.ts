@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import net from 'node:net';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { freePort } from '../../test/ports.ts';
+import { freePort, freePortIn } from '../../test/ports.ts';
 import { startPrivateRedis } from '../../test/redis-private.ts';
 import { redisUnreachable } from '../../test/redis-probe.ts';
 import { relay } from '../../test/redis-relay.ts';
@@ -398,10 +398,10 @@ describe('redis cache when Redis cannot be reached', () => {
   });
 
   it("gives back a lost debit only on its own window: a later window's counter under the same key stays", async () => {
-    const server = await startPrivateRedis();
+    const server = await startPrivateRedis({ port: await freePortIn(19_000, 19_999) });
     const pid = Number(/process_id:(\d+)/.exec(await server.admin.info('server'))?.[1]);
     const proxy = relay(new URL(server.url));
-    const port = await proxy.start();
+    const port = await proxy.start(await freePortIn(19_000, 19_999));
     const prefix = 'expired:';
     const cache = await connectRedisCache({
       url: `redis://127.0.0.1:${port}`,

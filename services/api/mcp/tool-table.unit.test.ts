@@ -92,7 +92,14 @@ describe('the tool table', () => {
     // zod writes both on every time and integer field; the OpenAPI document keeps them.
     expect(JSON.stringify(jsonSchema(ServiceBlock, 'output'))).toContain('"pattern"');
     expect(listed).toContain('"format":"date-time"');
-    expect(listed).not.toMatch(/"format":"date-time","pattern"/);
+    // Whatever order a schema's keywords come in.
+    const timed: unknown[] = [];
+    JSON.parse(listed, (_key, value) => {
+      if (value?.format === 'date-time') timed.push(value);
+      return value;
+    });
+    expect(timed.length).toBeGreaterThan(0);
+    expect(timed.filter((node) => Object.hasOwn(node as object, 'pattern'))).toEqual([]);
     expect(listed).not.toContain(String(Number.MAX_SAFE_INTEGER));
     expect(listed).not.toContain(String(Number.MIN_SAFE_INTEGER));
   });

@@ -206,6 +206,7 @@ export function dispatcherComponent(deps: {
           verdicts,
           headPosition: () => adapters.eventStore.headPosition(),
           feed: markets,
+          scheduledTopN: config.SCHEDULE_TOP_N,
         }),
         recoverPerSecond: settings.recoverPerSecond,
         now,

@@ -35,6 +35,11 @@ export function rankedDigestScan(deps: {
   /** With `candles`, a market without a verdict is named with the feed's refusal when it has one. */
   feed: { readonly kind: FeedKind; now(): number; candles?: MarketFeed['candles'] };
   catchUpMs?: number;
+  /**
+   * How many of the venue's top markets the engine records every close of (SCHEDULE_TOP_N): the
+   * wait for the close's verdicts is for those; a market past them has none coming (default: all).
+   */
+  scheduledTopN?: number;
 }): (input: ScanTradeCallsInput, period?: { start: number }) => Promise<ScanTradeCallsOutput> {
   return async (input, period) => {
     const exchange = input.exchange!;
@@ -58,8 +63,11 @@ export function rankedDigestScan(deps: {
       ? Math.floor(period.start / TIMEFRAME_MS[timeframe]) * TIMEFRAME_MS[timeframe]
       : undefined;
     if (close !== undefined) {
+      // Only the markets the engine schedules: a top_n past them would otherwise spend the whole
+      // budget on every digest waiting for verdicts no one records.
+      const awaited = ranked.slice(0, Math.min(topN, deps.scheduledTopN ?? topN));
       const behind = () =>
-        ranked.slice(0, topN).some(({ coin }) => {
+        awaited.some(({ coin }) => {
           const verdict = deps.verdicts.state[marketKey(exchange, coin, timeframe)];
           return verdict !== undefined && verdict.candleCloseTime < close;
         });

@@ -185,6 +185,38 @@ describe('the dispatcher digest scan', () => {
     expect((await scan(input)).calls.map((c) => c.coin).sort()).toEqual(['BTC', 'ETH']);
   });
 
+  it('waits for the close only on the markets the engine schedules, not on those past them', async () => {
+    const hour = 3_600_000;
+    const start = 1_760_040_000_000; // 2025-10-09T20:00:00Z
+    // The engine records every close of its top 1 (ETH) only: BTC, second, has a verdict days old
+    // and none coming, so the digest does not spend its catch-up budget on it.
+    const state: LatestVerdicts = {
+      'BINANCE:ETH:1h': verdict('ETH', { candleCloseTime: start }),
+      'BINANCE:BTC:1h': verdict('BTC', { candleCloseTime: start - 76 * hour }),
+    };
+    let waits = 0;
+    const scan = rankedDigestScan({
+      ranking: ranking(['ETH', 'BTC']),
+      verdicts: {
+        state,
+        checkpoint: 0,
+        waitFor: () => {
+          waits++;
+          return new Promise((r) => setTimeout(r, 1));
+        },
+      },
+      headPosition: async () => 0,
+      feed,
+      catchUpMs: 1_000,
+      scheduledTopN: 1,
+    });
+    const result = await scan(input, { start });
+    // The head's wait only, no turn of the close's.
+    expect(waits).toBe(1);
+    expect(result.calls.map((c) => c.coin)).toEqual(['ETH']);
+    expect(result.skipped.map((s) => s.coin)).toEqual(['BTC']);
+  });
+
   it('throws when the verdicts do not catch up in time', async () => {
     const scan = rankedDigestScan({
       ranking: ranking(['ETH']),

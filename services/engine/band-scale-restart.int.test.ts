@@ -14,7 +14,7 @@ import { marketKey, TIMEFRAME_MS, type Timeframe } from '../../contracts/market.
 import { startPrivatePostgres } from '../../test/postgres-private.ts';
 import { shouldRunPostgresSuite, uniqueSchema } from '../../test/postgres-probe.ts';
 import { SignalEngine, scheduledCoins } from './engine.ts';
-import { bandScalesName, MarketStates, warmupCandles } from './market-states.ts';
+import { BAND_SCALES_VERSION, bandScalesName, MarketStates, warmupCandles } from './market-states.ts';
 import { VerdictScheduler } from './scheduler.ts';
 import { createMarketState } from './signals/index.ts';
 import { stateVolatility } from './signals/market-regime.ts';
@@ -190,6 +190,21 @@ describe('band scales across a restart', () => {
     },
     300_000,
   );
+
+  it('start afresh and are kept when the saved ones fail to read for good (not an outage)', async () => {
+    // A save that does not parse: the state starts its scales at 1 and is kept (its next save
+    // replaces the bad one), rather than rebuilt from its warm-up on every advance as in an outage.
+    const start = Date.UTC(2025, 9, 1);
+    const feed = await openReplayFeed({ dir: SHARED_MARKET_DIR, start, run: false, loop: false });
+    feeds.push(feed);
+    const store = new MemoryProjectionStore();
+    const key = marketKey('BINANCE', 'ETH', '8h');
+    await store.save(bandScalesName(key), { version: BAND_SCALES_VERSION, checkpoint: 0, state: null });
+    const states = new MarketStates(feed, pino({ level: 'silent' }), store);
+    const first = await states.advance('BINANCE', 'ETH', '8h');
+    expect(states.size).toBe(1);
+    expect(await states.advance('BINANCE', 'ETH', '8h')).toBe(first);
+  });
 
   it("are saved by the scheduler's run for every market it advanced", async () => {
     const at = Date.UTC(2025, 9, 20, 12);

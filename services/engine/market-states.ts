@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import { EventStoreUnavailableError } from '../../adapters/event-store/port.ts';
 import { KeyedLock } from '../../adapters/keyed-lock.ts';
 import { MarketDataError } from '../../adapters/market/errors.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
@@ -52,7 +53,7 @@ const HOUR_MS = TIMEFRAME_MS['1h'];
 /** The snapshot store's name for a market's band scales (MarketStates.saveBandScales). */
 export const bandScalesName = (key: string) => `band-scales:${key}`;
 /** Bumped when what is saved changes shape; a snapshot of another version is not resumed. */
-const BAND_SCALES_VERSION = 1;
+export const BAND_SCALES_VERSION = 1;
 
 /** A market's band scales as kept in the snapshot store, with the engine that served them. */
 interface KeptBandScales extends SavedBandScales {
@@ -262,12 +263,14 @@ export class MarketStates {
       const { engineVersion, ...saved } = stored.state;
       return { saved: engineVersion === ENGINE_VERSION ? saved : null, unread: false };
     } catch (err) {
-      // The store out of reach: the state starts its scales afresh, as without a save.
+      // The state starts its scales afresh, as without a save. Only the store's outage (it passes)
+      // leaves them to be read again: a failure that stays (a save that does not parse, a role that
+      // lost its grant) would have every advance of the market rebuild it from its warm-up.
       this.logger?.warn(
         { err, market: key },
         'market state: saved band scales unreadable, starting them afresh',
       );
-      return { saved: null, unread: true };
+      return { saved: null, unread: err instanceof EventStoreUnavailableError };
     }
   }
 

@@ -1,5 +1,8 @@
 import type { Logger } from 'pino';
 
+/** How long a failed ranking read answers the events of its close before that close reads again. */
+export const FAILED_READ_HOLD_MS = 1_000;
+
 export interface RankedMarket {
   coin: string;
   quoteVolume24h: number | null;
@@ -17,30 +20,37 @@ export class MarketRanking {
     { at: number; coins: Map<string, number>; ranked: RankedMarket[] }
   >();
   private readonly refreshing = new Map<string, { at: number; done: Promise<void> }>();
-  /** Per venue, the feed time of its last read that failed: a close up to it reads no more. */
-  private readonly failed = new Map<string, number>();
+  /**
+   * Per venue, its last read that failed: the feed time it read at (a close up to it is not read
+   * again for a while) and the wall time it failed at.
+   */
+  private readonly failed = new Map<string, { at: number; wall: number }>();
 
   constructor(
     private readonly load: (exchange: string) => Promise<RankedMarket[]>,
     private readonly logger: Logger,
     /** The feed's clock (replay time on the replay feed). */
     private readonly now: () => number,
+    /** Wall time, for how long a failed read answers its close. */
+    private readonly wallNow: () => number = Date.now,
   ) {}
 
   /**
    * Makes sure the venue's ranking was read at feed time `asOf` or later (an event's candle
    * close, a digest's): the one read before that close may rank another market N-th, as the
    * scheduler ranked it at that close. Read at most once per close, never later than the clock's
-   * now; never throws: a read that fails (logged once) keeps the last one for every event of that
-   * close, and the next close reads again. A failed read is not made again here: the live feed
-   * retries a venue's request itself, and not one whose endpoint is failing already, so that a
-   * venue timing out does not hold the close's events (and a stop waiting on them) for its
-   * timeout again and again.
+   * now; never throws: a read that fails (logged) keeps the last one for every event of that
+   * close for FAILED_READ_HOLD_MS of wall time, and the next close reads again. A failed read is
+   * not retried at once: the live feed retries a venue's request itself, and not one whose
+   * endpoint is failing already, so a venue timing out does not hold the close's burst of events
+   * (and a stop waiting on them) for its timeout again and again. After the hold the same close
+   * reads again: a digest asks at its period's start on every tick until a ranking loads.
    */
   async prepare(exchange: string, asOf: number): Promise<void> {
     const needed = Math.min(asOf, this.now());
     if ((this.lists.get(exchange)?.at ?? Number.NEGATIVE_INFINITY) >= needed) return;
-    if ((this.failed.get(exchange) ?? Number.NEGATIVE_INFINITY) >= needed) return;
+    const failed = this.failed.get(exchange);
+    if (failed && failed.at >= needed && this.wallNow() - failed.wall < FAILED_READ_HOLD_MS) return;
     let pending = this.refreshing.get(exchange);
     if (!pending || pending.at < needed) {
       const at = this.now();
@@ -56,7 +66,8 @@ export class MarketRanking {
           });
         })
         .catch((err: unknown) => {
-          this.failed.set(exchange, Math.max(at, this.failed.get(exchange) ?? Number.NEGATIVE_INFINITY));
+          const before = this.failed.get(exchange)?.at ?? Number.NEGATIVE_INFINITY;
+          this.failed.set(exchange, { at: Math.max(at, before), wall: this.wallNow() });
           this.logger.warn(
             { err, exchange },
             'market ranking unavailable; top:N filters keep the last one for this close',

@@ -1,6 +1,6 @@
 import pino from 'pino';
 import { describe, expect, it } from 'vitest';
-import { MarketRanking, type RankedMarket } from './ranking.ts';
+import { FAILED_READ_HOLD_MS, MarketRanking, type RankedMarket } from './ranking.ts';
 
 const logger = pino({ level: 'silent' });
 const HOUR = 3_600_000;
@@ -76,7 +76,13 @@ describe('venue ranking on the feed clock', () => {
     const v = venue();
     const lines: string[] = [];
     const warnings = pino({ level: 'warn' }, { write: (line: string) => void lines.push(line) });
-    const ranking = new MarketRanking(v.load, warnings, () => v.clock);
+    const wall = 0;
+    const ranking = new MarketRanking(
+      v.load,
+      warnings,
+      () => v.clock,
+      () => wall,
+    );
     v.clock = 9 * HOUR + 60_000;
     await ranking.prepare('BINANCE', 9 * HOUR);
     v.fail = true;
@@ -97,5 +103,28 @@ describe('venue ranking on the feed clock', () => {
     await nextClose(v, ranking);
     expect(v.loads).toBe(4);
     expect(ranking.rankOf('BINANCE', 'ETH')).toBe(0);
+  });
+
+  it('a close whose read failed reads again once the hold has passed: a digest asks at its period start on every tick', async () => {
+    const v = venue();
+    let wall = 0;
+    const ranking = new MarketRanking(
+      v.load,
+      logger,
+      () => v.clock,
+      () => wall,
+    );
+    v.fail = true;
+    v.clock = 10 * HOUR + 60_000;
+    await ranking.prepare('BINANCE', 10 * HOUR);
+    expect(ranking.ranked('BINANCE')).toEqual([]);
+    v.fail = false;
+    wall += FAILED_READ_HOLD_MS - 1;
+    await ranking.prepare('BINANCE', 10 * HOUR);
+    expect(v.loads).toBe(1);
+    wall += 1;
+    await ranking.prepare('BINANCE', 10 * HOUR);
+    expect(v.loads).toBe(2);
+    expect(ranking.ranked('BINANCE').length).toBeGreaterThan(0);
   });
 });

@@ -191,6 +191,84 @@ describe('band scales across a restart', () => {
     300_000,
   );
 
+  it.runIf(runPostgres)(
+    'are read again, alone, on each advance of a state built while the store was out of reach, then resumed and saved',
+    async () => {
+      // Not kept, such a state was built again from its warm-up's candles (a venue read of 1,800
+      // here, a fold, the read of its scales) on every advance for as long as the store was away.
+      const server = await startPrivatePostgres();
+      const log = await openPostgresEventStore({ url: server.url, schema: uniqueSchema('band_scales') });
+      const step = 8 * H;
+      const start = Date.UTC(2025, 9, 1);
+      const saveAt = start + 10 * 24 * H;
+      const feed = await openReplayFeed({ dir: SHARED_MARKET_DIR, start, run: false, loop: false });
+      feeds.push(feed);
+      // The restarted process's venue reads (timeframe and limit), through the same replay feed.
+      const reads: { tf: Timeframe; limit: number }[] = [];
+      const counted = new Proxy(feed, {
+        get(target, prop) {
+          if (prop === 'candles') {
+            return (...args: Parameters<ReplayFeed['candles']>) => {
+              reads.push({ tf: args[2], limit: args[3]?.limit ?? 0 });
+              return target.candles(...args);
+            };
+          }
+          const value = Reflect.get(target, prop, target);
+          return typeof value === 'function' ? value.bind(target) : value;
+        },
+      });
+      try {
+        const store = log.projectionStore();
+        const name = bandScalesName(marketKey('BINANCE', 'ETH', '8h'));
+        const running = new MarketStates(feed, undefined, store);
+        for (let t = start; t <= saveAt; t += step) {
+          feed.clock.setTime(t);
+          await running.advance('BINANCE', 'ETH', '8h');
+        }
+        expect(await running.saveBandScales()).toBe(1);
+
+        const restarted = new MarketStates(counted, pino({ level: 'silent' }), store);
+        const closes = 4;
+        const served: MarketState[] = [];
+        await server.pause();
+        try {
+          for (let i = 1; i <= closes; i++) {
+            feed.clock.setTime(saveAt + i * step);
+            served.push(await restarted.advance('BINANCE', 'ETH', '8h'));
+            served.push(await restarted.advance('BINANCE', 'ETH', '8h')); // asked again at the close
+          }
+          expect(await restarted.saveBandScales()).toBe(0);
+        } finally {
+          await server.start();
+        }
+        // One state, built once and advanced close after close: one read of its warm-up.
+        const eights = reads.filter((r) => r.tf === '8h');
+        expect(new Set(served).size).toBe(1);
+        expect(eights.filter((r) => r.limit === warmupCandles('8h'))).toHaveLength(1);
+        expect(eights).toHaveLength(closes);
+        // The store back: the state's own scales are not saved over the saved ones.
+        expect(await restarted.saveBandScales()).toBe(0);
+        expect((await store.load<SavedBandScales>(name))!.state.closeTime).toBe(saveAt);
+
+        // The next advance reads them and goes on from them, as the running state does.
+        feed.clock.setTime(saveAt + (closes + 1) * step);
+        const ongoing = scales(await running.advance('BINANCE', 'ETH', '8h'));
+        const after = scales(await restarted.advance('BINANCE', 'ETH', '8h'));
+        expect(after).toHaveLength(3);
+        for (const [row, s] of after.entries()) expect(s / ongoing[row]!).toBeCloseTo(1, 6);
+        // Its own scales were another path's: the case is one where the resume showed.
+        const own = scales(served[0]!);
+        expect(Math.max(...own.map((s, row) => Math.abs(s / ongoing[row]! - 1)))).toBeGreaterThan(0.01);
+        expect(await restarted.saveBandScales()).toBe(1);
+        expect((await store.load<SavedBandScales>(name))!.state.closeTime).toBe(saveAt + (closes + 1) * step);
+      } finally {
+        await log.close();
+        await server.stop();
+      }
+    },
+    300_000,
+  );
+
   it('start afresh and are kept when the saved ones fail to read for good (not an outage)', async () => {
     // A save that does not parse: the state starts its scales at 1 and is kept (its next save
     // replaces the bad one), rather than rebuilt from its warm-up on every advance as in an outage.

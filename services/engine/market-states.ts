@@ -55,6 +55,12 @@ export const bandScalesName = (key: string) => `band-scales:${key}`;
 /** Bumped when what is saved changes shape; a snapshot of another version is not resumed. */
 export const BAND_SCALES_VERSION = 1;
 
+/** A read of a market's saved band scales; `unread`: the store was out of reach. */
+interface BandScalesRead {
+  saved: SavedBandScales | null;
+  unread: boolean;
+}
+
 /** A market's band scales as kept in the snapshot store, with the engine that served them. */
 interface KeptBandScales extends SavedBandScales {
   engineVersion: string;
@@ -76,6 +82,15 @@ export class MarketStates {
   private readonly hourReads = new Map<string, { hour: number; limit: number; read: Promise<Candle[]> }>();
   /** A new state built without its 1h candles, and the venue's failure that left them out. */
   private readonly withoutHours = new WeakMap<MarketState, MarketDataError>();
+
+  /**
+   * States built while the snapshot store was out of reach, their saved band scales unread: kept
+   * and advanced as any state, not saved over the saved scales, and each advance tries the read
+   * again (only the read: no candles, no fold) until the store answers.
+   */
+  private readonly scalesUnread = new WeakSet<MarketState>();
+  /** A retried read of a market's saved band scales in flight (advance). */
+  private readonly scaleRetries = new Map<string, Promise<BandScalesRead>>();
 
   /** The close each market's band scales were last saved at (saveBandScales). */
   private readonly scalesSaved = new Map<string, number>();
@@ -100,20 +115,37 @@ export class MarketStates {
     const key = marketKey(exchange, coin, timeframe);
     // Already at the last close and nothing advancing it: the state as it is, without a turn of
     // the lock (four promises and a task per call, on every keyed call of a market between its
-    // closes). While an advance is queued or running, a call waits for it as before.
+    // closes). While an advance is queued or running, a call waits for it as before. A state whose
+    // saved band scales are unread takes the lock to try them again.
     if (this.lock.idle(key)) {
       const existing = this.states.get(key);
-      if (existing && this.closesBehind(existing, timeframe) <= 0) return Promise.resolve(existing);
+      if (existing && !this.scalesUnread.has(existing) && this.closesBehind(existing, timeframe) <= 0) {
+        return Promise.resolve(existing);
+      }
     }
+    // A read of the saved scales already under way when this call came answers it too: the calls
+    // queued behind it on the lock do not each wait for one more read of a store out of reach.
+    const retrying = this.scaleRetries.get(key);
     return this.lock.run(key, async () => {
       const tfMs = TIMEFRAME_MS[timeframe];
       const existing = this.states.get(key);
       const last = existing?.lastCloseTime ?? null;
       const behind = existing ? this.closesBehind(existing, timeframe) : Number.POSITIVE_INFINITY;
-      if (existing && behind <= 0) return existing;
+      // A state built while the store was out of reach tries its saved scales again. Read, they are
+      // resumed by building the state once more from its warm-up (they apply at their close, which
+      // the state has passed), as after a restart; none saved, the state goes on with its own.
+      let reread: SavedBandScales | null = null;
+      if (existing && this.scalesUnread.has(existing)) {
+        const read = await (retrying ?? this.retryBandScales(key));
+        if (!read.unread) {
+          if (read.saved === null) this.scalesUnread.delete(existing);
+          else reread = read.saved;
+        }
+      }
+      if (existing && behind <= 0 && reread === null) return existing;
       // A state far behind (a long pause) is rebuilt rather than fed a gap it cannot see.
       const warmup = warmupCandles(timeframe);
-      const fresh = !existing || behind > warmup;
+      const fresh = !existing || behind > warmup || reread !== null;
       const state = fresh ? createMarketState({ exchange, coin, timeframe }) : existing;
       const candles = await this.feed.candles(exchange, coin, timeframe, {
         limit: fresh ? warmup : behind + 1,
@@ -143,10 +175,13 @@ export class MarketStates {
           })
         : [];
       // A new state goes on with the band scales saved at a close of its warm-up, from that close.
-      // Saved scales that could not be read (the store out of reach) leave the state served this
-      // once and not kept, as one without its hours: kept, it served scales started at 1 until the
-      // process restarted, and its next save replaced the saved ones with them for good.
-      const read = fresh ? await this.readBandScales(key) : { saved: null, unread: false };
+      // Saved scales that could not be read (the store out of reach) leave the state kept with
+      // scales of its own, marked unread (scalesUnread) until a later advance reads them.
+      const read: BandScalesRead = !fresh
+        ? { saved: null, unread: false }
+        : reread !== null
+          ? { saved: reread, unread: false }
+          : await this.readBandScales(key);
       const { saved } = read;
       let resumed = false;
       let h = 0;
@@ -168,8 +203,11 @@ export class MarketStates {
             : 'market state: saved band scales not resumed (saved outside the warm-up, or for other bands)',
         );
       }
-      if (fresh && (hoursMissing || read.unread)) this.states.delete(key);
-      else this.states.set(key, state);
+      if (fresh && hoursMissing) this.states.delete(key);
+      else {
+        if (fresh && read.unread) this.scalesUnread.add(state);
+        this.states.set(key, state);
+      }
       return state;
     });
   }
@@ -222,6 +260,8 @@ export class MarketStates {
     const failed: string[] = [];
     let firstError: unknown;
     for (const [key, state] of this.states) {
+      // Scales started while the saved ones were unread would replace them for good.
+      if (this.scalesUnread.has(state)) continue;
       const scales = state.savedBandScales();
       if (scales === null || this.scalesSaved.get(key) === scales.closeTime) continue;
       const kept: KeptBandScales = { engineVersion: ENGINE_VERSION, ...scales };
@@ -254,8 +294,22 @@ export class MarketStates {
     return (await this.readBandScales(key)).saved;
   }
 
-  /** loadBandScales, and whether the store failed to answer (`unread`: the state starts them afresh). */
-  private async readBandScales(key: string): Promise<{ saved: SavedBandScales | null; unread: boolean }> {
+  /** One read of the market's saved band scales for a state that could not read them, shared. */
+  private retryBandScales(key: string): Promise<BandScalesRead> {
+    const read = this.readBandScales(key, true);
+    this.scaleRetries.set(key, read);
+    void read.finally(() => {
+      if (this.scaleRetries.get(key) === read) this.scaleRetries.delete(key);
+    });
+    return read;
+  }
+
+  /**
+   * loadBandScales, and whether the store failed to answer (`unread`: the state starts them
+   * afresh). `retry`: a kept state's read again, whose failure is logged at debug (the store logs
+   * its outage, and the state's first read logged the warning).
+   */
+  private async readBandScales(key: string, retry = false): Promise<BandScalesRead> {
     if (!this.bandScales) return { saved: null, unread: false };
     try {
       const stored = await this.bandScales.load<KeptBandScales>(bandScalesName(key));
@@ -265,12 +319,17 @@ export class MarketStates {
     } catch (err) {
       // The state starts its scales afresh, as without a save. Only the store's outage (it passes)
       // leaves them to be read again: a failure that stays (a save that does not parse, a role that
-      // lost its grant) would have every advance of the market rebuild it from its warm-up.
-      this.logger?.warn(
-        { err, market: key },
-        'market state: saved band scales unreadable, starting them afresh',
-      );
-      return { saved: null, unread: err instanceof EventStoreUnavailableError };
+      // lost its grant) would have every advance of the market read them again.
+      const unread = err instanceof EventStoreUnavailableError;
+      if (retry && unread) {
+        this.logger?.debug({ err, market: key }, 'market state: saved band scales still unreadable');
+      } else {
+        this.logger?.warn(
+          { err, market: key },
+          'market state: saved band scales unreadable, starting them afresh',
+        );
+      }
+      return { saved: null, unread };
     }
   }
 

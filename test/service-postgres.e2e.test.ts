@@ -185,6 +185,15 @@ describe.runIf(run)('service on PostgreSQL, NATS JetStream and Redis by configur
       expect(down.status).toBe(503);
       expect(down.body.status).toBe('not_ready');
       expect(down.body.checks.eventStore).toMatchObject({ ok: false, kind: 'postgres' });
+      // Anyone who reaches the port reads /readyz: once the pool's connections are gone, the check
+      // is named with a generic reason, not the driver's words (connect ECONNREFUSED <host>:<port>),
+      // which go to the log.
+      await expect
+        .poll(async () => (await ready()).body.checks.eventStore?.detail, { timeout: 10_000 })
+        .toBe('refused (the full error is in the service log)');
+      const refusedReady = JSON.stringify((await ready()).body);
+      expect(refusedReady).not.toContain(`:${new URL(relay.url).port}`);
+      expect(refusedReady).not.toContain('127.0.0.1');
       expect(down.body.checks.bus?.ok).toBe(true);
 
       const refused = await create();

@@ -1,7 +1,8 @@
-import type { FastifyInstance } from 'fastify';
+import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import { z } from 'zod';
 import type { Metrics } from '../shared/metrics.ts';
-import type { Readiness } from '../shared/readiness.ts';
+import type { CheckResult, Readiness } from '../shared/readiness.ts';
+import { publicChecks } from '../shared/readiness-public.ts';
 import { openToAnyOrigin } from './cors.ts';
 import { documented } from './openapi.ts';
 
@@ -42,10 +43,17 @@ export function opsRoutes(deps: { readiness: Readiness; metrics: Metrics | null;
         503: { description: 'Not ready; `checks` says which part is not', schema: Ready },
       },
     });
-    app.get('/readyz', { config: readyDoc }, async (_req, reply) => {
+    // /readyz answers anyone who reaches the port: a check's words that name a dependency's host,
+    // port, URL, file path or login, or carry its driver's error, are shown as a generic reason
+    // ('refused', 'timed out', 'unreachable', 'out of space', 'login refused'); the full result goes
+    // to the log, once per check until its words change.
+    const logged = new Map<string, string>();
+    app.get('/readyz', { config: readyDoc }, async (request, reply) => {
       const { ready, checks } = await deps.readiness.run();
+      const shown = publicChecks(checks);
+      logHidden(request.log, checks, shown.hidden, logged);
       reply.code(ready ? 200 : 503).header('cache-control', 'no-store');
-      return { status: ready ? 'ready' : 'not_ready', checks };
+      return { status: ready ? 'ready' : 'not_ready', checks: shown.checks };
     });
 
     if (deps.metrics) {
@@ -67,4 +75,23 @@ export function opsRoutes(deps: { readiness: Readiness; metrics: Metrics | null;
       });
     }
   };
+}
+
+function logHidden(
+  log: FastifyBaseLogger,
+  checks: Record<string, CheckResult>,
+  hidden: string[],
+  logged: Map<string, string>,
+): void {
+  for (const name of logged.keys()) if (!hidden.includes(name)) logged.delete(name);
+  for (const name of hidden) {
+    const result = checks[name]!;
+    const words = JSON.stringify(result);
+    if (logged.get(name) === words) continue;
+    logged.set(name, words);
+    log[result.ok ? 'info' : 'warn'](
+      { check: name, result },
+      'readiness check: full result (shown generic on /readyz)',
+    );
+  }
 }

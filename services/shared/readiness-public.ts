@@ -1,0 +1,89 @@
+import type { CheckResult } from './readiness.ts';
+
+/**
+ * What /readyz shows to whoever reaches the port: a check's words that name where a dependency
+ * lives (a host and port, a URL, a file path, a login) or carry a driver's error text are replaced
+ * by a generic reason; the service's own sentences (a projection's lag, the drain's countdown) stay.
+ * The check's name, ok and its other fields stay, so an operator still sees which part is down; the
+ * words taken out go to the service log (see opsRoutes).
+ */
+
+// A URL of any scheme (postgres://user:password@host, redis://, nats://, https://rpc...?key=).
+const URL_LIKE = /\b[a-z][a-z0-9+.-]*:\/\/\S+/i;
+// An IPv4 address (with or without a port), a bracketed IPv6 address, or the IPv6 loopback.
+const IP = /\b\d{1,3}(?:\.\d{1,3}){3}\b|\[[0-9a-f:.]+\]|(?:^|[\s(])::1\b/i;
+// host:port (localhost:5432, db.internal:6379, compose's postgres:5432); a name starting with a
+// letter, so a timestamp is not one, and not a chain's CAIP-2 id (eip155:8453).
+const HOST_PORT = /\b(?!eip155:|solana:)[a-z][a-z0-9-]*(?:\.[a-z0-9-]+)*:\d{2,5}\b/i;
+// An absolute file path of two or more parts (an LMDB or snapshot directory, a socket).
+const PATH = /(?:^|[\s('"=:])(?:\/[\w.@+-]+){2,}/;
+// A login or a database's name quoted by the server (user "svc", role "x", database "signals").
+const LOGIN = /\b(?:user|role|database|schema|relation)\s+"[^"]*"|\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+/i;
+// A driver's or the OS's error code (connect ECONNREFUSED, getaddrinfo ENOTFOUND, MDB_MAP_FULL).
+const DRIVER =
+  /\bE(?:CONN[A-Z]+|TIMEDOUT|NOTFOUND|AI_[A-Z]+|HOSTUNREACH|NETUNREACH|HOSTDOWN|PIPE|NOSPC|ACCES|PERM|ROFS|NOENT|IO|DQUOT)\b|\bMDB_[A-Z_]+\b|\bgetaddrinfo\b/;
+
+const LEAKS = [URL_LIKE, IP, HOST_PORT, PATH, LOGIN, DRIVER];
+
+/** Whether a check's text names where a dependency is, or carries a driver's words. */
+export function leaks(text: string): boolean {
+  return LEAKS.some((pattern) => pattern.test(text));
+}
+
+/** The generic reason for a failure's text: what kind of failure, not where (null: not a failure's). */
+export function genericReason(text: string): string | null {
+  const t = text.toLowerCase();
+  if (/enospc|no space|out of space|disk full|53100|mdb_map_full|edquot/.test(t)) return 'out of space';
+  if (
+    /password|authenticat|noauth|wrongpass|permission denied|eacces|eperm|not authorized|unauthori[sz]ed|forbidden/.test(
+      t,
+    )
+  ) {
+    return 'login refused';
+  }
+  if (/etimedout|timed? ?out|timeout/.test(t)) return 'timed out';
+  if (/econnrefused|refused/.test(t)) return 'refused';
+  if (
+    /unreachable|not connected|connection|closed|lost|reset|enotfound|eai_|getaddrinfo|terminat|fail|error/.test(
+      t,
+    )
+  ) {
+    return 'unreachable';
+  }
+  return null;
+}
+
+const LOGGED = ' (the full error is in the service log)';
+
+function scrub(value: unknown, seen: { failing: boolean; hidden: boolean }): unknown {
+  if (typeof value === 'string') {
+    if (!leaks(value)) return value;
+    seen.hidden = true;
+    // Words of a check that passes and do not read as a failure (a replay directory, say).
+    const reason = genericReason(value) ?? (seen.failing ? 'unreachable' : 'withheld');
+    return `${reason}${LOGGED}`;
+  }
+  if (Array.isArray(value)) return value.map((item) => scrub(item, seen));
+  if (value !== null && typeof value === 'object') {
+    return Object.fromEntries(Object.entries(value).map(([key, item]) => [key, scrub(item, seen)]));
+  }
+  return value;
+}
+
+/**
+ * The checks as /readyz shows them, and the names of the checks whose words were taken out (their
+ * full result is for the log).
+ */
+export function publicChecks(checks: Record<string, CheckResult>): {
+  checks: Record<string, CheckResult>;
+  hidden: string[];
+} {
+  const hidden: string[] = [];
+  const shown: Record<string, CheckResult> = {};
+  for (const [name, result] of Object.entries(checks)) {
+    const seen = { failing: !result.ok, hidden: false };
+    shown[name] = scrub(result, seen) as CheckResult;
+    if (seen.hidden) hidden.push(name);
+  }
+  return { checks: shown, hidden };
+}

@@ -1,0 +1,80 @@
+import { describe, expect, it } from 'vitest';
+import { publicChecks } from './readiness-public.ts';
+
+const LOGGED = ' (the full error is in the service log)';
+
+describe('the checks /readyz shows', () => {
+  it("keeps each check's name and state, and shows a generic reason for words that name where a dependency is", () => {
+    const { checks, hidden } = publicChecks({
+      eventStore: { ok: false, kind: 'postgres', detail: 'postgres: connect ECONNREFUSED 10.0.0.5:5432' },
+      lmdb: {
+        ok: false,
+        kind: 'lmdb',
+        detail: "ENOSPC: no space left on device, open '/var/lib/signals/data.mdb'",
+      },
+      cache: {
+        ok: false,
+        kind: 'redis',
+        detail:
+          'redis at redis://cache.internal:6379 is not connected (status reconnecting, last error: connect ETIMEDOUT)',
+      },
+      login: { ok: false, detail: 'postgres: password authentication failed for user "signals"' },
+      bus: {
+        ok: false,
+        detail:
+          'not connected to NATS since 2026-11-29T21:00:00.000Z (lost 10.0.0.7:4222); reconnecting to the servers of NATS_URL every 0.5 s',
+      },
+      chain: {
+        ok: true,
+        degraded: true,
+        networks: [{ network: 'base', error: 'request to https://rpc.example/v2/SECRETKEY failed' }],
+      },
+      kurrent: { ok: false, detail: 'UnavailableError: getaddrinfo ENOTFOUND esdb.internal' },
+      compose: { ok: false, detail: 'redis at postgres:6379 is not connected (status wait)' },
+    });
+    expect(checks).toEqual({
+      eventStore: { ok: false, kind: 'postgres', detail: `refused${LOGGED}` },
+      lmdb: { ok: false, kind: 'lmdb', detail: `out of space${LOGGED}` },
+      cache: { ok: false, kind: 'redis', detail: `timed out${LOGGED}` },
+      login: { ok: false, detail: `login refused${LOGGED}` },
+      bus: { ok: false, detail: `unreachable${LOGGED}` },
+      chain: { ok: true, degraded: true, networks: [{ network: 'base', error: `unreachable${LOGGED}` }] },
+      kurrent: { ok: false, detail: `unreachable${LOGGED}` },
+      compose: { ok: false, detail: `unreachable${LOGGED}` },
+    });
+    expect(hidden).toEqual(['eventStore', 'lmdb', 'cache', 'login', 'bus', 'chain', 'kurrent', 'compose']);
+  });
+
+  it("keeps the service's own sentences", () => {
+    const own = {
+      eventStore: {
+        ok: true,
+        kind: 'postgres',
+        detail: 'head position 4210 (listener reconnecting, polling)',
+      },
+      projectionLag: {
+        ok: false,
+        detail: 'keys is 1200 events behind the head (PROJECTION_READY_MAX_LAG 1000)',
+      },
+      appends: {
+        ok: false,
+        detail: 'an append has waited 9000 ms for the event store and none finished for 5000 ms',
+      },
+      shutdown: {
+        ok: false,
+        detail: 'stopping: still serving, the listener closes in 800 ms (SHUTDOWN_DRAIN_MS)',
+      },
+      slow: { ok: false, detail: 'no answer within 2000 ms' },
+      chain: {
+        ok: true,
+        degraded: true,
+        detail: 'eip155:8453: stale, no new block seen for 31 s (block 1200, X402_CHAIN_STALL_MS 30000)',
+      },
+      bus: {
+        ok: false,
+        detail: 'the stream has lost its quorum: 1 of 3 copies current, 2 needed, no leader',
+      },
+    };
+    expect(publicChecks(own)).toEqual({ checks: own, hidden: [] });
+  });
+});

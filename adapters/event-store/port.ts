@@ -158,12 +158,21 @@ export class EventStoreUnavailableError extends Error {
   readonly retryable = true;
   /**
    * What a caller is told. The message names the store's server and the driver's words
-   * (`postgres unreachable: connect ECONNREFUSED 10.0.3.7:5432`, an LMDB path): for the log and
-   * /readyz, not for whoever holds a key.
+   * (`postgres unreachable: connect ECONNREFUSED 10.0.3.7:5432`, an LMDB path): for the log, not
+   * for whoever holds a key (/readyz shows a generic reason too).
    */
   get publicMessage(): string {
     return 'the event log is unreachable right now; retry shortly';
   }
+}
+
+/**
+ * A statement the server cancelled at its statement timeout (PostgreSQL's SQLSTATE 57014): rolled
+ * back, nothing written, retryable as the outage is. Unlike the outage it points at one caller, so
+ * its stack (which read or write was slow) is logged.
+ */
+export class StatementCancelledError extends EventStoreUnavailableError {
+  override readonly name: string = 'StatementCancelledError';
 }
 
 /**

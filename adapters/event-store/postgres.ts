@@ -17,6 +17,7 @@ import {
   type Lease,
   NewerLogError,
   NoEventStoreError,
+  StatementCancelledError,
   type Subscription,
   WrongExpectedRevisionError,
 } from './port.ts';
@@ -1055,7 +1056,7 @@ export class PostgresEventStore implements EventStore {
         if ((err as { code?: string }).code === QUERY_CANCELED) {
           // The statement timeout: the server rolled the statement back, so nothing of it was
           // written and the caller may try again; said as unavailable, not as a failure of its own.
-          throw new EventStoreUnavailableError(`postgres statement cancelled: ${(err as Error).message}`, {
+          throw new StatementCancelledError(`postgres statement cancelled: ${(err as Error).message}`, {
             cause: err,
           });
         }

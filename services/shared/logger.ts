@@ -1,7 +1,7 @@
 import { writeSync } from 'node:fs';
 import { type Logger, pino } from 'pino';
 import { DependencyRefusedError } from '../../adapters/dependency-refused.ts';
-import { EventStoreUnavailableError } from '../../adapters/event-store/port.ts';
+import { EventStoreUnavailableError, StatementCancelledError } from '../../adapters/event-store/port.ts';
 import type { Config } from '../../contracts/config.ts';
 
 /**
@@ -223,7 +223,10 @@ export function serializeError(err: unknown): unknown {
   // PostgreSQL stop across four roles. Its message and type say all there is; no stack.
   // A server refused at start (DependencyRefusedError) is one line naming it and what to correct:
   // nothing in the code is at fault, and its stack was the driver's (pg-pool's) under it.
-  if (err instanceof EventStoreUnavailableError || err instanceof DependencyRefusedError) {
+  // A statement cancelled at its timeout is not the outage: one caller's read or write was slow,
+  // and the stack is what names it.
+  const outage = err instanceof EventStoreUnavailableError && !(err instanceof StatementCancelledError);
+  if (outage || err instanceof DependencyRefusedError) {
     const { stack: _stack, ...rest } = serialized;
     return { ...rest, message };
   }

@@ -1,5 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { EventStoreUnavailableError, StorageFullError } from '../../adapters/event-store/port.ts';
+import {
+  EventStoreUnavailableError,
+  StatementCancelledError,
+  StorageFullError,
+} from '../../adapters/event-store/port.ts';
 import { serializeError } from './logger.ts';
 
 describe("the logger's error serializer", () => {
@@ -24,6 +28,23 @@ describe("the logger's error serializer", () => {
     expect(full).not.toHaveProperty('stack');
     const bug = serializeError(new Error('store read failed', { cause })) as { stack: string };
     expect(bug.stack).toContain('caused by: Error: connect ECONNREFUSED');
+  });
+
+  it('keeps the stack of a statement cancelled at its timeout: it names the caller that was slow', () => {
+    async function readTheSlowProjection(): Promise<never> {
+      const cause = Object.assign(new Error('canceling statement due to statement timeout'), {
+        code: '57014',
+      });
+      throw new StatementCancelledError(`postgres statement cancelled: ${cause.message}`, { cause });
+    }
+    return readTheSlowProjection().catch((err: unknown) => {
+      const out = serializeError(err) as { type: string; message: string; stack?: string };
+      expect(out.type).toBe('StatementCancelledError');
+      expect(out.message).toBe('postgres statement cancelled: canceling statement due to statement timeout');
+      expect(out.stack).toContain('readTheSlowProjection');
+      // Still the event store's retryable 503 to whoever called.
+      expect(err).toBeInstanceOf(EventStoreUnavailableError);
+    });
   });
 
   it('still appends a cause the message does not name, each once, as pino does', () => {

@@ -68,6 +68,11 @@ describe.runIf(await requireNats())('readiness per role during a NATS outage', (
 
     await expect.poll(async () => (await readyz(projections)).status).toBe(503);
     expect((await readyz(projections)).body.checks.bus).toMatchObject({ ok: false });
+    // Named with a generic reason: the lost server's host and port are for the log.
+    await expect
+      .poll(async () => (await readyz(projections)).body.checks.bus)
+      .toMatchObject({ ok: false, detail: 'unreachable (the full error is in the service log)' });
+    expect(JSON.stringify((await readyz(projections)).body)).not.toContain(`:${new URL(nats.url).port}`);
     const apiReady = await readyz(api);
     expect(apiReady.status).toBe(200);
     expect(apiReady.body.checks.bus).toBeUndefined();

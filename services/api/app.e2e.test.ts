@@ -266,4 +266,43 @@ describe('HTTP app', () => {
       },
     });
   });
+
+  it("shows a failing dependency's address only in the log, once until its words change", async () => {
+    const lines: { msg?: string; check?: string; result?: { detail?: string } }[] = [];
+    const capture = pino({ level: 'info' }, { write: (line: string) => lines.push(JSON.parse(line)) });
+    const readiness = new Readiness();
+    readiness.add('eventStore', async () => ({
+      ok: false,
+      kind: 'postgres',
+      detail: 'postgres: connect ECONNREFUSED 10.0.0.5:5432',
+    }));
+    app = await buildApp({
+      config: { BODY_LIMIT_BYTES: 1024 },
+      logger: capture,
+      readiness,
+      metrics: null,
+      plugins: [],
+    });
+    const url = await app.listen({ host: '127.0.0.1', port: 0 });
+    for (let probe = 0; probe < 2; probe++) {
+      const res = await fetch(`${url}/readyz`);
+      expect(res.status).toBe(503);
+      expect(await res.json()).toEqual({
+        status: 'not_ready',
+        checks: {
+          eventStore: {
+            ok: false,
+            kind: 'postgres',
+            detail: 'refused (the full error is in the service log)',
+          },
+        },
+      });
+    }
+    const logged = lines.filter((l) => l.msg === 'readiness check: full result (shown generic on /readyz)');
+    expect(logged).toHaveLength(1);
+    expect(logged[0]).toMatchObject({
+      check: 'eventStore',
+      result: { detail: 'postgres: connect ECONNREFUSED 10.0.0.5:5432' },
+    });
+  });
 });

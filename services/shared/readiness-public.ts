@@ -10,15 +10,19 @@ import type { CheckResult } from './readiness.ts';
 
 // A URL of any scheme (postgres://user:password@host, redis://, nats://, https://rpc...?key=).
 const URL_LIKE = /\b[a-z][a-z0-9+.-]*:\/\/\S+/i;
-// An IPv4 address (with or without a port), a bracketed IPv6 address, or the IPv6 loopback.
-const IP = /\b\d{1,3}(?:\.\d{1,3}){3}\b|\[[0-9a-f:.]+\]|(?:^|[\s(])::1\b/i;
+// An IPv4 address (with or without a port), a bracketed IPv6 address, or an unbracketed one
+// written with '::' (fe80::1, 2001:db8::5:4222 as a driver or NATS names it).
+const IP =
+  /\b\d{1,3}(?:\.\d{1,3}){3}\b|\[[0-9a-f:.]+\]|(?:^|[\s(])[0-9a-f]{0,4}(?::[0-9a-f]{1,4})*::(?:[0-9a-f]{1,4}\b)?/i;
 // host:port (localhost:5432, db.internal:6379, compose's postgres:5432); a name starting with a
 // letter, so a timestamp is not one, and not a chain's CAIP-2 id (eip155:8453).
 const HOST_PORT = /\b(?!eip155:|solana:)[a-z][a-z0-9-]*(?:\.[a-z0-9-]+)*:\d{2,5}\b/i;
 // An absolute file path of two or more parts (an LMDB or snapshot directory, a socket).
 const PATH = /(?:^|[\s('"=:])(?:\/[\w.@+-]+){2,}/;
 // A login or a database's name quoted by the server (user "svc", role "x", database "signals").
-const LOGIN = /\b(?:user|role|database|schema|relation)\s+"[^"]*"|\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+/i;
+// A libpq key=value connection string's password or host (password=..., host=db).
+const LOGIN =
+  /\b(?:user|role|database|schema|relation)\s+"[^"]*"|\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+|\b(?:password|host|hostaddr)=\S/i;
 // A driver's or the OS's error code (connect ECONNREFUSED, getaddrinfo ENOTFOUND, MDB_MAP_FULL).
 const DRIVER =
   /\bE(?:CONN[A-Z]+|TIMEDOUT|NOTFOUND|AI_[A-Z]+|HOSTUNREACH|NETUNREACH|HOSTDOWN|PIPE|NOSPC|ACCES|PERM|ROFS|NOENT|IO|DQUOT)\b|\bMDB_[A-Z_]+\b|\bgetaddrinfo\b/;

@@ -31,6 +31,11 @@ describe('the checks /readyz shows', () => {
       },
       kurrent: { ok: false, detail: 'UnavailableError: getaddrinfo ENOTFOUND esdb.internal' },
       compose: { ok: false, detail: 'redis at postgres:6379 is not connected (status wait)' },
+      ipv6: {
+        ok: false,
+        detail: 'not connected to NATS since 2026-11-29T21:00:00.000Z (lost 2001:db8::5:4222)',
+      },
+      conninfo: { ok: false, detail: 'could not connect with password=hunter2 host=db' },
     });
     expect(checks).toEqual({
       eventStore: { ok: false, kind: 'postgres', detail: `refused${LOGGED}` },
@@ -41,8 +46,21 @@ describe('the checks /readyz shows', () => {
       chain: { ok: true, degraded: true, networks: [{ network: 'base', error: `unreachable${LOGGED}` }] },
       kurrent: { ok: false, detail: `unreachable${LOGGED}` },
       compose: { ok: false, detail: `unreachable${LOGGED}` },
+      ipv6: { ok: false, detail: `unreachable${LOGGED}` },
+      conninfo: { ok: false, detail: `login refused${LOGGED}` },
     });
-    expect(hidden).toEqual(['eventStore', 'lmdb', 'cache', 'login', 'bus', 'chain', 'kurrent', 'compose']);
+    expect(hidden).toEqual([
+      'eventStore',
+      'lmdb',
+      'cache',
+      'login',
+      'bus',
+      'chain',
+      'kurrent',
+      'compose',
+      'ipv6',
+      'conninfo',
+    ]);
   });
 
   it("keeps the service's own sentences", () => {

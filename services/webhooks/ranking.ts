@@ -25,6 +25,8 @@ export class MarketRanking {
    * again for a while) and the wall time it failed at.
    */
   private readonly failed = new Map<string, { at: number; wall: number }>();
+  /** Per venue, the close its last warning was for: a close's later failed reads log at debug. */
+  private readonly warnedFor = new Map<string, number>();
 
   constructor(
     private readonly load: (exchange: string) => Promise<RankedMarket[]>,
@@ -39,7 +41,7 @@ export class MarketRanking {
    * Makes sure the venue's ranking was read at feed time `asOf` or later (an event's candle
    * close, a digest's): the one read before that close may rank another market N-th, as the
    * scheduler ranked it at that close. Read at most once per close, never later than the clock's
-   * now; never throws: a read that fails (logged) keeps the last one for every event of that
+   * now; never throws: a read that fails (a warning once per close) keeps the last one for every event of that
    * close for FAILED_READ_HOLD_MS of wall time, and the next close reads again. A failed read is
    * not retried at once: the live feed retries a venue's request itself, and not one whose
    * endpoint is failing already, so a venue timing out does not hold the close's burst of events
@@ -68,7 +70,10 @@ export class MarketRanking {
         .catch((err: unknown) => {
           const before = this.failed.get(exchange)?.at ?? Number.NEGATIVE_INFINITY;
           this.failed.set(exchange, { at: Math.max(at, before), wall: this.wallNow() });
-          this.logger.warn(
+          // A digest asks again every tick while the venue is down: one warning per close.
+          const first = needed > (this.warnedFor.get(exchange) ?? Number.NEGATIVE_INFINITY);
+          if (first) this.warnedFor.set(exchange, needed);
+          this.logger[first ? 'warn' : 'debug'](
             { err, exchange },
             'market ranking unavailable; top:N filters keep the last one for this close',
           );

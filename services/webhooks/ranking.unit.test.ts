@@ -108,9 +108,11 @@ describe('venue ranking on the feed clock', () => {
   it('a close whose read failed reads again once the hold has passed: a digest asks at its period start on every tick', async () => {
     const v = venue();
     let wall = 0;
+    const lines: string[] = [];
+    const warnings = pino({ level: 'warn' }, { write: (line: string) => void lines.push(line) });
     const ranking = new MarketRanking(
       v.load,
-      logger,
+      warnings,
       () => v.clock,
       () => wall,
     );
@@ -118,13 +120,18 @@ describe('venue ranking on the feed clock', () => {
     v.clock = 10 * HOUR + 60_000;
     await ranking.prepare('BINANCE', 10 * HOUR);
     expect(ranking.ranked('BINANCE')).toEqual([]);
+    // Failing again after the hold: read again, not warned again for the same close.
+    wall += FAILED_READ_HOLD_MS;
+    await ranking.prepare('BINANCE', 10 * HOUR);
+    expect(v.loads).toBe(2);
+    expect(lines).toHaveLength(1);
     v.fail = false;
     wall += FAILED_READ_HOLD_MS - 1;
     await ranking.prepare('BINANCE', 10 * HOUR);
-    expect(v.loads).toBe(1);
+    expect(v.loads).toBe(2);
     wall += 1;
     await ranking.prepare('BINANCE', 10 * HOUR);
-    expect(v.loads).toBe(2);
+    expect(v.loads).toBe(3);
     expect(ranking.ranked('BINANCE').length).toBeGreaterThan(0);
   });
 });

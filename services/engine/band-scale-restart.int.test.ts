@@ -46,6 +46,34 @@ describe('band scales across a restart', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
+  /**
+   * The two outage cases' start: a private PostgreSQL (the projection snapshots' store), an ETH
+   * 8h replay and a running state advanced ten days and saved at `saveAt`.
+   */
+  async function savedBeforeOutage() {
+    const server = await startPrivatePostgres();
+    const log = await openPostgresEventStore({ url: server.url, schema: uniqueSchema('band_scales') });
+    const step = 8 * H;
+    const start = Date.UTC(2025, 9, 1);
+    const saveAt = start + 10 * 24 * H;
+    const feed = await openReplayFeed({ dir: SHARED_MARKET_DIR, start, run: false, loop: false });
+    feeds.push(feed);
+    const store = log.projectionStore();
+    const running = new MarketStates(feed, undefined, store);
+    try {
+      for (let t = start; t <= saveAt; t += step) {
+        feed.clock.setTime(t);
+        await running.advance('BINANCE', 'ETH', '8h');
+      }
+      expect(await running.saveBandScales()).toBe(1);
+    } catch (err) {
+      await log.close();
+      await server.stop();
+      throw err;
+    }
+    return { server, log, step, saveAt, feed, store, running };
+  }
+
   for (const [timeframe, coin, exchange, step] of [
     ['5m', 'BTC', 'BINANCE_SPOT', H],
     ['8h', 'ETH', 'BINANCE', 8 * H],
@@ -156,21 +184,8 @@ describe('band scales across a restart', () => {
       // PostgreSQL (the projection snapshots' store) away while a market's state is rebuilt: its
       // saved scales cannot be read. Kept, that state served scales started at 1 after the store came
       // back, until a restart, and its next save replaced the saved ones with them.
-      const server = await startPrivatePostgres();
-      const log = await openPostgresEventStore({ url: server.url, schema: uniqueSchema('band_scales') });
-      const step = 8 * H;
-      const start = Date.UTC(2025, 9, 1);
-      const saveAt = start + 10 * 24 * H;
-      const feed = await openReplayFeed({ dir: SHARED_MARKET_DIR, start, run: false, loop: false });
-      feeds.push(feed);
+      const { server, log, step, saveAt, feed, store, running } = await savedBeforeOutage();
       try {
-        const store = log.projectionStore();
-        const running = new MarketStates(feed, undefined, store);
-        for (let t = start; t <= saveAt; t += step) {
-          feed.clock.setTime(t);
-          await running.advance('BINANCE', 'ETH', '8h');
-        }
-        expect(await running.saveBandScales()).toBe(1);
         feed.clock.setTime(saveAt + step);
         const ongoing = scales(await running.advance('BINANCE', 'ETH', '8h'));
 
@@ -196,13 +211,7 @@ describe('band scales across a restart', () => {
     async () => {
       // Not kept, such a state was built again from its warm-up's candles (a venue read of 1,800
       // here, a fold, the read of its scales) on every advance for as long as the store was away.
-      const server = await startPrivatePostgres();
-      const log = await openPostgresEventStore({ url: server.url, schema: uniqueSchema('band_scales') });
-      const step = 8 * H;
-      const start = Date.UTC(2025, 9, 1);
-      const saveAt = start + 10 * 24 * H;
-      const feed = await openReplayFeed({ dir: SHARED_MARKET_DIR, start, run: false, loop: false });
-      feeds.push(feed);
+      const { server, log, step, saveAt, feed, store, running } = await savedBeforeOutage();
       // The restarted process's venue reads (timeframe and limit), through the same replay feed.
       const reads: { tf: Timeframe; limit: number }[] = [];
       const counted = new Proxy(feed, {
@@ -218,15 +227,7 @@ describe('band scales across a restart', () => {
         },
       });
       try {
-        const store = log.projectionStore();
         const name = bandScalesName(marketKey('BINANCE', 'ETH', '8h'));
-        const running = new MarketStates(feed, undefined, store);
-        for (let t = start; t <= saveAt; t += step) {
-          feed.clock.setTime(t);
-          await running.advance('BINANCE', 'ETH', '8h');
-        }
-        expect(await running.saveBandScales()).toBe(1);
-
         const restarted = new MarketStates(counted, pino({ level: 'silent' }), store);
         const closes = 4;
         const served: MarketState[] = [];

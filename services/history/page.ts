@@ -148,7 +148,7 @@ horizons, and the test months hold too few of them.</p>
   window.trackRecordCharts = {};
   window.trackRecordPlots = charts;
   window.trackRecordRefreshMs = 60000;
-  var compact = new Intl.NumberFormat('en-US', { notation: 'compact', maximumFractionDigits: 1 });
+  var compact = new Intl.NumberFormat('en-US', { notation: 'compact', maximumFractionDigits: 3 });
   function pct(x) { return x === null ? '–' : (100 * x).toFixed(1) + ' %'; }
   function num(x, d) { return x === null ? '–' : x.toFixed(d); }
   function row(l) {
@@ -162,23 +162,44 @@ horizons, and the test months hold too few of them.</p>
       num(f.meanNetBps, 2) + '</td><td>' + num(l.brier, 4) + ' (' + num(l.baseRateBrier, 4) + ')</td></tr>';
   }
   // The value axis is as wide as its longest label (uPlot's fixed default clips "-12,345" to "2,345").
+  // Its labels' decimals follow the ticks (below), so a later layout pass may widen them: the size
+  // then grows to fit and never shrinks within one layout, which keeps uPlot's passes converging.
   function axisSize(self, values, axisIdx, cycleNum) {
     var axis = self.axes[axisIdx];
-    if (cycleNum > 1) return axis._size;
     var size = axis.ticks.size + axis.gap + 4;
     var longest = (values || []).reduce(function (a, v) { return v != null && String(v).length > a.length ? String(v) : a; }, '');
     if (longest !== '') {
       self.ctx.font = axis.font[0];
       size += self.ctx.measureText(longest).width / (window.devicePixelRatio || 1);
     }
-    return Math.ceil(size);
+    return cycleNum > 1 ? Math.max(axis._size, Math.ceil(size)) : Math.ceil(size);
+  }
+  // Each formatter below takes an axis's splits and labels them all. A tick's label names its grid
+  // line: as many decimals as the splits need (at least \`least\`), so a step of 0.25 reads 0.25 and
+  // 0.75, not "0.3" and "0.8" beside lines a quarter apart.
+  function decimals(splits, least) {
+    var d = least;
+    var off = function (v) { return v != null && Math.abs(Number(v.toFixed(d)) - v) > 1e-9 * Math.max(1, Math.abs(v)); };
+    while (d < 6 && splits.some(off)) d++;
+    return d;
+  }
+  function fixed(scale, least, unit) {
+    return function (splits) {
+      var xs = splits.map(function (v) { return v == null ? null : scale * v; });
+      var d = decimals(xs, least);
+      return xs.map(function (v) { return v == null ? '' : v.toFixed(d) + unit; });
+    };
   }
   function valueAxis(format) {
-    return { size: axisSize, values: function (u, splits) { return splits.map(format); } };
+    return { size: axisSize, values: function (u, splits) { return format(splits); } };
   }
-  var asPercent = function (v) { return v == null ? '' : Math.round(100 * v) + ' %'; };
-  var asPoints = function (v) { return v == null ? '' : Math.round(v) + ' %'; };
-  var asBps = function (v) { return v == null ? '' : compact.format(v); };
+  var asPercent = fixed(100, 0, ' %');
+  var asPoints = fixed(1, 0, ' %');
+  var asRatio = fixed(1, 1, '');
+  // Compact from a thousand (12K), each tick with the fraction digits it has (1.25K, 0.25).
+  var asBps = function (splits) {
+    return splits.map(function (v) { return v == null ? '' : compact.format(v) + ' bps'; });
+  };
   // Lines read at 3:1 or more on white (WCAG 1.4.11) and differ by dash as well as colour: the
   // service's calls solid, each baseline its own dash, references dashed grey.
   var RANDOM = '#666666';
@@ -311,7 +332,7 @@ horizons, and the test months hold too few of them.</p>
     var hit = [null].concat(b.map(function (p) { return 100 * p.hitRate; }), [null]);
     draw('chart-calibration', {
       scales: { x: { time: false, range: [lo, hi] }, y: { range: [0, 100] } },
-      axes: [{ values: function (u, s) { return s.map(asPoints); } }, valueAxis(asPoints)],
+      axes: [{ values: function (u, s) { return asPoints(s); } }, valueAxis(asPoints)],
       series: [{ label: 'confidence' },
         { label: 'hit rate', stroke: '#1f77b4', width: 0, points: { show: true, size: 9, fill: '#1f77b4' } },
         { label: 'perfect', stroke: REFERENCE, dash: [4, 4], points: { show: false } }] },
@@ -389,7 +410,7 @@ horizons, and the test months hold too few of them.</p>
       overDays(s, [s.map(function (p) { return p.coverage; })], [nominal]), s.length, none, [dayOf, pct]);
     var top = s.reduce(function (m, p) { return p.sigmaRatio === null ? m : Math.max(m, p.sigmaRatio); }, 1);
     draw('chart-sigma', { scales: { y: { range: [0, Math.ceil(top * 1.2 * 10) / 10] } },
-      axes: [dayAxis(), valueAxis(function (v) { return v == null ? '' : v.toFixed(1); })],
+      axes: [dayAxis(), valueAxis(asRatio)],
       series: [day(), { label: 'σ served ÷ realised', stroke: '#1f77b4' },
       { label: 'right in level', stroke: REFERENCE, dash: [4, 4] }] },
       overDays(s, [s.map(function (p) { return p.sigmaRatio; })], [1]), s.length, none, [dayOf, two]);

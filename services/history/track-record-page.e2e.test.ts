@@ -151,6 +151,35 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     }
   }
 
+  /**
+   * Every value axis (and the calibration chart's confidence axis) labels its grid lines as they
+   * are: the page's own formatter, given the steps uPlot picks on a short axis (quarters, 2.5 and
+   * 250 apart: its increments are 1, 2, 2.5 and 5 times a power of ten), labels each tick so that it
+   * reads back as its value, never 0.25 as "0.3" or 1,250 bps as "1.3K".
+   */
+  async function expectExactTicks(page: Page) {
+    const read = (await page.evaluate(`Object.entries(window.trackRecordPlots).flatMap(([id, u]) =>
+      (id === 'chart-calibration' ? [0, 1] : [1]).flatMap((i) => [0.25, 2.5, 250].map((step) => {
+        const splits = [0, 1, 2, 3, 4, 5].map((k) => k * step);
+        return { id, axis: i, splits, labels: u.axes[i].values(u, splits, i, 30, step) };
+      })))`)) as { id: string; axis: number; splits: number[]; labels: string[] }[];
+    expect(read.length).toBeGreaterThan(0);
+    const unit = { K: 1e3, M: 1e6, B: 1e9 } as Record<string, number>;
+    for (const { id, splits, labels } of read) {
+      // The rates' axes label a share (0.25) in percent (25 %).
+      const scale = id === 'chart-hit' || id === 'chart-coverage' ? 100 : 1;
+      labels.forEach((label, k) => {
+        const m = label.match(/^(-?\d+(?:\.\d+)?)([KMB])?(?: %| bps)?$/);
+        expect(m, `${id}: ${label}`).not.toBeNull();
+        const value = Number(m![1]) * (m![2] ? unit[m![2]]! : 1);
+        expect(value, `${id}: "${label}" names the tick at ${splits[k]! * scale}`).toBeCloseTo(
+          splits[k]! * scale,
+          9,
+        );
+      });
+    }
+  }
+
   /** Each chart has its points; the calibration chart has three or says why it has fewer. */
   async function expectCharts(page: Page) {
     const points = await chartsOrSentences(page);
@@ -165,9 +194,10 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
       expect(axis.labels.length, axis.id).toBeGreaterThan(1);
       expect(axis.widest, `${axis.id}: ${axis.labels.join(' ')}`).toBeLessThanOrEqual(axis.room);
     }
+    await expectExactTicks(page);
     const net = (await axes(page)).find((a) => a.id === 'chart-net')!;
-    // Net return in compact notation ("-1.2K"), never a long number an axis could cut.
-    for (const label of net.labels) expect(label).toMatch(/^-?\d+(\.\d)?[KMB]?$/);
+    // Net return in compact notation ("-1.2K bps"), never a long number an axis could cut.
+    for (const label of net.labels) expect(label).toMatch(/^-?\d+(\.\d{1,3})?[KMB]? bps$/);
     // Rates on their own scale, 0 to 100 %, whatever the data.
     for (const id of ['chart-hit', 'chart-coverage']) {
       const labels = (await axes(page)).find((a) => a.id === id)!.labels;

@@ -1,3 +1,4 @@
+import { request as httpRequest } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ErrorBody, RpcErrorBody } from '../contracts/errors.ts';
 import { startTestService, type TestService } from './service-harness.ts';
@@ -40,6 +41,21 @@ async function post(
 }
 
 const MCP_HEADERS = { accept: 'application/json, text/event-stream' };
+
+/** A request framed exactly as given (fetch would add its own Content-Type and Content-Length). */
+function raw(method: string, path: string, headers: Record<string, string>, body: string) {
+  return new Promise<{ status: number; text: string }>((resolve, reject) => {
+    const req = httpRequest(new URL(url + path), { method, headers }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (chunk: Buffer) => chunks.push(chunk));
+      res.on('error', reject);
+      res.on('end', () => resolve({ status: res.statusCode!, text: Buffer.concat(chunks).toString('utf8') }));
+    });
+    req.on('error', reject);
+    if (headers['transfer-encoding'] === undefined) req.setHeader('content-length', Buffer.byteLength(body));
+    req.end(body);
+  });
+}
 
 describe('hostile bodies', () => {
   it('answers 5,000 nested arrays on /mcp with a JSON-RPC parse error', async () => {
@@ -140,6 +156,36 @@ describe('hostile bodies', () => {
       expect(res.status, `${method} ${path}: ${JSON.stringify(res.body)}`).toBe(404);
       expect(res.body).toMatchObject({ code: 'NOT_FOUND' });
     }
+  });
+
+  // A body of no bytes is no body however it is framed: `curl -X POST -d ''` names
+  // application/x-www-form-urlencoded, and Node's http.request ended without data sends an empty
+  // chunked body with no Content-Type. Both were 415 "send the body as application/json" on the
+  // routes that take none (before the key was even checked); bytes under such a type still are.
+  it.each([
+    ['an empty form body', { 'content-type': 'application/x-www-form-urlencoded' }, ''],
+    ['an empty chunked body without Content-Type', { 'transfer-encoding': 'chunked' }, ''],
+  ])('treats %s as no body where the route takes none', async (_label, framing, body) => {
+    for (const [method, path] of [
+      ['POST', '/api/webhooks/wh_missing/test'],
+      ['POST', '/api/webhooks/wh_missing/disable'],
+      ['DELETE', '/api/webhooks/wh_missing'],
+    ] as const) {
+      const keyed = await raw(method, path, { ...framing, authorization: `Bearer ${key}` }, body);
+      expect(keyed.status, `${method} ${path}: ${keyed.text}`).toBe(404);
+      expect(JSON.parse(keyed.text)).toMatchObject({ code: 'NOT_FOUND' });
+      const keyless = await raw(method, path, framing, body);
+      expect(keyless.status, `${method} ${path} without a key: ${keyless.text}`).toBe(401);
+      expect(JSON.parse(keyless.text)).toMatchObject({ code: 'UNAUTHORIZED' });
+    }
+    const typed = await raw(
+      'POST',
+      '/api/webhooks/wh_missing/test',
+      { ...framing, authorization: `Bearer ${key}` },
+      'a=1',
+    );
+    expect(typed.status, typed.text).toBe(415);
+    expect(JSON.parse(typed.text)).toMatchObject({ code: 'UNSUPPORTED_MEDIA_TYPE' });
   });
 
   it('refuses an empty body where the route needs one, naming what is missing', async () => {

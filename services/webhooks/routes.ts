@@ -27,7 +27,7 @@ import {
 import type { ProjectionRunner } from '../../projections/runner.ts';
 import { openToAnyOrigin } from '../api/cors.ts';
 import type { FieldCodes } from '../api/errors.ts';
-import { noBodyOrObject } from '../api/json-body.ts';
+import { emptyBodyIsNoBody, noBodyOrObject } from '../api/json-body.ts';
 import { declared, documented, type ResponseDoc, type RouteDoc, refusal } from '../api/openapi.ts';
 import { callerHook, decorateCaller, keyRefusal, withAnswerService } from '../metering/caller.ts';
 import { checkWebhookUrl } from '../shared/ssrf/url-policy.ts';
@@ -625,6 +625,8 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
     const schemas = webhookOpenApi();
     plain.get('/api/webhooks/schemas', { config: DOCS.schemas }, async () => schemas);
 
+    // Most of these routes take no body: one of no bytes is none, whatever its framing says.
+    emptyBodyIsNoBody(plain);
     // Before the body is validated: a caller without a key learns nothing about the body it sent.
     // Every refusal is 401, but a key that cannot be checked right now (503, retryable).
     decorateCaller(plain);

@@ -418,6 +418,28 @@ describe('the history anchor', () => {
     }
   });
 
+  it('checks the anchors against the whole file past its first broken link, not the rows before it', async () => {
+    // A revealed verdict of the first anchor's range edited in place, its hash left as recorded:
+    // the chain walk stops at it, while every hash the roots are made of is still the recorded one.
+    const [a1] = anchors;
+    const target = rows.find((r) => r.position <= a1!.position && r.revealed && r.confidence !== null)!;
+    const edited = rows.map((r) => (r === target ? { ...r, confidence: r.confidence! + 1 } : r));
+    const clean = await verify(join(dir, 'clean-ndjson.ndjson'), ...anchorArgs());
+    const report = await verify(await write('edited-in-place', 'ndjson', edited), ...anchorArgs());
+    expect(report.ok).toBe(false);
+    expect(report.firstBroken).toMatchObject({
+      position: target.position,
+      reason: 'hash does not match the revealed content',
+    });
+    // Every anchor made again from every row: none fails, none lies beyond the file, the newest
+    // rows are uncovered as in the clean file.
+    expect(
+      report.anchors.anchors.map((l: { ok: boolean | null; beyond: boolean }) => [l.ok, l.beyond]),
+    ).toEqual(clean.anchors.anchors.map(() => [true, false]));
+    expect(report.anchors.lastPosition).toBe(clean.anchors.lastPosition);
+    expect(report.anchors.uncovered).toEqual(clean.anchors.uncovered);
+  });
+
   it('refuses what is no anchor, and says what it needs', async () => {
     const path = await write('args', 'ndjson', rows);
     await expect(runHistoryCommand(['verify', path, '--anchors'], deps())).rejects.toThrow(UsageError);

@@ -111,9 +111,17 @@ export async function verifyRows(
   }
   // A recorded_at out of order that its stream's next row is to tell apart (see `blame`). The walk
   // is past the break then (at that row or the one before it): it only looks for that next row,
-  // counting and handing on no other.
+  // counting no other.
   let undecided: (OutOfOrder & { stream: string }) | null = null;
-  for await (const row of wellFormed()) {
+  // The walk stops at the first broken link; what onRow checks (the anchors' roots, the outcomes
+  // recomputed from candles) is about the whole file, so it is handed every row, those after the
+  // break too: one changed row would otherwise fail every anchor after it and leave its column
+  // unnamed. A loop's break must not close the file then, so the walk reads through a view of the
+  // iterator without return().
+  const source = wellFormed();
+  const walk: AsyncIterable<HistoryRow> = { [Symbol.asyncIterator]: () => ({ next: () => source.next() }) };
+  for await (const row of walk) {
+    await options.onRow?.(row);
     if (undecided !== null) {
       if (row.stream !== undecided.stream) continue;
       const moved = blame(undecided, Date.parse(row.recorded_at));
@@ -189,8 +197,10 @@ export async function verifyRows(
       broken(ref(row), reason);
       break;
     }
-    await options.onRow?.(row);
   }
+  // The rest of the file, for onRow alone (nothing left when the walk read to the end).
+  if (options.onRow) for await (const row of source) await options.onRow(row);
+  else await source.return(undefined);
   // The stream ended (or a malformed row ended the file) before the row that would tell.
   if (undecided !== null) {
     const moved = blame(undecided, null);

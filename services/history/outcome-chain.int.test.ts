@@ -350,6 +350,38 @@ describe('outcomes in the chain', () => {
       'no market-data folder at',
     );
   });
+
+  it('recomputes the whole file past the first broken link: an outcome edited in place breaks the chain at its row, and --data names its column', async () => {
+    // Early in the file, with rows after it: the chain walk stops there, the recompute does not.
+    const a = middle();
+    const edited = { ...a, return_6: a.return_6! + 0.001 };
+    const path = await write(
+      'edited-in-place',
+      'ndjson',
+      rows.map((r) => (r === a ? edited : r)),
+    );
+    const checked = await verify(path, '--data', 'sample-data/market');
+    expect(checked.ok).toBe(false);
+    expect(checked.firstBroken).toMatchObject({
+      position: a.position,
+      reason: 'outcome_hash does not match the outcome columns',
+    });
+    expect(checked.recomputed).toMatchObject({
+      checked: rows.filter((r) => r.result !== null).length,
+      notInData: 0,
+      mismatched: 1,
+    });
+    expect(checked.recomputed.mismatches).toEqual([
+      {
+        position: a.position,
+        verdictId: a.verdict_id,
+        stream: a.stream,
+        column: 'return_6',
+        exported: edited.return_6,
+        recomputed: a.return_6,
+      },
+    ]);
+  });
 });
 
 function outcomeOf(r: HistoryRow): Partial<HistoryRow> {

@@ -90,7 +90,9 @@ export const SizingSchema = z.object({
     .number()
     .nonnegative()
     .nullable()
-    .describe("notional_usd ÷ price: the quantity in coins at the answer's price; null when σ is 0."),
+    .describe(
+      "The quantity in coins at the answer's price: the notional ÷ price to eight significant digits, taken before notional_usd's rounding to cents, so quantity × price lies within half a cent plus 5 × 10⁻⁸ of notional_usd, a share that shows at a budget of a few cents; null when σ is 0.",
+    ),
   long_stop: SizingStop.nullable().describe(
     "A long's stop at band_low; null when band_low is not below the price.",
   ),

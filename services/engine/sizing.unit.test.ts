@@ -66,6 +66,18 @@ describe('sizing for a stated risk budget', () => {
     expect(SizingSchema.parse(skewed)).toEqual(skewed);
   });
 
+  it('quantity is what its description says: the notional before its rounding to cents ÷ price, to eight significant digits', () => {
+    // SOL 4h at the smallest budget: a 0.53 USD notional, whose rounding is 0.3 % of it.
+    for (const budgetUsd of [0.01, 100, 10_000_000]) {
+      const [price, sigmaPct] = [208.4, 1.8863];
+      const sizing = sizeFor({ price, expectedMovePct: sigmaPct, bandLow: 200, bandHigh: 215, budgetUsd });
+      const exact = budgetUsd / (sigmaPct / 100) / price;
+      expect(sizing.quantity! / exact).toBeCloseTo(1, 7);
+      const off = Math.abs(sizing.quantity! * price - sizing.notional_usd!);
+      expect(off).toBeLessThanOrEqual(0.005 + 5e-8 * sizing.notional_usd! + 1e-9);
+    }
+  });
+
   it("a stop's loss is what its description says, recomputed from the served fields to the cent", () => {
     // The contract: loss_usd = notional_usd × |stop − price| ÷ price, i.e. the budget × the stop's
     // distance in σ. distance_pct is rounded to four decimals, so it does not give the loss to the

@@ -571,7 +571,7 @@ export class NatsBus implements Bus {
       return { ...streamHealth(info), ...drift };
     } catch (err) {
       if (this.lost !== null) return { ...this.lostHealth(this.lost), ...drift };
-      return { ok: false, detail: err instanceof Error ? err.message : String(err), ...drift };
+      return { ok: false, detail: err instanceof Error ? err.message : String(err), cause: err, ...drift };
     } finally {
       this.lossWaiters.delete(onLoss);
     }

@@ -20,6 +20,8 @@ export interface Bus {
 export interface BusHealth {
   ok: boolean;
   detail?: string;
+  /** The error behind a failure: /readyz shows the reason its code gives, the log its words. */
+  cause?: unknown;
   /** Copies of the stream asked for and those up to date now (leader included). */
   replicas?: { wanted: number; current: number; leader?: string };
   /** Settings of the stream found at start that differ from the configured ones. */

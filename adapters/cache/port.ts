@@ -91,7 +91,8 @@ export interface Cache {
    * lived only in the server may be gone. Never called by the in-process adapter.
    */
   onReconnect(listener: () => void): void;
-  health(): Promise<{ ok: boolean; detail?: string }>;
+  /** `cause`: the error behind a failure (/readyz shows the reason its code gives, the log its words). */
+  health(): Promise<{ ok: boolean; detail?: string; cause?: unknown }>;
   close(): Promise<void>;
 }
 

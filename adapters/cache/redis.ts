@@ -663,7 +663,7 @@ export class RedisCache implements Cache {
     this.reconnectListeners.push(listener);
   }
 
-  async health(): Promise<{ ok: boolean; detail?: string }> {
+  async health(): Promise<{ ok: boolean; detail?: string; cause?: unknown }> {
     if (this.client.status !== 'ready') return { ok: false, detail: this.unavailableDetail() };
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
@@ -678,7 +678,7 @@ export class RedisCache implements Cache {
         ? { ok: true }
         : { ok: false, detail: `unexpected PING reply ${String(reply)}` };
     } catch (error) {
-      return { ok: false, detail: `redis at ${this.where}: ${errorMessage(error)}` };
+      return { ok: false, detail: `redis at ${this.where}: ${errorMessage(error)}`, cause: error };
     } finally {
       clearTimeout(timer);
     }

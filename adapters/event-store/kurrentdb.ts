@@ -259,7 +259,7 @@ export class KurrentDbEventStore implements EventStore {
       return { ok: true };
     } catch (error) {
       const { name, message } = error as Error;
-      return { ok: false, detail: message ? `${name}: ${message}` : name };
+      return { ok: false, detail: message ? `${name}: ${message}` : name, cause: error };
     }
   }
 

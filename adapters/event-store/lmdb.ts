@@ -701,7 +701,7 @@ export class LmdbEventStore implements EventStore {
       const head = this.headInTxn();
       return { ok: true, detail: `head position ${head}` };
     } catch (error) {
-      return { ok: false, detail: (error as Error).message };
+      return { ok: false, detail: (error as Error).message, cause: error };
     }
   }
 

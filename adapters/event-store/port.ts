@@ -121,6 +121,8 @@ export interface Subscription extends AsyncIterable<RecordedEvent> {
 export interface HealthReport {
   ok: boolean;
   detail?: string;
+  /** The error behind a failure: /readyz shows the reason its code gives, the log its words. */
+  cause?: unknown;
 }
 
 export class WrongExpectedRevisionError extends Error {

@@ -958,7 +958,7 @@ export class PostgresEventStore implements EventStore {
         detail: `head position ${rows[0]!.head}${this.listener ? '' : ' (listener reconnecting, polling)'}`,
       };
     } catch (error) {
-      return { ok: false, detail: `postgres: ${(error as Error).message}` };
+      return { ok: false, detail: `postgres: ${(error as Error).message}`, cause: error };
     }
   }
 

@@ -261,10 +261,51 @@ describe('HTTP app', () => {
       status: 'not_ready',
       checks: {
         fine: { ok: true },
-        broken: { ok: false, detail: 'connection refused' },
+        broken: { ok: false, detail: 'failed (the full error is in the service log)' },
         hung: { ok: false, detail: 'no answer within 2000 ms' },
       },
     });
+  });
+
+  it("logs a degraded check's words once while only its figures change, and again when its reason does", async () => {
+    const lines: { msg?: string; check?: string; result?: { logged?: unknown } }[] = [];
+    const capture = pino({ level: 'info' }, { write: (line: string) => lines.push(JSON.parse(line)) });
+    const readiness = new Readiness();
+    // A stale chain as ChainHeads reports it: the age grows at every probe, the RPC's words stay.
+    let ageS = 30;
+    let reason = 'refused';
+    readiness.add('chain', async () => {
+      ageS += 2;
+      return {
+        ok: true,
+        degraded: true,
+        detail: `eip155:8453: stale, no new block seen for ${ageS} s; its head could not be read (${reason})`,
+        networks: [{ network: 'eip155:8453', ageS, stale: true, error: reason }],
+        logged: { 'eip155:8453': 'request to rpc.internal/v2/KEY failed' },
+      };
+    });
+    app = await buildApp({
+      config: { BODY_LIMIT_BYTES: 1024 },
+      logger: capture,
+      readiness,
+      metrics: null,
+      plugins: [],
+    });
+    const url = await app.listen({ host: '127.0.0.1', port: 0 });
+    const logged = () =>
+      lines.filter((l) => l.msg === 'readiness check: full result (shown generic on /readyz)');
+    for (let probe = 0; probe < 3; probe++) {
+      const body = JSON.stringify(await (await fetch(`${url}/readyz`)).json());
+      expect(body).not.toContain('rpc.internal');
+    }
+    expect(logged()).toHaveLength(1);
+    expect(logged()[0]).toMatchObject({
+      check: 'chain',
+      result: { logged: { 'eip155:8453': 'request to rpc.internal/v2/KEY failed' } },
+    });
+    reason = 'timed out';
+    await fetch(`${url}/readyz`);
+    expect(logged()).toHaveLength(2);
   });
 
   it("shows a failing dependency's address only in the log, once until its words change", async () => {

@@ -43,15 +43,16 @@ export function opsRoutes(deps: { readiness: Readiness; metrics: Metrics | null;
         503: { description: 'Not ready; `checks` says which part is not', schema: Ready },
       },
     });
-    // /readyz answers anyone who reaches the port: a check's words that name a dependency's host,
-    // port, URL, file path or login, or carry its driver's error, are shown as a generic reason
-    // ('refused', 'timed out', 'unreachable', 'out of space', 'login refused'); the full result goes
-    // to the log, once per check until its words change.
+    // /readyz answers anyone who reaches the port: a check's error is shown as the reason its code
+    // gives ('refused', 'name not resolved', 'timed out', 'TLS certificate refused', 'HTTP 503'),
+    // and words that name a dependency's host, port, URL, file path or login as a generic reason;
+    // the full result goes to the log once per change of the check's state or reason (not of its
+    // figures: a stale chain's age changes at every probe).
     const logged = new Map<string, string>();
     app.get('/readyz', { config: readyDoc }, async (request, reply) => {
       const { ready, checks } = await deps.readiness.run();
       const shown = publicChecks(checks);
-      logHidden(request.log, checks, shown.hidden, logged);
+      logHidden(request.log, checks, shown, logged);
       reply.code(ready ? 200 : 503).header('cache-control', 'no-store');
       return { status: ready ? 'ready' : 'not_ready', checks: shown.checks };
     });
@@ -80,17 +81,17 @@ export function opsRoutes(deps: { readiness: Readiness; metrics: Metrics | null;
 function logHidden(
   log: FastifyBaseLogger,
   checks: Record<string, CheckResult>,
-  hidden: string[],
+  shown: { hidden: string[]; keys: Record<string, string> },
   logged: Map<string, string>,
 ): void {
-  for (const name of logged.keys()) if (!hidden.includes(name)) logged.delete(name);
-  for (const name of hidden) {
-    const result = checks[name]!;
-    const words = JSON.stringify(result);
-    if (logged.get(name) === words) continue;
-    logged.set(name, words);
+  for (const name of logged.keys()) if (!shown.hidden.includes(name)) logged.delete(name);
+  for (const name of shown.hidden) {
+    const { cause, ...result } = checks[name]!;
+    const key = shown.keys[name]!;
+    if (logged.get(name) === key) continue;
+    logged.set(name, key);
     log[result.ok ? 'info' : 'warn'](
-      { check: name, result },
+      { check: name, result, ...(cause === undefined ? {} : { err: cause }) },
       'readiness check: full result (shown generic on /readyz)',
     );
   }

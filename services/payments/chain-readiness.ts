@@ -1,3 +1,4 @@
+import { failureReason } from '../shared/failure-reason.ts';
 import type { Check } from '../shared/readiness.ts';
 import type { ChainReader } from './chain-reader.ts';
 
@@ -10,8 +11,8 @@ interface RailHead {
   block?: bigint;
   /** performance.now() when that number last went up (or when watching began, before any). */
   advancedAt: number;
-  /** Why the last read failed, until one succeeds. */
-  error?: string;
+  /** Why the last read failed, until one succeeds: the reason its code gives, and its words. */
+  error?: { reason: string; words: string };
   timer?: NodeJS.Timeout;
 }
 
@@ -21,6 +22,7 @@ export interface ChainHeadReport {
   /** Seconds since this process last saw the head number go up (or since it started watching). */
   ageS: number;
   stale: boolean;
+  /** Why the last read failed, as its code tells (refused, timed out, HTTP 429...): never its words. */
   error?: string;
 }
 
@@ -74,7 +76,9 @@ export class ChainHeads {
       }
       delete head.error;
     } catch (err) {
-      head.error = (err instanceof Error ? err.message : String(err)).split('\n')[0]!.slice(0, 200);
+      // The words name the RPC's host and often its URL with a key in the path: the log's only.
+      const words = (err instanceof Error ? err.message : String(err)).split('\n')[0]!.slice(0, 200);
+      head.error = { reason: failureReason(err), words };
     }
     // Stopped, or stopped and started again while this read was out (the start made a new head
     // with a poller of its own): this one ends rather than poll beside it.
@@ -92,9 +96,16 @@ export class ChainHeads {
         ...(head.block === undefined ? {} : { block: Number(head.block) }),
         ageS: Math.round(ageMs / 100) / 10,
         stale: ageMs > this.stallMs,
-        ...(head.error === undefined ? {} : { error: head.error }),
+        ...(head.error === undefined ? {} : { error: head.error.reason }),
       };
     });
+  }
+
+  /** The last failed read's words per rail, for the log (see check). */
+  private failures(): Record<string, string> {
+    const words: Record<string, string> = {};
+    for (const [network, head] of this.heads) if (head.error) words[network] = head.error.words;
+    return words;
   }
 
   /** The /readyz check `chain`: never failing, degraded while a rail is stale. */
@@ -102,7 +113,14 @@ export class ChainHeads {
     const networks = this.report();
     const stale = networks.filter((n) => n.stale);
     if (stale.length === 0) return { ok: true, networks };
-    return { ok: true, degraded: true, detail: stale.map((n) => this.describe(n)).join('; '), networks };
+    const failures = this.failures();
+    return {
+      ok: true,
+      degraded: true,
+      detail: stale.map((n) => this.describe(n)).join('; '),
+      networks,
+      ...(Object.keys(failures).length > 0 ? { logged: failures } : {}),
+    };
   };
 
   private describe(n: ChainHeadReport): string {

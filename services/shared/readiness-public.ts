@@ -1,11 +1,19 @@
+import { failureReason } from './failure-reason.ts';
 import type { CheckResult } from './readiness.ts';
 
 /**
- * What /readyz shows to whoever reaches the port: a check's words that name where a dependency
- * lives (a host and port, a URL, a file path, a login) or carry a driver's error text are replaced
- * by a generic reason; the service's own sentences (a projection's lag, the drain's countdown) stay.
- * The check's name, ok and its other fields stay, so an operator still sees which part is down; the
- * words taken out go to the service log (see opsRoutes).
+ * What /readyz shows to whoever reaches the port. A check that failed on an error carries it in
+ * `cause` (and words meant for the log only in `logged`): the answer shows the reason the error's
+ * code gives (refused, name not resolved, timed out, TLS certificate refused, HTTP 503...) in
+ * place of `detail`, and neither the error nor its words, which name the host, address or URL.
+ * The check's name, ok and its other fields stay, so an operator still sees which part is down;
+ * the words taken out go to the service log (see opsRoutes), once per change of the check's
+ * state or reason.
+ *
+ * Beneath that, words of any check that still name where a dependency lives (a URL, an address,
+ * host:port, a file path, a login) or carry a driver's error text are replaced by a generic reason
+ * too, for checks whose source gives text rather than its error; the service's own sentences (a
+ * projection's lag, the drain's countdown) stay.
  */
 
 // A URL of any scheme (postgres://user:password@host, redis://, nats://, https://rpc...?key=).
@@ -59,12 +67,17 @@ export function genericReason(text: string): string | null {
 
 const LOGGED = ' (the full error is in the service log)';
 
-function scrub(value: unknown, seen: { failing: boolean; hidden: boolean }): unknown {
+function scrub(value: unknown, seen: { failing: boolean; reasons: string[] }): unknown {
+  if (value instanceof Error) {
+    const reason = failureReason(value);
+    seen.reasons.push(reason);
+    return `${reason}${LOGGED}`;
+  }
   if (typeof value === 'string') {
     if (!leaks(value)) return value;
-    seen.hidden = true;
     // Words of a check that passes and do not read as a failure (a replay directory, say).
     const reason = genericReason(value) ?? (seen.failing ? 'unreachable' : 'withheld');
+    seen.reasons.push(reason);
     return `${reason}${LOGGED}`;
   }
   if (Array.isArray(value)) return value.map((item) => scrub(item, seen));
@@ -74,20 +87,43 @@ function scrub(value: unknown, seen: { failing: boolean; hidden: boolean }): unk
   return value;
 }
 
+/** A check's answer with its figures (ages, positions, counts) left out, as its log line's key. */
+function withoutFigures(value: unknown): unknown {
+  if (typeof value === 'number') return '#';
+  if (typeof value === 'string') return value.replace(/\d+(?:\.\d+)?/g, '#');
+  if (Array.isArray(value)) return value.map(withoutFigures);
+  if (value !== null && typeof value === 'object') {
+    return Object.fromEntries(Object.entries(value).map(([key, item]) => [key, withoutFigures(item)]));
+  }
+  return value;
+}
+
 /**
- * The checks as /readyz shows them, and the names of the checks whose words were taken out (their
- * full result is for the log).
+ * The checks as /readyz shows them; the names of the checks with words withheld (their full result
+ * is for the log), and for each of those what its log line is keyed on: its state and the reasons
+ * shown, and its words for the log, not its figures (a stale chain's age grows at every probe).
  */
 export function publicChecks(checks: Record<string, CheckResult>): {
   checks: Record<string, CheckResult>;
   hidden: string[];
+  keys: Record<string, string>;
 } {
   const hidden: string[] = [];
+  const keys: Record<string, string> = {};
   const shown: Record<string, CheckResult> = {};
   for (const [name, result] of Object.entries(checks)) {
-    const seen = { failing: !result.ok, hidden: false };
-    shown[name] = scrub(result, seen) as CheckResult;
-    if (seen.hidden) hidden.push(name);
+    const { cause, logged, ...rest } = result;
+    const seen = { failing: !result.ok, reasons: [] as string[] };
+    const open = scrub(rest, seen) as CheckResult;
+    if (cause !== undefined) {
+      const reason = failureReason(cause);
+      seen.reasons.unshift(reason);
+      open.detail = `${reason}${LOGGED}`;
+    }
+    shown[name] = open;
+    if (seen.reasons.length === 0 && cause === undefined && logged === undefined) continue;
+    hidden.push(name);
+    keys[name] = JSON.stringify([withoutFigures(open), seen.reasons, logged ?? null]);
   }
-  return { checks: shown, hidden };
+  return { checks: shown, hidden, keys };
 }

@@ -1,4 +1,6 @@
+import { checkServerIdentity, type PeerCertificate } from 'node:tls';
 import { describe, expect, it } from 'vitest';
+import { Readiness } from './readiness.ts';
 import { publicChecks } from './readiness-public.ts';
 
 const LOGGED = ' (the full error is in the service log)';
@@ -93,6 +95,58 @@ describe('the checks /readyz shows', () => {
         detail: 'the stream has lost its quorum: 1 of 3 copies current, 2 needed, no leader',
       },
     };
-    expect(publicChecks(own)).toEqual({ checks: own, hidden: [] });
+    expect(publicChecks(own)).toEqual({ checks: own, hidden: [], keys: {} });
+  });
+
+  it("shows a check's error as the reason its code gives: no host, address or URL its words hold", async () => {
+    // Words no pattern of a host can tell: a bare host name, a TLS certificate's altnames, an RPC
+    // URL written without its scheme.
+    const altname = checkServerIdentity('db-primary', {
+      subject: { CN: 'other' },
+      subjectaltname: 'DNS:rpc.example',
+    } as unknown as PeerCertificate);
+    const readiness = new Readiness();
+    readiness.add('tls', async () => {
+      throw altname;
+    });
+    readiness.add('bare', async () => {
+      throw Object.assign(new Error('connection to db-primary lost'), { code: 'ECONNRESET' });
+    });
+    readiness.add('rpc', async () => {
+      throw Object.assign(new Error('request to base-mainnet.example.io/v2/SECRETKEY failed'), {
+        code: 'ETIMEDOUT',
+      });
+    });
+    const { checks, hidden } = publicChecks((await readiness.run()).checks);
+    expect(checks).toEqual({
+      tls: { ok: false, detail: `TLS certificate refused${LOGGED}` },
+      bare: { ok: false, detail: `connection reset${LOGGED}` },
+      rpc: { ok: false, detail: `timed out${LOGGED}` },
+    });
+    expect(hidden).toEqual(['tls', 'bare', 'rpc']);
+    const shown = JSON.stringify(checks);
+    for (const word of ['db-primary', 'rpc.example', 'base-mainnet', 'SECRETKEY']) {
+      expect(shown).not.toContain(word);
+    }
+  });
+
+  it('keys the log line on the state and reason of a check, not on its figures', () => {
+    const stale = (ageS: number) => ({
+      ok: true,
+      degraded: true,
+      detail: `eip155:8453: stale, no new block seen for ${ageS} s; its head could not be read (refused)`,
+      networks: [{ network: 'eip155:8453', ageS, stale: true, error: 'refused' }],
+      logged: { 'eip155:8453': 'HTTP request failed.' },
+    });
+    const first = publicChecks({ chain: stale(31) });
+    const later = publicChecks({ chain: stale(33) });
+    expect(first.checks.chain).toEqual({
+      ok: true,
+      degraded: true,
+      detail: stale(31).detail,
+      networks: stale(31).networks,
+    });
+    expect(later.keys.chain).toBe(first.keys.chain);
+    expect(publicChecks({ chain: { ...stale(33), ok: false } }).keys.chain).not.toBe(first.keys.chain);
   });
 });

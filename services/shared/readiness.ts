@@ -7,6 +7,13 @@ export interface CheckResult {
    * true, so /readyz stays 200), e.g. `chain` while a settling rail's chain is stale.
    */
   degraded?: boolean;
+  /**
+   * The error behind a failure, for the log only: /readyz shows the reason its code gives
+   * (failureReason) in place of `detail`, whose words (a host, an address, a URL) are logged.
+   */
+  cause?: unknown;
+  /** Words for the log only (what a degraded check's dependency answered), never shown. */
+  logged?: unknown;
   [extra: string]: unknown;
 }
 
@@ -41,6 +48,7 @@ async function bounded(check: Check, timeoutMs: number): Promise<CheckResult> {
       check().catch((err: unknown) => ({
         ok: false,
         detail: err instanceof Error ? err.message : String(err),
+        cause: err,
       })),
       timeout,
     ]);

@@ -1,0 +1,132 @@
+/**
+ * The public reason for a dependency's failure, chosen from the error's code, never from its
+ * words: a driver's or the OS's message names the host, address, URL or login it failed on (a TLS
+ * altname, a bare host name, an RPC URL with its key), so /readyz shows only the kind of failure
+ * and the words go to the service log. The error's causes are read too (fetch wraps the socket's
+ * error in `cause`, a connection tried on several addresses fails with an AggregateError).
+ */
+export type FailureReason =
+  | 'refused'
+  | 'name not resolved'
+  | 'timed out'
+  | 'unreachable'
+  | 'connection reset'
+  | 'TLS certificate refused'
+  | 'login refused'
+  | 'permission denied'
+  | 'out of space'
+  | `HTTP ${number}`
+  | 'failed';
+
+/** Node's and OpenSSL's codes of a certificate the client would not accept. */
+const TLS_CODES = new Set([
+  'ERR_TLS_CERT_ALTNAME_INVALID',
+  'CERT_HAS_EXPIRED',
+  'CERT_NOT_YET_VALID',
+  'CERT_REVOKED',
+  'CERT_UNTRUSTED',
+  'CERT_REJECTED',
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'SELF_SIGNED_CERT_IN_CHAIN',
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'UNABLE_TO_GET_ISSUER_CERT',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+  'HOSTNAME_MISMATCH',
+]);
+
+/** By code: the OS's (errno names), undici's, PostgreSQL's SQLSTATE, NATS's. */
+const BY_CODE: Record<string, FailureReason> = {
+  ECONNREFUSED: 'refused',
+  CONNECTION_REFUSED: 'refused',
+  ENOTFOUND: 'name not resolved',
+  EAI_AGAIN: 'name not resolved',
+  EAI_FAIL: 'name not resolved',
+  EAI_NONAME: 'name not resolved',
+  ETIMEDOUT: 'timed out',
+  ESOCKETTIMEDOUT: 'timed out',
+  UND_ERR_CONNECT_TIMEOUT: 'timed out',
+  UND_ERR_HEADERS_TIMEOUT: 'timed out',
+  UND_ERR_BODY_TIMEOUT: 'timed out',
+  TIMEOUT: 'timed out',
+  EHOSTUNREACH: 'unreachable',
+  ENETUNREACH: 'unreachable',
+  EHOSTDOWN: 'unreachable',
+  ENETDOWN: 'unreachable',
+  ECONNRESET: 'connection reset',
+  ECONNABORTED: 'connection reset',
+  EPIPE: 'connection reset',
+  UND_ERR_SOCKET: 'connection reset',
+  ENOSPC: 'out of space',
+  EDQUOT: 'out of space',
+  MDB_MAP_FULL: 'out of space',
+  EACCES: 'permission denied',
+  EPERM: 'permission denied',
+  EROFS: 'permission denied',
+  AUTHORIZATION_VIOLATION: 'login refused',
+  AUTHENTICATION_EXPIRED: 'login refused',
+  // PostgreSQL: disk full, invalid password, invalid authorization, no such role's rights.
+  '53100': 'out of space',
+  '28P01': 'login refused',
+  '28000': 'login refused',
+  '42501': 'permission denied',
+  // PostgreSQL: shutting down, starting up, too many connections, a connection failure.
+  '57P01': 'unreachable',
+  '57P02': 'unreachable',
+  '57P03': 'unreachable',
+  '53300': 'refused',
+  '08001': 'unreachable',
+  '08006': 'unreachable',
+};
+
+/** By the error class's name, for clients whose errors carry no code (KurrentDB's, viem's). */
+const BY_NAME: Record<string, FailureReason> = {
+  AccessDeniedError: 'login refused',
+  NotAuthenticatedError: 'login refused',
+  UnavailableError: 'unreachable',
+  DeadlineExceededError: 'timed out',
+  TimeoutError: 'timed out',
+};
+
+function reasonOf(error: object): FailureReason | null {
+  const { code, name, status, statusCode } = error as {
+    code?: unknown;
+    name?: unknown;
+    status?: unknown;
+    statusCode?: unknown;
+  };
+  if (typeof code === 'string') {
+    if (TLS_CODES.has(code) || code.startsWith('ERR_SSL_') || code.startsWith('ERR_TLS_')) {
+      return 'TLS certificate refused';
+    }
+    const known = BY_CODE[code];
+    if (known) return known;
+  }
+  // Redis answers refusals with its error code as the first word (NOAUTH, WRONGPASS).
+  const message = (error as { message?: unknown }).message;
+  if (typeof message === 'string' && /^(?:NOAUTH|WRONGPASS)\b/.test(message)) return 'login refused';
+  if (typeof message === 'string' && /\bMDB_MAP_FULL\b/.test(message)) return 'out of space';
+  const http = typeof status === 'number' ? status : typeof statusCode === 'number' ? statusCode : null;
+  if (http !== null && http >= 400 && http <= 599 && Number.isInteger(http)) return `HTTP ${http}`;
+  if (typeof name === 'string' && BY_NAME[name]) return BY_NAME[name];
+  return null;
+}
+
+/** The kind of failure `error` is, from its code (or its causes'); 'failed' when none is known. */
+export function failureReason(error: unknown): FailureReason {
+  const seen = new Set<object>();
+  const queue: unknown[] = [error];
+  while (queue.length > 0) {
+    const next = queue.shift();
+    if (next === null || typeof next !== 'object' || seen.has(next) || seen.size >= 16) continue;
+    seen.add(next);
+    const reason = reasonOf(next);
+    if (reason) return reason;
+    queue.push((next as { cause?: unknown }).cause);
+    const errors = (next as { errors?: unknown }).errors;
+    if (Array.isArray(errors)) queue.push(...errors);
+  }
+  // A client's own timeout often has no code (pg's pool: 'timeout exceeded when trying to
+  // connect'): its words pick the reason, they are not shown.
+  const message = error instanceof Error ? error.message : typeof error === 'string' ? error : '';
+  return /\btime[sd]? ?out\b|\btimeout\b/i.test(message) ? 'timed out' : 'failed';
+}

@@ -1,0 +1,46 @@
+import { checkServerIdentity, type PeerCertificate } from 'node:tls';
+import { describe, expect, it } from 'vitest';
+import { failureReason } from './failure-reason.ts';
+
+const coded = (message: string, fields: Record<string, unknown>) => Object.assign(new Error(message), fields);
+
+describe('the reason a failure is shown with', () => {
+  it("comes from the error's code, or its causes', never its words", () => {
+    // fetch wraps the socket's error; a connection tried on several addresses is an AggregateError.
+    const fetchFailed = new TypeError('fetch failed', {
+      cause: coded('getaddrinfo ENOTFOUND rpc.internal', { code: 'ENOTFOUND' }),
+    });
+    const happyEyeballs = new AggregateError(
+      [coded('connect ECONNREFUSED ::1:5432', { code: 'ECONNREFUSED' })],
+      'all attempts failed',
+    );
+    // Node's own check of a certificate's names (its message names the host and the altnames).
+    const altname = checkServerIdentity('db-primary', {
+      subject: { CN: 'other' },
+      subjectaltname: 'DNS:rpc.example',
+    } as unknown as PeerCertificate);
+    expect(altname?.message).toContain('db-primary');
+    expect(failureReason(fetchFailed)).toBe('name not resolved');
+    expect(failureReason(happyEyeballs)).toBe('refused');
+    expect(failureReason(altname)).toBe('TLS certificate refused');
+    expect(failureReason(coded('self-signed', { code: 'DEPTH_ZERO_SELF_SIGNED_CERT' }))).toBe(
+      'TLS certificate refused',
+    );
+    expect(failureReason(coded('x', { code: 'ETIMEDOUT' }))).toBe('timed out');
+    expect(failureReason(coded('x', { code: 'ECONNRESET' }))).toBe('connection reset');
+    expect(failureReason(coded('x', { code: 'EHOSTUNREACH' }))).toBe('unreachable');
+    expect(failureReason(coded('x', { code: 'ENOSPC' }))).toBe('out of space');
+    expect(failureReason(coded('password authentication failed for user "svc"', { code: '28P01' }))).toBe(
+      'login refused',
+    );
+    expect(failureReason(coded('could not extend file', { code: '53100' }))).toBe('out of space');
+    expect(failureReason(new Error('NOAUTH Authentication required.'))).toBe('login refused');
+    expect(failureReason(coded('HTTP request failed. URL: base.example/v2/KEY', { status: 429 }))).toBe(
+      'HTTP 429',
+    );
+    expect(failureReason(coded('x', { name: 'AccessDeniedError' }))).toBe('login refused');
+    expect(failureReason(new Error('timeout exceeded when trying to connect'))).toBe('timed out');
+    expect(failureReason(new Error('connection to db-primary lost'))).toBe('failed');
+    expect(failureReason('a string')).toBe('failed');
+  });
+});

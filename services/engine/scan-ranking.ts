@@ -81,5 +81,10 @@ function emptyNote(scanned: number, holds: number, below: number, failed: number
     below > 0 ? `${below} had a confidence below the minimum asked, ${min}` : null,
     failed > 0 ? `${failed} could not be evaluated` : null,
   ].filter((p) => p !== null);
-  return `none of the ${scanned} markets scanned is listed (each is named in skipped): ${parts.join('; ')}`;
+  // A scan of one market (topN 1) says so in the singular: "none of the 1 markets" reads as a slip.
+  const head =
+    scanned === 1
+      ? 'the 1 market scanned is not listed (it is named in skipped)'
+      : `none of the ${scanned} markets scanned is listed (each is named in skipped)`;
+  return `${head}: ${parts.join('; ')}`;
 }

@@ -83,6 +83,14 @@ describe('scan ranking', () => {
     );
   });
 
+  it('a scan of one market words its note in the singular', () => {
+    const result = scan({ minConfidence: 95 }, rows.slice(0, 1));
+    expect(result.calls).toEqual([]);
+    expect(result.note).toBe(
+      'the 1 market scanned is not listed (it is named in skipped): 1 had a confidence below the minimum asked, 95',
+    );
+  });
+
   it('names every market the limit cuts, with where it ranked, so each market scanned is listed or named', () => {
     const result = scan({ limit: 2, rankBy: 'volume' }, rows, [
       { coin: 'Z', reason: 'no candles for Z on BINANCE' },

@@ -53,7 +53,10 @@ function coerce(name: keyof HistoryRow, value: unknown): unknown {
   if (value === null || value === undefined || value === '') return null;
   const kind = KINDS[name];
   if (kind === 'timestamp') return coerceTime(name, value);
-  if (kind === 'bool') return value === true || value === 'true';
+  // Only what the export writes for a boolean: anything else stays as read, so the row is refused
+  // naming it rather than read as false (a `revealed` of "yes" would pass for a commitment).
+  if (kind === 'bool')
+    return value === true || value === 'true' ? true : value === false || value === 'false' ? false : value;
   if (kind === 'utf8') return String(value);
   return Number(value);
 }
@@ -120,7 +123,10 @@ function toRow(record: Record<string, unknown>, where: string): HistoryRow {
   const detail = parsed.error.issues
     .map((i) => {
       const field = String(i.path[0] ?? '(row)');
-      return `${field} ${JSON.stringify(row[field] ?? null)} (${i.message})`;
+      // What the file holds: a number column's text that is no number reads as NaN, which JSON writes as null.
+      const value = row[field];
+      const shown = typeof value === 'number' && Number.isNaN(value) ? record[field] : value;
+      return `${field} ${JSON.stringify(shown ?? null)} (${i.message})`;
     })
     .join('; ');
   throw new MalformedRowError(

@@ -1,0 +1,107 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import type { HistoryRow } from '../../contracts/history.ts';
+import { encodeCursor } from './cursor.ts';
+import { readExport } from './files.ts';
+import { CSV_HEADER, csvLine } from './writers.ts';
+
+const dir = mkdtempSync(join(tmpdir(), 'history-files-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+const verdictId = '41ba029a-4321-5e69-8be7-6d2186b5162b';
+/** A commitment as the export writes it: its outcome and content columns null until revealed. */
+const commitment = {
+  position: 2,
+  verdict_id: verdictId,
+  stream: 'verdicts-BINANCE_SPOT-AVAX-1h',
+  revision: 0,
+  recorded_at: '2026-11-29T23:04:25.345Z',
+  exchange: 'BINANCE_SPOT',
+  coin: 'AVAX',
+  timeframe: '1h',
+  hash: '99e3c80a1cf40105e77900c6b844c4660418d106e5f48b63c89b790e0087bef0',
+  prev_hash: null,
+  reveal_at: '2025-10-01T07:00:00.000Z',
+  revealed: false,
+  ...Object.fromEntries(
+    [
+      'call',
+      'confidence',
+      'score',
+      'regime',
+      'price',
+      'candle_close_time',
+      'feed',
+      'engine_version',
+      'trigger',
+      'inputs_json',
+      'outcome_id',
+      'return_1',
+      'return_6',
+      'return_24',
+      'result',
+      'net_centi_bps',
+      'mae_bps',
+      'mfe_bps',
+      'realised_vol',
+      'lean',
+      'lean_net_centi_bps',
+      'outcome_hash',
+      'outcome_prev_hash',
+      'outcome_position',
+    ].map((k) => [k, null]),
+  ),
+  cursor: encodeCursor(2, verdictId),
+} as unknown as HistoryRow;
+
+async function readAll(path: string): Promise<HistoryRow[]> {
+  const rows: HistoryRow[] = [];
+  for await (const row of readExport(path)) rows.push(row);
+  return rows;
+}
+
+const ndjson = (name: string, row: Record<string, unknown>) => {
+  const path = join(dir, `${name}.ndjson`);
+  writeFileSync(path, `${JSON.stringify(row)}\n`);
+  return path;
+};
+const csv = (name: string, row: Record<string, unknown>) => {
+  const path = join(dir, `${name}.csv`);
+  writeFileSync(path, CSV_HEADER + csvLine(row as unknown as HistoryRow));
+  return path;
+};
+
+describe('reading an export back: a malformed value', () => {
+  it('reads the row as written', async () => {
+    expect(await readAll(ndjson('clean', commitment))).toEqual([commitment]);
+    expect(await readAll(csv('clean', commitment))).toEqual([commitment]);
+  });
+
+  it('names a number column that holds no number by what the file holds, not null', async () => {
+    for (const path of [
+      ndjson('position', { ...commitment, position: 'abc' }),
+      csv('position', { ...commitment, position: 'abc' }),
+    ]) {
+      await expect(readAll(path)).rejects.toMatchObject({
+        name: 'MalformedRowError',
+        fields: ['position'],
+        message: expect.stringMatching(/^line \d+: malformed position "abc" \(/),
+      });
+    }
+  });
+
+  it('refuses a boolean that is neither true nor false, naming it, rather than read it as false', async () => {
+    for (const path of [
+      ndjson('revealed', { ...commitment, revealed: 'yes' }),
+      csv('revealed', { ...commitment, revealed: 'yes' }),
+    ]) {
+      await expect(readAll(path)).rejects.toMatchObject({
+        name: 'MalformedRowError',
+        fields: ['revealed'],
+        message: expect.stringMatching(/^line \d+: malformed revealed "yes" \(/),
+      });
+    }
+  });
+});

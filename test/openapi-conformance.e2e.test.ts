@@ -53,7 +53,11 @@ type Operation = {
   requestBody?: { content?: Record<string, { schema?: Json }> };
   responses: Record<
     string,
-    { content?: Record<string, { schema?: Json; example?: unknown }>; headers?: Record<string, unknown> }
+    {
+      description?: string;
+      content?: Record<string, { schema?: Json; example?: unknown }>;
+      headers?: Record<string, unknown>;
+    }
   >;
 };
 
@@ -1410,6 +1414,47 @@ describe('the OpenAPI document describes every real answer', () => {
       headers: { 'if-none-match': etag! },
       status: 304,
     });
+  });
+
+  it('answers HEAD and OPTIONS, which no operation lists, as `default` says, where Allow lists them', async () => {
+    // A 405's Allow names HEAD beside GET and OPTIONS on the paths pages may call, yet neither is an
+    // operation: `default` must say what they answer, or a client reads 200 and 204 as undocumented.
+    const keyed = { authorization: `Bearer ${key}` };
+    const seen = new Set<string>();
+    for (const [template, method] of [
+      ['/healthz', 'get'],
+      ['/api/webhooks', 'get'],
+      ['/verify/sample', 'get'],
+      ['/x402/get_trade_call', 'post'],
+      ['/api/search', 'post'],
+    ] as const) {
+      const description = String(doc.paths[template]![method]!.responses.default?.description);
+      const refused = await fetch(`${url}${template}`, { method: 'PUT', headers: keyed });
+      await refused.arrayBuffer();
+      expect(refused.status, template).toBe(405);
+      const allow = (refused.headers.get('allow') ?? '').split(', ');
+      if (allow.includes('HEAD')) {
+        const [head, get] = await Promise.all(
+          ['HEAD', 'GET'].map((m) => fetch(`${url}${template}`, { method: m, headers: keyed })),
+        );
+        expect(head!.status, template).toBe(get!.status);
+        expect((await head!.arrayBuffer()).byteLength, template).toBe(0);
+        await get!.arrayBuffer();
+        expect(description, template).toMatch(/HEAD, on a path that takes GET, as GET is/);
+        seen.add('HEAD');
+      }
+      if (allow.includes('OPTIONS')) {
+        const preflight = await fetch(`${url}${template}`, {
+          method: 'OPTIONS',
+          headers: { origin: 'https://page.example', 'access-control-request-method': 'POST' },
+        });
+        expect(preflight.status, template).toBe(204);
+        expect(preflight.headers.get('access-control-allow-origin'), template).toBeTruthy();
+        expect(description, template).toMatch(/OPTIONS, the CORS preflight, 204/);
+        seen.add('OPTIONS');
+      }
+    }
+    expect([...seen].sort()).toEqual(['HEAD', 'OPTIONS']);
   });
 
   it('called every operation of the document', () => {

@@ -190,8 +190,15 @@ horizons, and the test months hold too few of them.</p>
       return xs.map(function (v) { return v == null ? '' : v.toFixed(d) + unit; });
     };
   }
-  function valueAxis(format) {
-    return { size: axisSize, values: function (u, splits) { return format(splits); } };
+  // Every axis says what it measures and in which unit (a tick's "%" does not say of what).
+  function titled(axis, label) {
+    axis.label = label;
+    axis.labelSize = 20;
+    axis.labelFont = '12px system-ui, sans-serif';
+    return axis;
+  }
+  function valueAxis(format, label) {
+    return titled({ size: axisSize, values: function (u, splits) { return format(splits); } }, label);
   }
   var asPercent = fixed(100, 0, ' %');
   var asPoints = fixed(1, 0, ' %');
@@ -209,7 +216,7 @@ horizons, and the test months hold too few of them.</p>
   function day() { return { label: 'day (UTC)', value: '{YYYY}-{MM}-{DD}' }; }
   // Its time axis: ticks on whole days only (an hour tick, "12am", says nothing of a day's figures).
   function dayAxis() {
-    return { incrs: [1, 2, 3, 7, 14, 30, 60, 90, 180, 365].map(function (n) { return n * 86400; }) };
+    return titled({ incrs: [1, 2, 3, 7, 14, 30, 60, 90, 180, 365].map(function (n) { return n * 86400; }) }, 'day (UTC)');
   }
   // The series a reader hid with the legend, per chart (labels): a redraw keeps them hidden.
   var hiddenSeries = {};
@@ -332,7 +339,7 @@ horizons, and the test months hold too few of them.</p>
     var hit = [null].concat(b.map(function (p) { return 100 * p.hitRate; }), [null]);
     draw('chart-calibration', {
       scales: { x: { time: false, range: [lo, hi] }, y: { range: [0, 100] } },
-      axes: [{ values: function (u, s) { return asPoints(s); } }, valueAxis(asPoints)],
+      axes: [titled({ values: function (u, s) { return asPoints(s); } }, 'confidence (%)'), valueAxis(asPoints, 'hit rate (%)')],
       series: [{ label: 'confidence' },
         { label: 'hit rate', stroke: '#1f77b4', width: 0, points: { show: true, size: 9, fill: '#1f77b4' } },
         { label: 'perfect', stroke: REFERENCE, dash: [4, 4], points: { show: false } }] },
@@ -404,13 +411,13 @@ horizons, and the test months hold too few of them.</p>
       ? 'None of the ' + tr.overall.risk.unscored + ' resolved verdicts in this window carries a risk forecast to score (recorded before verdicts served one), so there is nothing to chart.'
       : 'No verdict has a resolved outcome in this window yet, so the risk forecast has nothing to be scored on.';
     var nominal = tr.overall.risk.nominalCoverage;
-    draw('chart-coverage', { scales: { y: { range: [0, 1] } }, axes: [dayAxis(), valueAxis(asPercent)],
+    draw('chart-coverage', { scales: { y: { range: [0, 1] } }, axes: [dayAxis(), valueAxis(asPercent, 'closes inside the band (%)')],
       series: [day(), { label: 'inside the band', stroke: '#1f77b4' },
       { label: 'stated', stroke: REFERENCE, dash: [4, 4] }] },
       overDays(s, [s.map(function (p) { return p.coverage; })], [nominal]), s.length, none, [dayOf, pct]);
     var top = s.reduce(function (m, p) { return p.sigmaRatio === null ? m : Math.max(m, p.sigmaRatio); }, 1);
     draw('chart-sigma', { scales: { y: { range: [0, Math.ceil(top * 1.2 * 10) / 10] } },
-      axes: [dayAxis(), valueAxis(asRatio)],
+      axes: [dayAxis(), valueAxis(asRatio, 'σ served ÷ realised (ratio)')],
       series: [day(), { label: 'σ served ÷ realised', stroke: '#1f77b4' },
       { label: 'right in level', stroke: REFERENCE, dash: [4, 4] }] },
       overDays(s, [s.map(function (p) { return p.sigmaRatio; })], [1]), s.length, none, [dayOf, two]);
@@ -431,14 +438,14 @@ horizons, and the test months hold too few of them.</p>
     document.querySelector('#lines tbody').innerHTML = [tr.overall].concat(tr.lines).map(row).join('');
     // Days from the first one with a resolved call: before it there is no rate to draw.
     var s = tr.series.filter(function (p) { return p.calls > 0; });
-    draw('chart-hit', { scales: { y: { range: [0, 1] } }, axes: [dayAxis(), valueAxis(asPercent)],
+    draw('chart-hit', { scales: { y: { range: [0, 1] } }, axes: [dayAxis(), valueAxis(asPercent, 'hit rate (%)')],
       series: [day(), { label: 'calls', stroke: '#1f77b4' }, { label: 'always-BUY', stroke: '#2ca02c', dash: [10, 4] },
       { label: 'always-SELL', stroke: '#d62728', dash: [2, 3] }, { label: 'random', stroke: RANDOM, dash: [12, 4, 2, 4] }] },
       overDays(s, [s.map(function (p) { return p.hitRate; }), s.map(function (p) { return p.alwaysBuy; }),
        s.map(function (p) { return p.alwaysSell; }), s.map(function (p) { return p.random; })]), s.length,
       noCalls(tr, 'hit rate'), [dayOf, pct]);
     calibration(tr);
-    draw('chart-net', { axes: [dayAxis(), valueAxis(asBps)],
+    draw('chart-net', { axes: [dayAxis(), valueAxis(asBps, 'cumulative net return (bps)')],
       series: [day(), { label: 'following the calls', stroke: '#1f77b4' },
       { label: 'random calls', stroke: RANDOM, dash: [12, 4, 2, 4] }] },
       overDays(s, [s.map(function (p) { return p.cumNetBps; }), s.map(function (p) { return p.cumRandomNetBps; })]),

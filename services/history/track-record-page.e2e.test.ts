@@ -195,6 +195,17 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
       expect(axis.widest, `${axis.id}: ${axis.labels.join(' ')}`).toBeLessThanOrEqual(axis.room);
     }
     await expectExactTicks(page);
+    // Every axis says what it measures and its unit: a tick's "%" alone does not say of what.
+    const titles = (await page.evaluate(
+      `Object.fromEntries(Object.entries(window.trackRecordPlots).map(([id, u]) => [id, u.axes.map((a) => a.label)]))`,
+    )) as Record<string, string[]>;
+    expect(titles).toEqual({
+      'chart-hit': ['day (UTC)', 'hit rate (%)'],
+      'chart-calibration': ['confidence (%)', 'hit rate (%)'],
+      'chart-net': ['day (UTC)', 'cumulative net return (bps)'],
+      'chart-coverage': ['day (UTC)', 'closes inside the band (%)'],
+      'chart-sigma': ['day (UTC)', 'σ served ÷ realised (ratio)'],
+    });
     const net = (await axes(page)).find((a) => a.id === 'chart-net')!;
     // Net return in compact notation ("-1.2K bps"), never a long number an axis could cut.
     for (const label of net.labels) expect(label).toMatch(/^-?\d+(\.\d{1,3})?[KMB]? bps$/);

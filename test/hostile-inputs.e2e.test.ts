@@ -294,6 +294,27 @@ describe('hostile input drawn from the OpenAPI document', () => {
     }
   });
 
+  it('answers a path whose parameter is empty, asked with a method its template does not take, 404 (no such path), not 405', async () => {
+    // POST /api/webhooks/ matched /api/webhooks/:id with an empty id and was 405 "it takes DELETE,
+    // OPTIONS, PATCH": a client that added a slash was told to change its method, not its path.
+    for (const [method, path] of [
+      ['POST', '/api/webhooks/'],
+      ['GET', '/api/webhooks/'],
+      ['GET', '/api/webhooks//test'],
+      ['POST', '/track-record/assets/'],
+    ] as const) {
+      const res = await fetch(`${base}${path}`, {
+        method,
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        ...(method === 'POST' ? { body: '{}' } : {}),
+      });
+      const body = (await res.json()) as { code?: string };
+      expect(res.status, `${method} ${path}: ${JSON.stringify(body)}`).toBe(404);
+      expect(body.code, `${method} ${path}`).toBe('NOT_FOUND');
+      expect(res.headers.get('allow'), `${method} ${path}`).toBeNull();
+    }
+  });
+
   it('answers a path parameter that is not validly percent-encoded in a shape its operation documents', async () => {
     // The app answers BAD_URL in the catalog's shape before the route runs; the OAuth operations'
     // own 400 (an HTML page, RFC 6749's {error, error_description}) did not declare it.

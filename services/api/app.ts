@@ -211,7 +211,18 @@ function routeMethods(app: FastifyInstance): (path: string) => string[] {
       }
     }
   });
-  return (path) => [...methods].filter((m) => router.find(m as never, path) !== null).sort();
+  return (path) =>
+    [...methods]
+      .filter((m) => {
+        const found = router.find(m as never, path);
+        // A parameter matched as empty (/api/webhooks/ against /api/webhooks/:id) names no
+        // resource: that path is one the service does not have (404), not one asked with another method.
+        return (
+          found !== null &&
+          Object.entries(found.params).every(([name, value]) => name === '*' || value !== '')
+        );
+      })
+      .sort();
 }
 
 /**

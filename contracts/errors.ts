@@ -71,6 +71,14 @@ export const ERRORS = {
     retryable: true,
     message: 'another change to the same record won the race; retry',
   },
+  // Of two rotate-secret calls on one subscription at once, the one recorded second: nothing
+  // changed, and its caller holds no new secret (the other's caller holds the current one).
+  SECRET_ROTATION_CONFLICT: {
+    status: 409,
+    retryable: true,
+    message:
+      "another rotate-secret of this subscription was recorded first: nothing changed and this request holds no new secret (the other request's caller holds the current one); rotate again for a secret of your own, which ends the secret before it at once",
+  },
   SUBSCRIPTION_LIMIT: {
     status: 409,
     retryable: false,

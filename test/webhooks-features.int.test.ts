@@ -279,6 +279,8 @@ describe.runIf(reachable)('what subscribers ask for: gap detection, versions, ro
       subscription_id: dying.id,
       url: dying.r.url,
       reason: expect.stringMatching(/410/),
+      // The delivery answered 410 is the first to fail: it is counted.
+      consecutive_failures: 1,
     });
     expect(
       verifyWebhook({

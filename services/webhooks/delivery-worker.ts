@@ -1194,6 +1194,9 @@ export class DeliveryWorker {
     if (result.ok || result.error === SECRET_UNREADABLE) return;
     const gone = goneReason(result);
     if (gone) {
+      // The disable records the projection's failed deliveries in a row (the notice's
+      // consecutive_failures): read once this attempt is folded, so the one answered 410 counts.
+      await this.deps.runner.waitFor(position, 5_000).catch(() => undefined);
       await this.disable(job.subscription, gone);
       return;
     }

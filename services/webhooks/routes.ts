@@ -306,8 +306,8 @@ const DOCS = {
       400: fail(['INVALID_FIELD']),
       404: fail(['NOT_FOUND']),
       409: fail(
-        ['CONFLICT'],
-        'Another rotation of this subscription was recorded while this one was made: nothing changed, and that request’s caller holds the newest secret. Rotate again only to get a secret of your own (it ends the secret before it at once), or another change to the key’s subscriptions won the race (retryable)',
+        ['SECRET_ROTATION_CONFLICT', 'CONFLICT'],
+        'Another rotation of this subscription was recorded while this one was made: nothing changed, and that request’s caller holds the newest secret. Rotate again only to get a secret of your own (it ends the secret before it at once). Or another change to the key’s subscriptions won the race (retryable)',
       ),
     },
   }),
@@ -720,7 +720,7 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
         owned(apiKeyId, params.id);
         // The secret current when this request came, as the log has it (a rotation another replica
         // recorded first included): a rotation recorded after that one is this request's rival,
-        // and the later of the two answers 409 CONFLICT, changing nothing.
+        // and the later of the two answers 409 SECRET_ROTATION_CONFLICT, changing nothing.
         await settled(await store.headPosition());
         const expected = owned(apiKeyId, params.id).secret;
         const overlapSeconds = body.overlap_seconds;

@@ -87,7 +87,7 @@ export async function reEnableSubscription(
 /**
  * A new secret for the subscription; the previous one keeps signing for `overlapMs` beside it.
  * The new secret is returned once, like at creation. `expected` is the sealed secret read as
- * current: when another rotation was recorded since, nothing is written (SubscriptionChangedError).
+ * current: when another rotation was recorded since, nothing is written (SecretRotatedError).
  */
 export async function rotateSecret(
   store: EventStore,

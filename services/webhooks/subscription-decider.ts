@@ -1,6 +1,6 @@
 import type { DecidedEvent, Decider, EventMeta } from '../../adapters/event-store/command.ts';
 import { deterministicId } from '../../contracts/deterministic-id.ts';
-import { ServiceError } from '../../contracts/errors.ts';
+import { type ErrorCode, ServiceError } from '../../contracts/errors.ts';
 import type { DomainEvent, EventData } from '../../contracts/events.ts';
 import { heldFilters } from './subscription-filters.ts';
 import {
@@ -26,9 +26,21 @@ export class SubscriptionNotFoundError extends ServiceError {
 
 /** The subscription changed since the caller read it (a PATCH made from an older read). */
 export class SubscriptionChangedError extends ServiceError {
-  override readonly name = 'SubscriptionChangedError';
+  override readonly name: string = 'SubscriptionChangedError';
+  constructor(code: ErrorCode = 'CONFLICT') {
+    super(code);
+  }
+}
+
+/**
+ * A rotation decided after another one its caller did not read (two rotate-secret calls at once):
+ * its own words, since a retry of the same request is not what the caller wants, a rotation of
+ * its own is (or the other's secret).
+ */
+export class SecretRotatedError extends SubscriptionChangedError {
+  override readonly name = 'SecretRotatedError';
   constructor() {
-    super('CONFLICT');
+    super('SECRET_ROTATION_CONFLICT');
   }
 }
 
@@ -169,7 +181,7 @@ export const subscriptionDecider: Decider<SubscriptionState, SubscriptionCommand
         // Two rotations at once would each answer a new secret, and one of them would never sign
         // (or only for the other's overlap): the one decided second is refused instead.
         if (!sameSealed(existing(state, command.data.subscriptionId).secret, command.expected)) {
-          throw new SubscriptionChangedError();
+          throw new SecretRotatedError();
         }
         return [{ type: 'SubscriptionSecretRotated', data: command.data }];
       case 'reseal': {

@@ -95,7 +95,9 @@ describe('subscription decider', () => {
     spec
       .given([created('wh_1'), { type: 'SubscriptionSecretRotated', data: first }])
       .when({ kind: 'rotate', data: second, expected: secret })
-      .thenThrows((err) => err instanceof SubscriptionChangedError && err.code === 'CONFLICT');
+      .thenThrows(
+        (err) => err instanceof SubscriptionChangedError && err.code === 'SECRET_ROTATION_CONFLICT',
+      );
     // One that read the first rotation's secret rotates.
     spec
       .given([created('wh_1'), { type: 'SubscriptionSecretRotated', data: first }])

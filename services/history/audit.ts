@@ -79,7 +79,7 @@ interface OutcomeChain {
  * anchor covers it (`verify --anchors`).
  */
 export async function verifyRows(
-  rows: AsyncIterable<HistoryRow>,
+  rows: AsyncIterable<HistoryRow | MalformedRowError>,
   options: { onRow?: (row: HistoryRow) => Promise<void> } = {},
 ): Promise<ChainReport> {
   // Per stream, its last row, with the stamps of the row before it (see `blame`).
@@ -99,9 +99,10 @@ export async function verifyRows(
     report.ok = false;
     report.firstBroken = { ...at, reason };
   };
-  // A row whose fields are no history row's ends the walk where it stands, like a broken link.
+  // A row whose fields are no history row's ends the walk where it stands, like a broken link: thrown
+  // by a reader that stops there, or yielded in its place by one that reads on (readExportPastMalformed).
   let malformed: MalformedRowError | null = null;
-  async function* wellFormed(): AsyncGenerator<HistoryRow> {
+  async function* wellFormed(): AsyncGenerator<HistoryRow | MalformedRowError> {
     try {
       yield* rows;
     } catch (err) {
@@ -119,8 +120,14 @@ export async function verifyRows(
   // unnamed. A loop's break must not close the file then, so the walk reads through a view of the
   // iterator without return().
   const source = wellFormed();
-  const walk: AsyncIterable<HistoryRow> = { [Symbol.asyncIterator]: () => ({ next: () => source.next() }) };
+  const walk: AsyncIterable<HistoryRow | MalformedRowError> = {
+    [Symbol.asyncIterator]: () => ({ next: () => source.next() }),
+  };
   for await (const row of walk) {
+    if (row instanceof MalformedRowError) {
+      malformed = row;
+      break;
+    }
     await options.onRow?.(row);
     if (undecided !== null) {
       if (row.stream !== undecided.stream) continue;
@@ -199,8 +206,9 @@ export async function verifyRows(
     }
   }
   // The rest of the file, for onRow alone (nothing left when the walk read to the end).
-  if (options.onRow) for await (const row of source) await options.onRow(row);
-  else await source.return(undefined);
+  if (options.onRow) {
+    for await (const row of source) if (!(row instanceof MalformedRowError)) await options.onRow(row);
+  } else await source.return(undefined);
   // The stream ended (or a malformed row ended the file) before the row that would tell.
   if (undecided !== null) {
     const moved = blame(undecided, null);

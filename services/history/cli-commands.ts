@@ -34,7 +34,13 @@ import { invocation } from '../shared/invocation.ts';
 import { AnchorCheck, type ChainAnchor, readChainAnchors } from './anchor-check.ts';
 import { scoreRows, verifyRows } from './audit.ts';
 import { decodeCursor, tagMatches } from './cursor.ts';
-import { formatOf, parseCsvLine, readExport } from './files.ts';
+import {
+  formatOf,
+  type MalformedRowError,
+  parseCsvLine,
+  readExport,
+  readExportPastMalformed,
+} from './files.ts';
 import { HistoryQuerySchema, historyFilter, parseTime } from './query.ts';
 import { OutcomeRecompute } from './recompute.ts';
 import { type HistoryFilter, ScanProgress, scanHistory } from './scan.ts';
@@ -550,12 +556,22 @@ async function* sourceRows(source: Source): AsyncGenerator<HistoryRow> {
 }
 
 /** The rows of an export file to check: in the `--format` given, else the one its content shows. */
-function exportRows(path: string, format: unknown): AsyncGenerator<HistoryRow> {
+function exportRows(path: string, format: unknown): AsyncGenerator<HistoryRow>;
+function exportRows(
+  path: string,
+  format: unknown,
+  pastMalformed: true,
+): AsyncGenerator<HistoryRow | MalformedRowError>;
+function exportRows(
+  path: string,
+  format: unknown,
+  pastMalformed = false,
+): AsyncGenerator<HistoryRow | MalformedRowError> {
   if (!existsSync(path)) throw new UsageError(`no export at ${path}`);
-  if (format === undefined) return readExport(path);
-  if (!(HISTORY_FORMATS as readonly string[]).includes(format as string))
+  if (format !== undefined && !(HISTORY_FORMATS as readonly string[]).includes(format as string))
     throw new UsageError(`unknown format ${String(format)} (${HISTORY_FORMATS.join(', ')})`);
-  return readExport(path, format as HistoryFormat);
+  const read = pastMalformed ? readExportPastMalformed : readExport;
+  return format === undefined ? read(path) : read(path, format as HistoryFormat);
 }
 
 /** The anchors `verify --anchors` checks against, read from the chain at --rpc. */
@@ -683,7 +699,10 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
       return exportCommand(values, deps, storeSource(store, filter), true, store);
     }
     case 'verify': {
-      const rows = positionals[0] ? exportRows(positionals[0], values.format) : sourceRows(await source());
+      // Read past a malformed row: the chain walk stops at it, the anchors and --data check every row.
+      const rows = positionals[0]
+        ? exportRows(positionals[0], values.format, true)
+        : sourceRows(await source());
       const data = values.data as string | undefined;
       if (data !== undefined && !existsSync(data)) throw new UsageError(`no market-data folder at ${data}`);
       if (values['allow-uncovered'] && !values.anchors)

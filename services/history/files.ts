@@ -180,9 +180,32 @@ function parquetParts(path: string): string[] {
 /**
  * Reads history rows back from an export: an NDJSON or CSV file, one Parquet file, or a directory
  * of Parquet parts (the CLI's resumable layout), in `format` or the one its content shows. Rows
- * come one at a time in file order; Parquet is read one file (one part) at a time.
+ * come one at a time in file order; Parquet is read one file (one part) at a time. A row that is
+ * no history row ends the read (a MalformedRowError).
  */
-export async function* readExport(path: string, format = detectFormat(path)): AsyncGenerator<HistoryRow> {
+export function readExport(path: string, format = detectFormat(path)): AsyncGenerator<HistoryRow> {
+  // Without goOn no MalformedRowError is yielded, only thrown.
+  return readItems(path, format, false) as AsyncGenerator<HistoryRow>;
+}
+
+/**
+ * readExport that goes on past a row that is no history row: it yields the MalformedRowError in
+ * its place and reads on, so that what is checked over the whole file (verify's anchors and
+ * recomputed outcomes) still sees every row after it. A CSV file without its header, or a file
+ * in another format, still ends the read.
+ */
+export function readExportPastMalformed(
+  path: string,
+  format = detectFormat(path),
+): AsyncGenerator<HistoryRow | MalformedRowError> {
+  return readItems(path, format, true);
+}
+
+async function* readItems(
+  path: string,
+  format: HistoryFormat,
+  goOn: boolean,
+): AsyncGenerator<HistoryRow | MalformedRowError> {
   if (format === 'parquet') {
     for (const part of parquetParts(path)) {
       const buf = await readFile(part);
@@ -201,13 +224,26 @@ export async function* readExport(path: string, format = detectFormat(path)): As
         });
       } catch (err) {
         // A part cut short (a download or a copy that stopped) has no footer: nothing of it can be read.
-        throw unreadable(
+        const cut = unreadable(
           name,
           `Parquet part, not a readable file (${(err as Error).message}): one cut short has no footer; export it again, or resume the export (--resume)`,
         );
+        if (!goOn) throw cut;
+        yield cut;
+        continue;
       }
       let n = 0;
-      for (const record of records) yield toRow(record, `row ${++n} of ${name}`);
+      for (const record of records) {
+        let row: HistoryRow;
+        try {
+          row = toRow(record, `row ${++n} of ${name}`);
+        } catch (err) {
+          if (!goOn || !(err instanceof MalformedRowError)) throw err;
+          yield err;
+          continue;
+        }
+        yield row;
+      }
     }
     return;
   }
@@ -219,9 +255,8 @@ export async function* readExport(path: string, format = detectFormat(path)): As
   let cursorColumn = -1;
   let lineNumber = 0;
   let rowsRead = 0;
-  for await (const line of lines) {
-    lineNumber++;
-    if (line.trim() === '') continue;
+  /** One line's row; null for the CSV header and the NDJSON trailer line. */
+  const readLine = (line: string): HistoryRow | null => {
     if (format === 'csv') {
       let fields: string[];
       try {
@@ -242,7 +277,7 @@ export async function* readExport(path: string, format = detectFormat(path)): As
           );
         header = fields;
         cursorColumn = header.indexOf('cursor');
-        continue;
+        return null;
       }
       // A line cut short keeps the columns before the cut; read by name, the rest would pass as nulls.
       if (fields.length !== header.length) {
@@ -262,22 +297,37 @@ export async function* readExport(path: string, format = detectFormat(path)): As
           `CSV line: its cursor ${JSON.stringify(cursor)} is not the one of its row (position ${row.position}, verdict ${row.verdict_id}); ${CUT_SHORT}`,
         );
       }
-      yield row;
-      rowsRead++;
-    } else {
-      let record: Record<string, unknown>;
-      try {
-        record = JSON.parse(line) as Record<string, unknown>;
-      } catch (err) {
-        throw unreadable(
-          `line ${lineNumber}`,
-          `JSON line (${(err as Error).message}): ${cutOrFormat(rowsRead, format)}`,
-        );
-      }
-      // The trailer line of a served NDJSON export carries the cursor, not a row.
-      if ('cursor' in record && !('verdict_id' in record)) continue;
-      yield toRow(record, `line ${lineNumber}`);
-      rowsRead++;
+      return row;
     }
+    let record: Record<string, unknown>;
+    try {
+      record = JSON.parse(line) as Record<string, unknown>;
+    } catch (err) {
+      throw unreadable(
+        `line ${lineNumber}`,
+        `JSON line (${(err as Error).message}): ${cutOrFormat(rowsRead, format)}`,
+      );
+    }
+    // The trailer line of a served NDJSON export carries the cursor, not a row.
+    if ('cursor' in record && !('verdict_id' in record)) return null;
+    return toRow(record, `line ${lineNumber}`);
+  };
+  for await (const line of lines) {
+    lineNumber++;
+    if (line.trim() === '') continue;
+    let row: HistoryRow | null;
+    try {
+      row = readLine(line);
+    } catch (err) {
+      // A line that is no line of the format before the first row (a file in another format, a CSV
+      // file without its header): no line after it reads as a row either.
+      if (!goOn || !(err instanceof MalformedRowError) || (rowsRead === 0 && err.fields.length === 0))
+        throw err;
+      yield err;
+      continue;
+    }
+    if (row === null) continue;
+    yield row;
+    rowsRead++;
   }
 }

@@ -382,6 +382,32 @@ describe('outcomes in the chain', () => {
       },
     ]);
   });
+
+  it('reads past a malformed row for --data: the walk stops at it, every other outcome is still recomputed', async () => {
+    const a = middle();
+    const at = rows.indexOf(a);
+    const malformed = { ...a, result: 'maybe' } as unknown as HistoryRow;
+    for (const format of HISTORY_FORMATS) {
+      const path = await write(
+        `malformed-mid-${format}`,
+        format,
+        rows.map((r) => (r === a ? malformed : r)),
+      );
+      const checked = await verify(path, '--data', 'sample-data/market');
+      expect(checked.ok, format).toBe(false);
+      expect(checked.firstBroken.at, format).toBe(
+        format === 'parquet'
+          ? `row ${at + 1} of part-000001.parquet`
+          : `line ${at + (format === 'csv' ? 2 : 1)}`,
+      );
+      expect(checked.firstBroken.reason, format).toContain('malformed result "maybe"');
+      // Every labelled row but the one that is no row.
+      expect(checked.recomputed, format).toMatchObject({
+        checked: rows.filter((r) => r.result !== null).length - 1,
+        mismatched: 0,
+      });
+    }
+  });
 });
 
 function outcomeOf(r: HistoryRow): Partial<HistoryRow> {

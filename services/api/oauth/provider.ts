@@ -330,9 +330,19 @@ export function createProvider(options: ProviderOptions): OAuthProvider {
       devInteractions: { enabled: false },
       registration: { enabled: true },
       // A host revokes only its own tokens (revoking its refresh token ends the whole grant).
+      // Another client's token is refused (RFC 7009 §2.1), in invalid_grant (RFC 6749 §5.2: "was
+      // issued to another client"): the library's false answers 200 having revoked nothing, so a
+      // host that registered again and signs the person out with its new client_id would believe
+      // the sign-in ended while its tokens still work. A token no client holds stays a 200 (§2.2).
       revocation: {
         enabled: true,
-        allowedPolicy: (_ctx, client, token) => token.clientId === client.clientId,
+        allowedPolicy: (_ctx, client, token) => {
+          if (token.clientId === client.clientId) return true;
+          throw new errors.CustomOIDCProviderError(
+            'invalid_grant',
+            'the token was issued to another client: revoke it as the client it was issued to',
+          );
+        },
       },
       userinfo: { enabled: false },
       // Tokens are Bearer tokens: /mcp/signin takes `Authorization: Bearer` and checks no DPoP

@@ -375,6 +375,32 @@ describe.runIf(present || process.env.CI === 'true')('OAuth sign-in refusals', (
     expect(refreshed.body.error).toBe('invalid_grant');
   });
 
+  it('refuses to revoke a token issued to another client (RFC 7009 §2.1), rather than a 200 that revoked nothing', async () => {
+    const { access_token, refresh_token } = await signIn();
+    // A host that registered again (its first client forgotten) signs the person out with its new
+    // client_id: a 200 would tell it the sign-in ended while every token still works.
+    const other = await register(receiver.url);
+    for (const presented of [refresh_token, access_token]) {
+      const res = await fetch(`${base}/oauth/revoke`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        body: new URLSearchParams({ client_id: other, token: presented }),
+      });
+      expect(res.status).toBe(400);
+      const body = (await res.json()) as { error: string; error_description: string };
+      expect(body.error).toBe('invalid_grant');
+      expect(body.error_description).toContain('another client');
+    }
+    expect((await callSignin(access_token)).status).toBe(200);
+    // A token no client holds is still answered 200 (RFC 7009 §2.2: invalid tokens cause no error).
+    const unknown = await fetch(`${base}/oauth/revoke`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      body: new URLSearchParams({ client_id: other, token: randomBytes(32).toString('base64url') }),
+    });
+    expect(unknown.status).toBe(200);
+  });
+
   it('ends every token of a key when the key is revoked', async () => {
     const { access_token, refresh_token } = await signIn();
     expect((await callSignin(access_token)).status).toBe(200);

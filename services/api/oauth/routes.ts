@@ -245,6 +245,11 @@ const LIBRARY_ROUTES: {
       'Token revocation (RFC 7009): revoking a refresh token ends its whole grant',
       {
         200: { description: 'Revoked (or unknown: the answer is the same)' },
+        400: {
+          ...oauthJson,
+          description:
+            'invalid_request: no token, or no client_id; invalid_grant: the token was issued to another client (nothing revoked)',
+        },
         401: { ...oauthJson, description: 'invalid_client: the client_id is not registered' },
       },
       undefined,

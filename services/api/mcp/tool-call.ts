@@ -12,7 +12,7 @@ import { refusingResetsAt } from '../../metering/snapshot.ts';
 import { argumentsText, recall, remember } from '../remembered-input.ts';
 import { answerJson, answerJsonWithService, answerRevision } from '../served-answers.ts';
 import type { ResultJson } from './answer-json.ts';
-import { MCP_INVALID_PARAMS, MCP_UNKNOWN_KEY, MCP_UNVERIFIABLE } from './error-codes.ts';
+import { MCP_INVALID_PARAMS } from './error-codes.ts';
 import { isPlainObject, kindOf } from './json-shape.ts';
 import { metaIssue } from './params-check.ts';
 import type { ToolRegistry } from './tool-registry.ts';
@@ -125,6 +125,20 @@ export class ChannelError extends Error {
 }
 
 /**
+ * A refusal of the tool channel sent as a JSON-RPC error (-32003, -32004): its catalog entry gives
+ * the number, and `data` carries the code and `retryable` as a tool error's structuredContent does,
+ * so a client reads one field for the reason whichever way the refusal came.
+ */
+function channelError(
+  code: 'unknown_key' | 'key_unverifiable' | 'quota_unavailable',
+  message: string,
+  data: Record<string, unknown>,
+): ChannelError {
+  const spec = ERRORS[code];
+  return new ChannelError(spec.rpc, message, { code, retryable: spec.retryable, ...data });
+}
+
+/**
  * What a tool gives back when its result is thrown away because the call lost the race for the
  * plan's last call, or its debit could not be made: the unit chat_knowledge took of the chat quota.
  */
@@ -154,14 +168,9 @@ const MCP_PAYMENT_REPLAYED_META = 'x402/payment-replayed';
 export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Promise<CallToolResult> {
   const refused = request.refused;
   if (refused) {
-    throw new ChannelError(
-      refused.reason === 'unknown' ? MCP_UNKNOWN_KEY : MCP_UNVERIFIABLE,
-      refused.message,
-      {
-        retryable: refused.reason === 'indeterminate',
-        _service: await undebitedService(deps.quota, refused.caller),
-      },
-    );
+    throw channelError(refused.reason === 'unknown' ? 'unknown_key' : 'key_unverifiable', refused.message, {
+      _service: await undebitedService(deps.quota, refused.caller),
+    });
   }
   if (request.caller === undefined)
     throw new Error('tools/call without a caller: the caller hook (callerPlugin) runs before every route');
@@ -220,7 +229,7 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
   } catch (err) {
     if (err instanceof QuotaUnavailableError) {
       await discarded(err.ran as Record<string, unknown> | undefined);
-      throw new ChannelError(MCP_UNVERIFIABLE, err.message, { retryable: true, _service: err.service });
+      throw channelError('quota_unavailable', err.message, { _service: err.service });
     }
     throw err;
   }

@@ -4,8 +4,9 @@ import { z } from 'zod';
 import { ERRORS } from '../../../contracts/errors.ts';
 import { anonymousCaller, toolCallDeps } from '../../../test/tool-call-harness.ts';
 import { OperationError } from '../../engine/operation-errors.ts';
+import { CallerRejectedError } from '../../metering/caller.ts';
 import type { QuotaMeter } from '../../metering/quota-meter.ts';
-import { callTool } from './tool-call.ts';
+import { ChannelError, callTool } from './tool-call.ts';
 import type { ToolDefinition } from './tool-registry.ts';
 
 const meters: QuotaMeter[] = [];
@@ -146,5 +147,23 @@ describe('callTool refusals', () => {
     const refused = structured(await callTool(deps, request('free_tool', { n: 1 })));
     expect(refused).toMatchObject({ code: 'quota_exhausted', retryable: true, window: 'monthly' });
     expect(refused).not.toHaveProperty('x402Version');
+  });
+
+  it('a key refused as a JSON-RPC error (-32003, -32004) carries data.code and retryable as a tool error does', async () => {
+    const deps = depsFor([free]);
+    const refusals = [
+      ['unknown', -32003, 'unknown_key', false],
+      ['indeterminate', -32004, 'key_unverifiable', true],
+    ] as const;
+    for (const [reason, rpc, code, retryable] of refusals) {
+      const refused = new CallerRejectedError(reason, 'the key', 'refused', '10.0.0.2');
+      const thrown = await callTool(deps, { name: 'free_tool', args: { n: 1 }, refused }).catch(
+        (e: unknown) => e,
+      );
+      expect(thrown, code).toBeInstanceOf(ChannelError);
+      expect((thrown as ChannelError).code, code).toBe(rpc);
+      expect((thrown as ChannelError).data, code).toMatchObject({ code, retryable });
+      expect(ERRORS[code].rpc, code).toBe(rpc);
+    }
   });
 });

@@ -78,22 +78,25 @@ const BY_CODE: Record<string, FailureReason> = {
   '08006': 'unreachable',
 };
 
-/** By the error class's name, for clients whose errors carry no code (KurrentDB's, viem's). */
+/** By the error class's name, for clients whose errors carry no code of these (viem's). */
 const BY_NAME: Record<string, FailureReason> = {
-  AccessDeniedError: 'login refused',
-  NotAuthenticatedError: 'login refused',
-  UnavailableError: 'unreachable',
-  DeadlineExceededError: 'timed out',
   TimeoutError: 'timed out',
 };
 
+/** By KurrentDB's `type` (its errors' name is Error, their code gRPC's number). */
+const BY_TYPE: Record<string, FailureReason> = {
+  'access-denied': 'login refused',
+  unavailable: 'unreachable',
+  'not-leader': 'unreachable',
+  'deadline-exceeded': 'timed out',
+  timeout: 'timed out',
+};
+
 function reasonOf(error: object): FailureReason | null {
-  const { code, name, status, statusCode } = error as {
-    code?: unknown;
-    name?: unknown;
-    status?: unknown;
-    statusCode?: unknown;
-  };
+  // `status` is the answer a dependency gave (viem's, undici's HTTP errors). Not `statusCode`:
+  // that is the status this service answers with (Fastify's name, which ServiceError and the
+  // store's EventStoreUnavailableError carry), and the dependency's reason is in their cause.
+  const { code, name, status } = error as { code?: unknown; name?: unknown; status?: unknown };
   if (typeof code === 'string') {
     if (TLS_CODES.has(code) || code.startsWith('ERR_SSL_') || code.startsWith('ERR_TLS_')) {
       return 'TLS certificate refused';
@@ -105,8 +108,9 @@ function reasonOf(error: object): FailureReason | null {
   const message = (error as { message?: unknown }).message;
   if (typeof message === 'string' && /^(?:NOAUTH|WRONGPASS)\b/.test(message)) return 'login refused';
   if (typeof message === 'string' && /\bMDB_MAP_FULL\b/.test(message)) return 'out of space';
-  const http = typeof status === 'number' ? status : typeof statusCode === 'number' ? statusCode : null;
-  if (http !== null && http >= 400 && http <= 599 && Number.isInteger(http)) return `HTTP ${http}`;
+  if (typeof status === 'number' && status >= 400 && status <= 599 && Number.isInteger(status)) {
+    return `HTTP ${status}`;
+  }
   if (typeof name === 'string' && BY_NAME[name]) return BY_NAME[name];
   return null;
 }

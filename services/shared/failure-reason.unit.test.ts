@@ -1,5 +1,7 @@
 import { checkServerIdentity, type PeerCertificate } from 'node:tls';
 import { describe, expect, it } from 'vitest';
+import { EventStoreUnavailableError, StorageFullError } from '../../adapters/event-store/port.ts';
+import { ServiceError } from '../../contracts/errors.ts';
 import { failureReason } from './failure-reason.ts';
 
 const coded = (message: string, fields: Record<string, unknown>) => Object.assign(new Error(message), fields);
@@ -42,5 +44,17 @@ describe('the reason a failure is shown with', () => {
     expect(failureReason(new Error('timeout exceeded when trying to connect'))).toBe('timed out');
     expect(failureReason(new Error('connection to db-primary lost'))).toBe('failed');
     expect(failureReason('a string')).toBe('failed');
+  });
+
+  it("reads the service's own errors by their cause, not by the status the service answers with", () => {
+    // A check that reads the store during a PostgreSQL outage throws the store's error (statusCode
+    // 503, what an API caller is answered); /readyz read 'HTTP 503', as if PostgreSQL spoke HTTP.
+    const refused = coded('connect ECONNREFUSED 10.0.0.5:5432', { code: 'ECONNREFUSED' });
+    expect(failureReason(new EventStoreUnavailableError('postgres unreachable: x', { cause: refused }))).toBe(
+      'refused',
+    );
+    const full = coded('could not extend file', { code: '53100' });
+    expect(failureReason(new StorageFullError('postgres: disk full', { cause: full }))).toBe('out of space');
+    expect(failureReason(new ServiceError('SERVICE_UNAVAILABLE'))).toBe('failed');
   });
 });

@@ -96,7 +96,12 @@ function reasonOf(error: object): FailureReason | null {
   // `status` is the answer a dependency gave (viem's, undici's HTTP errors). Not `statusCode`:
   // that is the status this service answers with (Fastify's name, which ServiceError and the
   // store's EventStoreUnavailableError carry), and the dependency's reason is in their cause.
-  const { code, name, status } = error as { code?: unknown; name?: unknown; status?: unknown };
+  const { code, name, type, status } = error as {
+    code?: unknown;
+    name?: unknown;
+    type?: unknown;
+    status?: unknown;
+  };
   if (typeof code === 'string') {
     if (TLS_CODES.has(code) || code.startsWith('ERR_SSL_') || code.startsWith('ERR_TLS_')) {
       return 'TLS certificate refused';
@@ -111,7 +116,8 @@ function reasonOf(error: object): FailureReason | null {
   if (typeof status === 'number' && status >= 400 && status <= 599 && Number.isInteger(status)) {
     return `HTTP ${status}`;
   }
-  if (typeof name === 'string' && BY_NAME[name]) return BY_NAME[name];
+  if (typeof type === 'string' && Object.hasOwn(BY_TYPE, type)) return BY_TYPE[type]!;
+  if (typeof name === 'string' && Object.hasOwn(BY_NAME, name)) return BY_NAME[name]!;
   return null;
 }
 

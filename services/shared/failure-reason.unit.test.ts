@@ -1,4 +1,5 @@
 import { checkServerIdentity, type PeerCertificate } from 'node:tls';
+import { AccessDeniedError, DeadlineExceededError, UnavailableError } from '@kurrent/kurrentdb-client';
 import { describe, expect, it } from 'vitest';
 import { EventStoreUnavailableError, StorageFullError } from '../../adapters/event-store/port.ts';
 import { ServiceError } from '../../contracts/errors.ts';
@@ -40,7 +41,10 @@ describe('the reason a failure is shown with', () => {
     expect(failureReason(coded('HTTP request failed. URL: base.example/v2/KEY', { status: 429 }))).toBe(
       'HTTP 429',
     );
-    expect(failureReason(coded('x', { name: 'AccessDeniedError' }))).toBe('login refused');
+    // KurrentDB's errors are named Error (their code is gRPC's number): their type tells.
+    expect(failureReason(new AccessDeniedError(undefined, 'Access denied'))).toBe('login refused');
+    expect(failureReason(new UnavailableError(undefined, 'esdb.internal:2113'))).toBe('unreachable');
+    expect(failureReason(new DeadlineExceededError(undefined, 'x'))).toBe('timed out');
     expect(failureReason(new Error('timeout exceeded when trying to connect'))).toBe('timed out');
     expect(failureReason(new Error('connection to db-primary lost'))).toBe('failed');
     expect(failureReason('a string')).toBe('failed');

@@ -1,4 +1,5 @@
 import {
+  AccessDeniedError,
   type AllStreamResolvedEvent,
   ANY,
   type AppendStreamState,
@@ -63,15 +64,31 @@ export async function connectKurrentEventStore(
     await store.headPosition();
   } catch (err) {
     await store.close().catch(() => undefined);
-    if (err instanceof UnavailableError)
-      throw new DependencyRefusedError(
-        `KurrentDB at ${maskUrlCredentials(options.connectionString)} (KURRENTDB_URL) is unreachable: ${err.message}. ` +
-          "Start the server, or correct KURRENTDB_URL's host and port; start this process again once it answers, or let its supervisor restart it",
-        { cause: err },
-      );
-    throw err;
+    throw startRefusal(err, options.connectionString);
   }
   return store;
+}
+
+/**
+ * What the first read's failure stops the start with: a server out of reach or a login it refuses
+ * is a DependencyRefusedError naming KurrentDB, its address (credentials masked) and what to
+ * correct, as PostgreSQL's are; anything else as it came.
+ */
+export function startRefusal(err: unknown, connectionString: string): unknown {
+  const where = `KurrentDB at ${maskUrlCredentials(connectionString)} (KURRENTDB_URL)`;
+  if (err instanceof UnavailableError)
+    return new DependencyRefusedError(
+      `${where} is unreachable: ${err.message}. ` +
+        "Start the server, or correct KURRENTDB_URL's host and port; start this process again once it answers, or let its supervisor restart it",
+      { cause: err },
+    );
+  // A wrong user or password (the server's UNAUTHENTICATED), or a user without the right to read $all.
+  if (err instanceof AccessDeniedError)
+    return new DependencyRefusedError(
+      `${where} refused the login: ${err.message || 'access denied'}. To fix it, correct KURRENTDB_URL's username and password, or give that user the right to read and write every stream ($all)`,
+      { cause: err },
+    );
+  return err;
 }
 
 /**

@@ -160,8 +160,8 @@ describe('hostile bodies', () => {
 
   // A body of no bytes is no body however it is framed: `curl -X POST -d ''` names
   // application/x-www-form-urlencoded, and Node's http.request ended without data sends an empty
-  // chunked body with no Content-Type. Both were 415 "send the body as application/json" on the
-  // routes that take none (before the key was even checked); bytes under such a type still are.
+  // chunked body with no Content-Type. Neither is 415 on the routes that take none, so the key is
+  // checked first (401 without one); bytes under such a type are 415.
   it.each([
     ['an empty form body', { 'content-type': 'application/x-www-form-urlencoded' }, ''],
     ['an empty chunked body without Content-Type', { 'transfer-encoding': 'chunked' }, ''],

@@ -295,8 +295,8 @@ describe('hostile input drawn from the OpenAPI document', () => {
   });
 
   it('answers a path whose parameter is empty, asked with a method its template does not take, 404 (no such path), not 405', async () => {
-    // POST /api/webhooks/ matched /api/webhooks/:id with an empty id and was 405 "it takes DELETE,
-    // OPTIONS, PATCH": a client that added a slash was told to change its method, not its path.
+    // POST /api/webhooks/ matches /api/webhooks/:id only with an empty id: a 405 ("it takes DELETE,
+    // OPTIONS, PATCH") would tell a client that added a slash to change its method, not its path.
     for (const [method, path] of [
       ['POST', '/api/webhooks/'],
       ['GET', '/api/webhooks/'],

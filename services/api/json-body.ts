@@ -110,8 +110,9 @@ export function registerJsonParser(app: FastifyInstance): void {
  * For the routes of a context that take no body or an optional one: a body of no bytes whose
  * Content-Type is missing (Node's http.request ended without data sends it chunked) or names a
  * type no parser reads (`curl -X POST -d ''` names application/x-www-form-urlencoded) is no body,
- * as an empty `application/json` one is. Fastify answered both 415 before the route's key check;
- * a body of any bytes under such a type is still 415 UNSUPPORTED_MEDIA_TYPE.
+ * as an empty `application/json` one is. Fastify's own answer to both is 415, given before the
+ * route's key check, so a keyless caller would be told about its body rather than its key; a body
+ * of any bytes under such a type is still 415 UNSUPPORTED_MEDIA_TYPE.
  */
 export function emptyBodyIsNoBody(app: FastifyInstance): void {
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body, done) => {

@@ -87,10 +87,16 @@ function scrub(value: unknown, seen: { failing: boolean; reasons: string[] }): u
   return value;
 }
 
+/**
+ * A figure in a check's words: a number, but not the status of a reason (`HTTP 429`), whose change
+ * (to `HTTP 401`, say) is a change of reason and is logged.
+ */
+const FIGURE = /(?<![\d.]|HTTP )\d+(?:\.\d+)?/g;
+
 /** A check's answer with its figures (ages, positions, counts) left out, as its log line's key. */
 function withoutFigures(value: unknown): unknown {
   if (typeof value === 'number') return '#';
-  if (typeof value === 'string') return value.replace(/\d+(?:\.\d+)?/g, '#');
+  if (typeof value === 'string') return value.replace(FIGURE, '#');
   if (Array.isArray(value)) return value.map(withoutFigures);
   if (value !== null && typeof value === 'object') {
     return Object.fromEntries(Object.entries(value).map(([key, item]) => [key, withoutFigures(item)]));

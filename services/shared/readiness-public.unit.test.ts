@@ -149,4 +149,19 @@ describe('the checks /readyz shows', () => {
     expect(later.keys.chain).toBe(first.keys.chain);
     expect(publicChecks({ chain: { ...stale(33), ok: false } }).keys.chain).not.toBe(first.keys.chain);
   });
+
+  it("keys the log line on a reason's HTTP status: a rate limit turned into a refused key is logged", () => {
+    // The RPC's first line of words is the same for every status ('HTTP request failed.'): only
+    // the reason shown tells a 429 from a 401.
+    const stale = (ageS: number, status: number) => ({
+      ok: true,
+      degraded: true,
+      detail: `eip155:8453: stale, no new block seen for ${ageS} s; its head could not be read (HTTP ${status})`,
+      networks: [{ network: 'eip155:8453', ageS, stale: true, error: `HTTP ${status}` }],
+      logged: { 'eip155:8453': 'HTTP request failed.' },
+    });
+    const limited = publicChecks({ chain: stale(31, 429) }).keys.chain;
+    expect(publicChecks({ chain: stale(45, 429) }).keys.chain).toBe(limited);
+    expect(publicChecks({ chain: stale(47, 401) }).keys.chain).not.toBe(limited);
+  });
 });

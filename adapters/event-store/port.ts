@@ -67,7 +67,8 @@ export interface EventStore {
 
   /**
    * Optional, where appends may be answered once committed (`durability: 'committed'`): how much
-   * committed log is not yet flushed, and the engine's bound on how long it may stay so.
+   * the engine has written and not yet flushed (PostgreSQL: the whole server's WAL, committed or
+   * not, an upper bound on the log's commits at risk), and its bound on how long it may stay so.
    */
   flushLag?(): Promise<{ unflushedBytes: number; boundMs: number }>;
 

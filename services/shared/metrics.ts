@@ -87,7 +87,7 @@ export function createMetrics() {
     eventStoreFlush: scrapedGauge(
       registry,
       'event_store_unflushed',
-      'Committed log not yet flushed to disk (unit=bytes), and the engine bound on how long it may stay so (unit=seconds)',
+      "PostgreSQL WAL written and not yet flushed to disk, the whole server's, committed or not (unit=bytes), and the server's bound on how long it may stay so, 3 × wal_writer_delay (unit=seconds)",
       ['unit'],
     ),
     quotaDebits: new Counter({

@@ -320,9 +320,10 @@ async function* readItems(
       row = readLine(line);
     } catch (err) {
       // A line that is no line of the format before the first row (a file in another format, a CSV
-      // file without its header): no line after it reads as a row either.
-      if (!goOn || !(err instanceof MalformedRowError) || (rowsRead === 0 && err.fields.length === 0))
-        throw err;
+      // file without its header): no line after it reads as a row either. Past a CSV file's header
+      // every line is a row's, the first one cut short included.
+      const beforeRows = format === 'csv' ? header === null : rowsRead === 0;
+      if (!goOn || !(err instanceof MalformedRowError) || (beforeRows && err.fields.length === 0)) throw err;
       yield err;
       continue;
     }

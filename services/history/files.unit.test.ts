@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { HistoryRow } from '../../contracts/history.ts';
 import { encodeCursor } from './cursor.ts';
-import { readExport } from './files.ts';
+import { MalformedRowError, readExport, readExportPastMalformed } from './files.ts';
 import { CSV_HEADER, csvLine } from './writers.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'history-files-'));
@@ -103,5 +103,38 @@ describe('reading an export back: a malformed value', () => {
         message: expect.stringMatching(/^line \d+: malformed revealed "yes" \(/),
       });
     }
+  });
+});
+
+describe('reading an export past a malformed row (verify --anchors, --data)', () => {
+  const second = { ...commitment, position: 3, cursor: encodeCursor(3, verdictId) } as HistoryRow;
+  const read = async (path: string) => {
+    const items: (HistoryRow | string)[] = [];
+    for await (const item of readExportPastMalformed(path)) {
+      items.push(item instanceof MalformedRowError ? `malformed ${item.where}` : item);
+    }
+    return items;
+  };
+
+  it('goes on past a CSV row cut short, the first one after the header included', async () => {
+    const cut = csvLine(commitment).trimEnd().split(',').slice(0, 5).join(',');
+    for (const [name, lines] of [
+      ['cut-first', [cut, csvLine(second).trimEnd()]],
+      ['cut-later', [csvLine(commitment).trimEnd(), cut, csvLine(second).trimEnd()]],
+    ] as const) {
+      const path = join(dir, `${name}.csv`);
+      writeFileSync(path, `${CSV_HEADER}${lines.join('\n')}\n`);
+      const items = await read(path);
+      expect(items.filter((i) => typeof i === 'string')).toEqual([
+        `malformed line ${lines.indexOf(cut) + 2}`,
+      ]);
+      expect(items.at(-1)).toEqual(second);
+    }
+  });
+
+  it('ends at a file that is no CSV export: its first line names no column of one', async () => {
+    const path = join(dir, 'no-header.csv');
+    writeFileSync(path, `${csvLine(commitment)}${csvLine(second)}`);
+    await expect(read(path)).rejects.toMatchObject({ name: 'MalformedRowError' });
   });
 });

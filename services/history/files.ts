@@ -58,8 +58,14 @@ function coerce(name: keyof HistoryRow, value: unknown): unknown {
   if (kind === 'bool')
     return value === true || value === 'true' ? true : value === false || value === 'false' ? false : value;
   if (kind === 'utf8') return String(value);
+  // Text that is no decimal number stays as read, to be refused naming it: Number() reads ' ' as 0
+  // and '0x10' as 16, which would pass for values the export never writes.
+  if (typeof value === 'string' && !DECIMAL.test(value)) return value;
   return Number(value);
 }
+
+/** A number as the export writes one in text (String(n) of a finite number). */
+const DECIMAL = /^-?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?$/i;
 
 /**
  * A row of an export whose fields are not a history row's (`position` -926, a call of MAYBE):

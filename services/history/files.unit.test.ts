@@ -92,6 +92,20 @@ describe('reading an export back: a malformed value', () => {
     }
   });
 
+  it('names a number column whose text Number() would still read (blank, hex) by what the file holds', async () => {
+    for (const [path, text] of [
+      [ndjson('blank', { ...commitment, position: ' ' }), ' '],
+      [ndjson('hex', { ...commitment, position: '0x10' }), '0x10'],
+      [csv('hex', { ...commitment, position: '0x10' }), '0x10'],
+    ] as const) {
+      await expect(readAll(path)).rejects.toMatchObject({
+        name: 'MalformedRowError',
+        fields: ['position'],
+        message: expect.stringContaining(`malformed position ${JSON.stringify(text)} (`),
+      });
+    }
+  });
+
   it('refuses a boolean that is neither true nor false, naming it, rather than read it as false', async () => {
     for (const path of [
       ndjson('revealed', { ...commitment, revealed: 'yes' }),

@@ -73,9 +73,11 @@ export const ERRORS = {
   },
   // Of two rotate-secret calls on one subscription at once, the one recorded second: nothing
   // changed, and its caller holds no new secret (the other's caller holds the current one).
+  // Not retryable: a client that retries on its own would end the other caller's secret; a
+  // rotation of its own is the caller's decision.
   SECRET_ROTATION_CONFLICT: {
     status: 409,
-    retryable: true,
+    retryable: false,
     message:
       "another rotate-secret of this subscription was recorded first: nothing changed and this request holds no new secret (the other request's caller holds the current one); rotate again for a secret of your own, which ends the secret before it at once",
   },

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { deterministicId } from '../../contracts/deterministic-id.ts';
+import { ERRORS } from '../../contracts/errors.ts';
 import { deciderSpec } from '../../test/decider-spec.ts';
 import {
   SubscriptionChangedError,
@@ -98,6 +99,8 @@ describe('subscription decider', () => {
       .thenThrows(
         (err) => err instanceof SubscriptionChangedError && err.code === 'SECRET_ROTATION_CONFLICT',
       );
+    // Not retryable on the wire: a client retrying on its own would end the other caller's secret.
+    expect(ERRORS.SECRET_ROTATION_CONFLICT.retryable).toBe(false);
     // One that read the first rotation's secret rotates.
     spec
       .given([created('wh_1'), { type: 'SubscriptionSecretRotated', data: first }])

@@ -14,6 +14,7 @@ import { planTable } from '../metering/plans.ts';
 import { QuotaMeter } from '../metering/quota-meter.ts';
 import { QuotaCounters } from '../metering/quota-rebuild.ts';
 import { RateLimiter, rateLimitPlugin } from '../metering/rate-limit.ts';
+import { projectionCheck } from '../shared/projection-check.ts';
 import { keyRoutes } from './keys/routes.ts';
 import { mcpPlugin, refusesBatch } from './mcp/plugin.ts';
 import { guardConfig, hostAllowed } from './mcp/request-guard.ts';
@@ -181,14 +182,13 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
       // DATA_DIR or store compares it, not positions of different logs (operator-commands.ts).
       const log = logIdentity(adapters.eventStore);
       return {
-        'projection:key-registry': async () => {
+        'projection:key-registry': projectionCheck(registry, {
           // A log that cannot be read now is left unnamed (the CLI then compares positions).
-          const of = await log().catch(() => undefined);
-          const named = of === undefined ? {} : { log: of };
-          return registry.error
-            ? { ok: false, detail: registry.error.message, checkpoint: registry.checkpoint, ...named }
-            : { ok: registry.running, checkpoint: registry.checkpoint, ...named };
-        },
+          fields: async () => {
+            const of = await log().catch(() => undefined);
+            return of === undefined ? {} : { log: of };
+          },
+        }),
       };
     },
   };

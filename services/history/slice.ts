@@ -16,6 +16,7 @@ import type { Role } from '../component.ts';
 import type { EngineOperations, SignalOperations } from '../engine/operations.ts';
 import { parseVerdictStream } from '../engine/verdict-recorder.ts';
 import type { QuotaMeter } from '../metering/quota-meter.ts';
+import { projectionCheck } from '../shared/projection-check.ts';
 import type { Check } from '../shared/readiness.ts';
 import { revealClock } from '../shared/reveal-clock.ts';
 import { type AnchorState, anchorHeadsProjection, HistoryAnchorer } from './anchor.ts';
@@ -192,13 +193,6 @@ export function historySlice(deps: HistorySliceDeps) {
     },
   });
 
-  function runnerCheck<S>(runner: Pick<ProjectionRunner<S>, 'error' | 'running' | 'checkpoint'>): Check {
-    return async () =>
-      runner.error
-        ? { ok: false, detail: runner.error.message, checkpoint: runner.checkpoint }
-        : { ok: runner.running, checkpoint: runner.checkpoint };
-  }
-
   // The channel is built after this slice (it sells the operations this slice decorates), so the
   // routes take its quota when they are registered.
   const lazyRoutes =
@@ -327,11 +321,13 @@ export function historySlice(deps: HistorySliceDeps) {
     },
 
     checks(): Record<string, Check> {
-      const checks: Record<string, Check> = { 'projection:history-track-record': runnerCheck(trackRecord) };
-      if (exports) checks['projection:history-labelled-verdicts'] = runnerCheck(labelled);
-      if (exportRows) checks['projection:history-export-rows'] = runnerCheck(exportRows);
+      const checks: Record<string, Check> = {
+        'projection:history-track-record': projectionCheck(trackRecord),
+      };
+      if (exports) checks['projection:history-labelled-verdicts'] = projectionCheck(labelled);
+      if (exportRows) checks['projection:history-export-rows'] = projectionCheck(exportRows);
       if (resolves) {
-        checks['projection:history-pending-outcomes'] = runnerCheck(pending);
+        checks['projection:history-pending-outcomes'] = projectionCheck(pending);
         checks['processor:history-outcomes'] = async () => ({
           ok: resolver !== null,
           resolved: resolver?.resolved ?? 0,

@@ -7,6 +7,7 @@ import type { Adapters } from '../adapters.ts';
 import type { ToolDefinition } from '../api/mcp/tool-registry.ts';
 import type { Role, Slice } from '../component.ts';
 import type { KeyedAccess } from '../metering/caller.ts';
+import { projectionCheck } from '../shared/projection-check.ts';
 import { ChatQuota, chatLimits, chatQuotaProjection } from './chat-quota.ts';
 import { REPO_ROOT, staticCorpus } from './corpus.ts';
 import { type KnowledgeFacts, knowledgeFactsProjection } from './facts.ts';
@@ -148,10 +149,7 @@ export function knowledgeModule(deps: {
           failure
             ? { ok: false, detail: failure.message }
             : { ok: true, built: service !== null, passages: service?.index.size ?? 0 },
-        'projection:knowledge-facts': async () =>
-          facts.error
-            ? { ok: false, detail: facts.error.message, checkpoint: facts.checkpoint }
-            : { ok: facts.running, checkpoint: facts.checkpoint },
+        'projection:knowledge-facts': projectionCheck(facts),
       };
     },
   };

@@ -15,6 +15,7 @@ import type { Slice } from '../component.ts';
 import { Relay } from '../relay/relay.ts';
 import { relayTypes } from '../relay/relay-types.ts';
 import type { Metrics } from '../shared/metrics.ts';
+import { projectionCheck } from '../shared/projection-check.ts';
 import type { Check } from '../shared/readiness.ts';
 
 /** Every projection the service keeps. Later features register theirs here. */
@@ -94,19 +95,14 @@ export function projectionsComponent(deps: {
     checks() {
       const checks: Record<string, Check> = {};
       for (const [name, runner] of runners) {
-        checks[`projection:${name}`] = async () => {
-          const head = await adapters.eventStore.headPosition();
-          const failure = runner.error;
-          return failure
-            ? { ok: false, detail: failure.message, checkpoint: runner.checkpoint }
-            : {
-                ok: runner.running,
-                checkpoint: runner.checkpoint,
-                // Where positions are byte offsets the projectionLag check counts the events; a
-                // second count per runner here would only repeat its reads.
-                ...(adapters.eventStore.densePositions ? { lag: head - runner.checkpoint } : {}),
-              };
-        };
+        checks[`projection:${name}`] = projectionCheck(runner, {
+          // Where positions are byte offsets the projectionLag check counts the events; a second
+          // count per runner here would only repeat its reads.
+          progress: async () =>
+            adapters.eventStore.densePositions
+              ? { lag: (await adapters.eventStore.headPosition()) - runner.checkpoint }
+              : {},
+        });
       }
       checks.relay = async () => ({
         ok: true,

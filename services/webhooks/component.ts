@@ -14,6 +14,7 @@ import type { Adapters } from '../adapters.ts';
 import type { Component, Role, Slice } from '../component.ts';
 import { rankMarkets, unservedVenue } from '../engine/engine.ts';
 import { scheduledMarkets } from '../engine/scheduler.ts';
+import { projectionCheck } from '../shared/projection-check.ts';
 import { guardedAgent } from '../shared/ssrf/guarded-agent.ts';
 import { DeliveryWorker } from './delivery-worker.ts';
 import { type DigestCoverage, digestCoverage } from './digest-coverage.ts';
@@ -85,13 +86,6 @@ function parts(
     ...(observer ? { observer } : {}),
   });
   return { settings, secrets, runner, agent, worker };
-}
-
-function projectionCheck<S>(runner: ProjectionRunner<S>) {
-  return async () =>
-    runner.error
-      ? { ok: false, detail: runner.error.message, checkpoint: runner.checkpoint }
-      : { ok: runner.running, checkpoint: runner.checkpoint };
 }
 
 /**

@@ -238,14 +238,16 @@ describe('outcome resolver', () => {
       expect(reads).toEqual({ listed: 0, read: 0 });
       for (const m of MARKETS) await engine.getTradeCall(m);
       feed.clock.advance(25 * HOUR);
-      await pending.waitFor(await store.headPosition());
+      // A bound, not a figure: the view folds 50,000 pending verdicts here, which took over 5 s
+      // (waitFor's default) beside other work on 2 cores.
+      await pending.waitFor(await store.headPosition(), 60_000);
       expect(Object.keys(pending.state.pending)).toHaveLength(50_000 + MARKETS.length);
       Object.assign(reads, { listed: 0, read: 0 });
       expect(await resolver.resolveDue()).toBe(MARKETS.length);
       // None listed; read only by the fold of the outcomes appended meanwhile (one each).
       expect(reads.listed).toBe(0);
       expect(reads.read).toBeLessThanOrEqual(MARKETS.length);
-      await pending.waitFor(await store.headPosition());
+      await pending.waitFor(await store.headPosition(), 60_000);
       expect(Object.keys(record)).toHaveLength(50_000);
     } finally {
       pending.state.pending = record;

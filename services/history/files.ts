@@ -91,10 +91,8 @@ const CUT_SHORT =
 const NAME_FORMAT = "--format names the file's format (ndjson, csv, parquet)";
 
 /** What to do about a line that is no row: past the first row, the file was cut; at its start, it is not in the format read. */
-const cutOrFormat = (rowsRead: number, format: HistoryFormat) =>
-  rowsRead > 0
-    ? CUT_SHORT
-    : `the file's first row is not ${format === 'csv' ? 'CSV' : 'NDJSON'}: ${NAME_FORMAT}`;
+const cutOrFormat = (aRow: boolean, format: HistoryFormat) =>
+  aRow ? CUT_SHORT : `the file's first row is not ${format === 'csv' ? 'CSV' : 'NDJSON'}: ${NAME_FORMAT}`;
 
 /**
  * Whether `cursor` is the one its row was exported with: every export writes the cursor of the
@@ -261,6 +259,13 @@ async function* readItems(
   let cursorColumn = -1;
   let lineNumber = 0;
   let rowsRead = 0;
+  /**
+   * Whether a line can only be a row's, cut short when unreadable: one after a row or after the CSV
+   * header, or an NDJSON line opening as a JSON object. Before that, an unreadable line is a file in
+   * another format (a CSV file without its header, one read with --format ndjson).
+   */
+  const rowLine = (line: string): boolean =>
+    rowsRead > 0 || (format === 'csv' ? header !== null : line.trimStart().startsWith('{'));
   /** One line's row; null for the CSV header and the NDJSON trailer line. */
   const readLine = (line: string): HistoryRow | null => {
     if (format === 'csv') {
@@ -270,7 +275,7 @@ async function* readItems(
       } catch (err) {
         throw unreadable(
           `line ${lineNumber}`,
-          `CSV line (${(err as Error).message}): ${cutOrFormat(rowsRead, format)}`,
+          `CSV line (${(err as Error).message}): ${cutOrFormat(rowLine(line), format)}`,
         );
       }
       if (!header) {
@@ -279,7 +284,7 @@ async function* readItems(
         if (!fields.includes('position') || !fields.includes('verdict_id'))
           throw unreadable(
             `line ${lineNumber}`,
-            `CSV header (no position and verdict_id columns): ${cutOrFormat(0, format)}`,
+            `CSV header (no position and verdict_id columns): ${cutOrFormat(false, format)}`,
           );
         header = fields;
         cursorColumn = header.indexOf('cursor');
@@ -289,7 +294,7 @@ async function* readItems(
       if (fields.length !== header.length) {
         throw unreadable(
           `line ${lineNumber}`,
-          `CSV line: ${fields.length} fields where the header has ${header.length}; ${cutOrFormat(rowsRead, format)}`,
+          `CSV line: ${fields.length} fields where the header has ${header.length}; ${CUT_SHORT}`,
         );
       }
       const row = toRow(Object.fromEntries(header.map((h, i) => [h, fields[i]])), `line ${lineNumber}`);
@@ -311,7 +316,7 @@ async function* readItems(
     } catch (err) {
       throw unreadable(
         `line ${lineNumber}`,
-        `JSON line (${(err as Error).message}): ${cutOrFormat(rowsRead, format)}`,
+        `JSON line (${(err as Error).message}): ${cutOrFormat(rowLine(line), format)}`,
       );
     }
     // The trailer line of a served NDJSON export carries the cursor, not a row.
@@ -325,11 +330,9 @@ async function* readItems(
     try {
       row = readLine(line);
     } catch (err) {
-      // A line that is no line of the format before the first row (a file in another format, a CSV
-      // file without its header): no line after it reads as a row either. Past a CSV file's header
-      // every line is a row's, the first one cut short included.
-      const beforeRows = format === 'csv' ? header === null : rowsRead === 0;
-      if (!goOn || !(err instanceof MalformedRowError) || (beforeRows && err.fields.length === 0)) throw err;
+      // A file in another format: no line after it reads as a row either.
+      if (!goOn || !(err instanceof MalformedRowError) || (!rowLine(line) && err.fields.length === 0))
+        throw err;
       yield err;
       continue;
     }

@@ -125,6 +125,8 @@ describe('reading an export past a malformed row (verify --anchors, --data)', ()
   const read = async (path: string) => {
     const items: (HistoryRow | string)[] = [];
     for await (const item of readExportPastMalformed(path)) {
+      // A row's line cut short is told so, not that the file is in another format.
+      if (item instanceof MalformedRowError) expect(item.message).toContain('a line cut short');
       items.push(item instanceof MalformedRowError ? `malformed ${item.where}` : item);
     }
     return items;
@@ -150,5 +152,42 @@ describe('reading an export past a malformed row (verify --anchors, --data)', ()
     const path = join(dir, 'no-header.csv');
     writeFileSync(path, `${csvLine(commitment)}${csvLine(second)}`);
     await expect(read(path)).rejects.toMatchObject({ name: 'MalformedRowError' });
+  });
+});
+
+describe('reading an NDJSON export past a malformed row', () => {
+  const second = { ...commitment, position: 3, cursor: encodeCursor(3, verdictId) } as HistoryRow;
+  const read = async (path: string) => {
+    const items: (HistoryRow | string)[] = [];
+    for await (const item of readExportPastMalformed(path)) {
+      // Its text says the line was cut short, not that the file is in another format.
+      if (item instanceof MalformedRowError) expect(item.message).toContain('a line cut short');
+      items.push(item instanceof MalformedRowError ? `malformed ${item.where}` : item);
+    }
+    return items;
+  };
+
+  it('goes on past a JSON line cut short, the first one included (it opens as a row does)', async () => {
+    const cut = JSON.stringify(commitment).slice(0, 40);
+    for (const [name, lines] of [
+      ['cut-first', [cut, JSON.stringify(second)]],
+      ['cut-later', [JSON.stringify(commitment), cut, JSON.stringify(second)]],
+    ] as const) {
+      const path = join(dir, `${name}.ndjson`);
+      writeFileSync(path, `${lines.join('\n')}\n`);
+      const items = await read(path);
+      expect(items.filter((i) => typeof i === 'string')).toEqual([
+        `malformed line ${lines.indexOf(cut) + 1}`,
+      ]);
+      expect(items.at(-1)).toEqual(second);
+    }
+  });
+
+  it('ends at a file that is no NDJSON export: its first line is no JSON object', async () => {
+    const path = join(dir, 'csv-as.ndjson');
+    writeFileSync(path, `${CSV_HEADER}${csvLine(second)}`);
+    await expect(readExportPastMalformed(path, 'ndjson').next()).rejects.toMatchObject({
+      name: 'MalformedRowError',
+    });
   });
 });

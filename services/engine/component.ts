@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { Config } from '../../contracts/config.ts';
 import type { Slice } from '../component.ts';
+import { failureReason } from '../shared/failure-reason.ts';
 import type { SignalEngine } from './engine.ts';
 import { scheduledMarkets, VerdictScheduler } from './scheduler.ts';
 
@@ -40,7 +41,12 @@ export function engineComponent(deps: { config: Config; engine: SignalEngine; lo
     startUpWork: () => scheduler.firstRound,
     checks() {
       return {
-        scheduler: async () => ({ ok: scheduler.stats.lastError === null, ...scheduler.stats }),
+        scheduler: async () => {
+          const failure = scheduler.lastFailure;
+          if (failure === undefined) return { ok: true, ...scheduler.stats };
+          // Its words may name the store's host: /readyz shows the reason, the log the error.
+          return { ok: false, ...scheduler.stats, lastError: failureReason(failure), cause: failure };
+        },
       };
     },
   };

@@ -67,6 +67,11 @@ export class VerdictScheduler {
   private retryTimer: NodeJS.Timeout | null = null;
   private retryDelay: number;
   readonly stats: SchedulerStats = { runs: 0, verdicts: 0, skipped: 0, lastRunAt: null, lastError: null };
+  /**
+   * The error of the last run while it failed (undefined once a run succeeds): the readiness check
+   * carries it as its cause, so /readyz shows its reason and the log its words.
+   */
+  lastFailure: unknown = undefined;
   /** The round start() runs of every timeframe: resolves once each has run (or failed). */
   firstRound: Promise<unknown> = Promise.resolve();
 
@@ -157,9 +162,11 @@ export class VerdictScheduler {
       // which logs a market whose save fails and goes on with the others).
       await engine.saveBandScales();
       this.stats.lastError = null;
+      this.lastFailure = undefined;
       this.retryDelay = this.options.retryMs ?? 1000;
     } catch (err) {
       this.stats.lastError = err instanceof Error ? err.message : String(err);
+      this.lastFailure = err;
       logger?.error({ err, timeframe }, 'scheduled run failed');
       // Closes that pass while the store is away are backfilled, in order, by the retry's calls.
       this.scheduleRetry();

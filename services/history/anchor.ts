@@ -149,7 +149,11 @@ export class HistoryAnchorer {
   private stopped = true;
   private tick: Promise<unknown> | null = null;
   chainId: number | null = null;
-  lastError: string | null = null;
+  /**
+   * The error of the last check while it failed (undefined once one anchors): the readiness check
+   * carries it as its cause, so /readyz shows its reason and the log its words (the RPC's URL).
+   */
+  lastFailure: unknown = undefined;
 
   constructor(
     private readonly deps: {
@@ -184,7 +188,7 @@ export class HistoryAnchorer {
       this.timer = null;
       this.tick = this.anchorIfDue()
         .catch((err: unknown) => {
-          this.lastError = (err as Error).message;
+          this.lastFailure = err;
           this.deps.logger.error({ err }, 'history anchor failed');
         })
         .finally(() => {
@@ -245,7 +249,7 @@ export class HistoryAnchorer {
     };
     const appended = await store.append(ANCHOR_STREAM, [newEvent('HistoryAnchored', anchored)]);
     await heads.waitFor(appended.position);
-    this.lastError = null;
+    this.lastFailure = undefined;
     this.deps.logger.info({ root, position, streams, txHash }, 'history anchored');
     return anchored;
   }

@@ -16,6 +16,7 @@ import type { Role } from '../component.ts';
 import type { EngineOperations, SignalOperations } from '../engine/operations.ts';
 import { parseVerdictStream } from '../engine/verdict-recorder.ts';
 import type { QuotaMeter } from '../metering/quota-meter.ts';
+import { failureReason } from '../shared/failure-reason.ts';
 import { projectionCheck } from '../shared/projection-check.ts';
 import type { Check } from '../shared/readiness.ts';
 import { revealClock } from '../shared/reveal-clock.ts';
@@ -347,7 +348,9 @@ export function historySlice(deps: HistorySliceDeps) {
                 address: anchorer.address,
                 intervalMs: config.HISTORY_ANCHOR_INTERVAL_MS,
                 lastAnchor: anchorHeads!.state.last,
-                ...(anchorer.lastError ? { lastError: anchorer.lastError } : {}),
+                ...(anchorer.lastFailure === undefined
+                  ? {}
+                  : { lastError: failureReason(anchorer.lastFailure), cause: anchorer.lastFailure }),
               }
             : { ok: true, anchoring: anchorOff };
       }

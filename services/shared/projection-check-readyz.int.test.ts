@@ -1,0 +1,68 @@
+import { checkServerIdentity, type PeerCertificate } from 'node:tls';
+import { pino } from 'pino';
+import { describe, expect, it, vi } from 'vitest';
+import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
+import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
+import type { Projection } from '../../projections/projection.ts';
+import { ProjectionRunner } from '../../projections/runner.ts';
+import { buildApp } from '../api/app.ts';
+import { projectionCheck } from './projection-check.ts';
+import { Readiness } from './readiness.ts';
+
+describe('a projection runner stopped by an error, as /readyz shows it', () => {
+  it("shows the error's reason, never the bare host its words name; the log has the words", async () => {
+    // Node's own check of a certificate's names: its message names the host, a bare one that no
+    // pattern of an address can tell from a word.
+    const altname = checkServerIdentity('db-internal', {
+      subject: { CN: 'other' },
+      subjectaltname: 'DNS:db.example',
+    } as unknown as PeerCertificate);
+    expect(altname?.message).toContain('db-internal');
+    const store = new MemoryEventStore();
+    await store.append('s', [{ type: 'Ok', data: {} }]);
+    const failing: Projection<number> = {
+      name: 'failing',
+      version: 1,
+      initial: () => 0,
+      evolve() {
+        throw altname;
+      },
+    };
+    const runner = new ProjectionRunner(store, new MemoryProjectionStore(), failing);
+    await runner.start();
+    await vi.waitFor(() => expect(runner.error).not.toBeNull());
+
+    const lines: { msg?: string; check?: string; err?: { message?: string } }[] = [];
+    const logger = pino({ level: 'info' }, { write: (line: string) => lines.push(JSON.parse(line)) });
+    const readiness = new Readiness();
+    readiness.add('projection:failing', projectionCheck(runner));
+    const app = await buildApp({
+      config: { BODY_LIMIT_BYTES: 1024 },
+      logger,
+      readiness,
+      metrics: null,
+      plugins: [],
+    });
+    try {
+      const res = await app.inject({ method: 'GET', url: '/readyz' });
+      expect(res.statusCode).toBe(503);
+      expect(res.json()).toEqual({
+        status: 'not_ready',
+        checks: {
+          'projection:failing': {
+            ok: false,
+            detail: 'TLS certificate refused (the full error is in the service log)',
+            checkpoint: 0,
+          },
+        },
+      });
+      for (const word of ['db-internal', 'db.example', 'altnames']) expect(res.body).not.toContain(word);
+      const logged = lines.filter((l) => l.msg === 'readiness check: full result (shown generic on /readyz)');
+      expect(logged).toHaveLength(1);
+      expect(logged[0]).toMatchObject({ check: 'projection:failing', err: { message: altname?.message } });
+    } finally {
+      await app.close();
+      await runner.stop();
+    }
+  });
+});

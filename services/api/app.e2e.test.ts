@@ -83,6 +83,23 @@ async function start(readiness = new Readiness(), requestTimeoutMs?: number, tru
   return { url, release, inHandler };
 }
 
+/** The app with only its readiness checks, and the "full result" lines its log received. */
+async function startLogged(readiness: Readiness) {
+  const lines: { msg?: string; check?: string; result?: Record<string, unknown> }[] = [];
+  const capture = pino({ level: 'info' }, { write: (line: string) => lines.push(JSON.parse(line)) });
+  app = await buildApp({
+    config: { BODY_LIMIT_BYTES: 1024 },
+    logger: capture,
+    readiness,
+    metrics: null,
+    plugins: [],
+  });
+  const url = await app.listen({ host: '127.0.0.1', port: 0 });
+  const logged = () =>
+    lines.filter((l) => l.msg === 'readiness check: full result (shown generic on /readyz)');
+  return { url, logged };
+}
+
 describe('HTTP app', () => {
   it('lets an in-flight request finish on close and refuses new connections', async () => {
     const { url, release, inHandler } = await start();
@@ -268,8 +285,6 @@ describe('HTTP app', () => {
   });
 
   it("logs a degraded check's words once while only its figures change, and again when its reason does", async () => {
-    const lines: { msg?: string; check?: string; result?: { logged?: unknown } }[] = [];
-    const capture = pino({ level: 'info' }, { write: (line: string) => lines.push(JSON.parse(line)) });
     const readiness = new Readiness();
     // A stale chain as ChainHeads reports it: the age grows at every probe, the RPC's words stay.
     let ageS = 30;
@@ -284,16 +299,7 @@ describe('HTTP app', () => {
         logged: { 'eip155:8453': 'request to rpc.internal/v2/KEY failed' },
       };
     });
-    app = await buildApp({
-      config: { BODY_LIMIT_BYTES: 1024 },
-      logger: capture,
-      readiness,
-      metrics: null,
-      plugins: [],
-    });
-    const url = await app.listen({ host: '127.0.0.1', port: 0 });
-    const logged = () =>
-      lines.filter((l) => l.msg === 'readiness check: full result (shown generic on /readyz)');
+    const { url, logged } = await startLogged(readiness);
     for (let probe = 0; probe < 3; probe++) {
       const body = JSON.stringify(await (await fetch(`${url}/readyz`)).json());
       expect(body).not.toContain('rpc.internal');
@@ -309,22 +315,13 @@ describe('HTTP app', () => {
   });
 
   it("shows a failing dependency's address only in the log, once until its words change", async () => {
-    const lines: { msg?: string; check?: string; result?: { detail?: string } }[] = [];
-    const capture = pino({ level: 'info' }, { write: (line: string) => lines.push(JSON.parse(line)) });
     const readiness = new Readiness();
     readiness.add('eventStore', async () => ({
       ok: false,
       kind: 'postgres',
       detail: 'postgres: connect ECONNREFUSED 10.0.0.5:5432',
     }));
-    app = await buildApp({
-      config: { BODY_LIMIT_BYTES: 1024 },
-      logger: capture,
-      readiness,
-      metrics: null,
-      plugins: [],
-    });
-    const url = await app.listen({ host: '127.0.0.1', port: 0 });
+    const { url, logged } = await startLogged(readiness);
     for (let probe = 0; probe < 2; probe++) {
       const res = await fetch(`${url}/readyz`);
       expect(res.status).toBe(503);
@@ -339,9 +336,8 @@ describe('HTTP app', () => {
         },
       });
     }
-    const logged = lines.filter((l) => l.msg === 'readiness check: full result (shown generic on /readyz)');
-    expect(logged).toHaveLength(1);
-    expect(logged[0]).toMatchObject({
+    expect(logged()).toHaveLength(1);
+    expect(logged()[0]).toMatchObject({
       check: 'eventStore',
       result: { detail: 'postgres: connect ECONNREFUSED 10.0.0.5:5432' },
     });

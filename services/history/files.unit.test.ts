@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import type { HistoryRow } from '../../contracts/history.ts';
+import { HISTORY_COLUMNS, type HistoryRow } from '../../contracts/history.ts';
 import { encodeCursor } from './cursor.ts';
 import { MalformedRowError, readExport, readExportPastMalformed } from './files.ts';
 import { CSV_HEADER, csvLine } from './writers.ts';
@@ -13,6 +13,7 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 const verdictId = '41ba029a-4321-5e69-8be7-6d2186b5162b';
 /** A commitment as the export writes it: its outcome and content columns null until revealed. */
 const commitment = {
+  ...Object.fromEntries(HISTORY_COLUMNS.map((k) => [k, null])),
   position: 2,
   verdict_id: verdictId,
   stream: 'verdicts-BINANCE_SPOT-AVAX-1h',
@@ -22,39 +23,22 @@ const commitment = {
   coin: 'AVAX',
   timeframe: '1h',
   hash: '99e3c80a1cf40105e77900c6b844c4660418d106e5f48b63c89b790e0087bef0',
-  prev_hash: null,
   reveal_at: '2025-10-01T07:00:00.000Z',
   revealed: false,
-  ...Object.fromEntries(
-    [
-      'call',
-      'confidence',
-      'score',
-      'regime',
-      'price',
-      'candle_close_time',
-      'feed',
-      'engine_version',
-      'trigger',
-      'inputs_json',
-      'outcome_id',
-      'return_1',
-      'return_6',
-      'return_24',
-      'result',
-      'net_centi_bps',
-      'mae_bps',
-      'mfe_bps',
-      'realised_vol',
-      'lean',
-      'lean_net_centi_bps',
-      'outcome_hash',
-      'outcome_prev_hash',
-      'outcome_position',
-    ].map((k) => [k, null]),
-  ),
   cursor: encodeCursor(2, verdictId),
 } as unknown as HistoryRow;
+/** The row after it, for the reads that go on past a malformed line. */
+const second = { ...commitment, position: 3, cursor: encodeCursor(3, verdictId) } as HistoryRow;
+
+/** Reads past malformed lines; each must be told as a line cut short, not as a file in another format. */
+async function readPast(path: string): Promise<(HistoryRow | string)[]> {
+  const items: (HistoryRow | string)[] = [];
+  for await (const item of readExportPastMalformed(path)) {
+    if (item instanceof MalformedRowError) expect(item.message).toContain('a line cut short');
+    items.push(item instanceof MalformedRowError ? `malformed ${item.where}` : item);
+  }
+  return items;
+}
 
 async function readAll(path: string): Promise<HistoryRow[]> {
   const rows: HistoryRow[] = [];
@@ -121,17 +105,6 @@ describe('reading an export back: a malformed value', () => {
 });
 
 describe('reading an export past a malformed row (verify --anchors, --data)', () => {
-  const second = { ...commitment, position: 3, cursor: encodeCursor(3, verdictId) } as HistoryRow;
-  const read = async (path: string) => {
-    const items: (HistoryRow | string)[] = [];
-    for await (const item of readExportPastMalformed(path)) {
-      // A row's line cut short is told so, not that the file is in another format.
-      if (item instanceof MalformedRowError) expect(item.message).toContain('a line cut short');
-      items.push(item instanceof MalformedRowError ? `malformed ${item.where}` : item);
-    }
-    return items;
-  };
-
   it('goes on past a CSV row cut short, the first one after the header included', async () => {
     const cut = csvLine(commitment).trimEnd().split(',').slice(0, 5).join(',');
     for (const [name, lines] of [
@@ -140,7 +113,7 @@ describe('reading an export past a malformed row (verify --anchors, --data)', ()
     ] as const) {
       const path = join(dir, `${name}.csv`);
       writeFileSync(path, `${CSV_HEADER}${lines.join('\n')}\n`);
-      const items = await read(path);
+      const items = await readPast(path);
       expect(items.filter((i) => typeof i === 'string')).toEqual([
         `malformed line ${lines.indexOf(cut) + 2}`,
       ]);
@@ -151,22 +124,11 @@ describe('reading an export past a malformed row (verify --anchors, --data)', ()
   it('ends at a file that is no CSV export: its first line names no column of one', async () => {
     const path = join(dir, 'no-header.csv');
     writeFileSync(path, `${csvLine(commitment)}${csvLine(second)}`);
-    await expect(read(path)).rejects.toMatchObject({ name: 'MalformedRowError' });
+    await expect(readPast(path)).rejects.toMatchObject({ name: 'MalformedRowError' });
   });
 });
 
 describe('reading an NDJSON export past a malformed row', () => {
-  const second = { ...commitment, position: 3, cursor: encodeCursor(3, verdictId) } as HistoryRow;
-  const read = async (path: string) => {
-    const items: (HistoryRow | string)[] = [];
-    for await (const item of readExportPastMalformed(path)) {
-      // Its text says the line was cut short, not that the file is in another format.
-      if (item instanceof MalformedRowError) expect(item.message).toContain('a line cut short');
-      items.push(item instanceof MalformedRowError ? `malformed ${item.where}` : item);
-    }
-    return items;
-  };
-
   it('goes on past a JSON line cut short, the first one included (it opens as a row does)', async () => {
     const cut = JSON.stringify(commitment).slice(0, 40);
     for (const [name, lines] of [
@@ -175,7 +137,7 @@ describe('reading an NDJSON export past a malformed row', () => {
     ] as const) {
       const path = join(dir, `${name}.ndjson`);
       writeFileSync(path, `${lines.join('\n')}\n`);
-      const items = await read(path);
+      const items = await readPast(path);
       expect(items.filter((i) => typeof i === 'string')).toEqual([
         `malformed line ${lines.indexOf(cut) + 1}`,
       ]);

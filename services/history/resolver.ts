@@ -15,6 +15,8 @@ import type { Exchange } from '../../contracts/market.ts';
 import { eventsBehind } from '../../projections/lag.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
 import { forEachLimited } from '../engine/for-each-limited.ts';
+import { failureReason } from '../shared/failure-reason.ts';
+import type { Check } from '../shared/readiness.ts';
 import { resolveOutcome } from './outcome.ts';
 import { marketKey, pendingIndex } from './pending-index.ts';
 import type { PendingOutcomes, PendingVerdict } from './projections.ts';
@@ -85,7 +87,11 @@ export class OutcomeResolver {
   resolved = 0;
   /** Candle fetches the feed refused, over the resolver's life. */
   failedFetches = 0;
-  lastError: string | null = null;
+  /**
+   * The last candle fetch the feed refused (kept once later ones succeed): the readiness check
+   * carries it as its cause, so /readyz shows its reason and the log its words (a venue's host).
+   */
+  lastFailure: MarketDataError | undefined = undefined;
 
   constructor(
     private readonly deps: {
@@ -238,7 +244,7 @@ export class OutcomeResolver {
       // Candles not there yet (venue down, replay behind): the verdict stays pending.
       if (!(err instanceof MarketDataError)) throw err;
       this.failedFetches++;
-      this.lastError = err.message;
+      this.lastFailure = err;
       if (err instanceof InsufficientHistoryError) {
         backOff(this.verdicts, p.verdictId, this.intervalMs, PERMANENT_BACKOFF_MS, clock());
       } else {
@@ -367,4 +373,29 @@ function backOff(
   if (last && last.retryAt > wall) return;
   const delayMs = Math.min(cap, last === undefined ? intervalMs : last.delayMs * 2);
   map.set(key, { retryAt: wall + delayMs, delayMs });
+}
+
+/**
+ * The resolver's /readyz check (processor:history-outcomes): ready once it runs, with its counts,
+ * and the reason of the last fetch the feed refused as `lastError`; that error is carried as the
+ * cause, so its words go to the log with the check's full result, not to the public answer.
+ */
+export function outcomesCheck(
+  resolver: () => OutcomeResolver | null,
+  pending: ProjectionRunner<PendingOutcomes>,
+): Check {
+  return async () => {
+    const r = resolver();
+    const failure = r?.lastFailure;
+    return {
+      ok: r !== null,
+      resolved: r?.resolved ?? 0,
+      pending: Object.keys(pending.state.pending).length,
+      backingOff: r?.backingOff ?? 0,
+      failedFetches: r?.failedFetches ?? 0,
+      waitingForView: r?.waitingForView ?? true,
+      ...(r?.standingBy ? { standingBy: true } : {}),
+      ...(failure === undefined ? {} : { lastError: failureReason(failure), cause: failure }),
+    };
+  };
 }

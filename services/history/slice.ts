@@ -31,7 +31,7 @@ import {
   pendingOutcomesProjection,
   trackRecordProjection,
 } from './projections.ts';
-import { OutcomeResolver } from './resolver.ts';
+import { OutcomeResolver, outcomesCheck } from './resolver.ts';
 import { historyRoutes } from './routes.ts';
 import type { OutcomeIndex, StoredRows } from './scan.ts';
 import { holdsCoin, ServedVenues } from './served-venues.ts';
@@ -329,16 +329,7 @@ export function historySlice(deps: HistorySliceDeps) {
       if (exportRows) checks['projection:history-export-rows'] = projectionCheck(exportRows);
       if (resolves) {
         checks['projection:history-pending-outcomes'] = projectionCheck(pending);
-        checks['processor:history-outcomes'] = async () => ({
-          ok: resolver !== null,
-          resolved: resolver?.resolved ?? 0,
-          pending: Object.keys(pending.state.pending).length,
-          backingOff: resolver?.backingOff ?? 0,
-          failedFetches: resolver?.failedFetches ?? 0,
-          waitingForView: resolver?.waitingForView ?? true,
-          ...(resolver?.standingBy ? { standingBy: true } : {}),
-          ...(resolver?.lastError ? { lastError: resolver.lastError } : {}),
-        });
+        checks['processor:history-outcomes'] = outcomesCheck(() => resolver, pending);
         // Informational: a failed anchor is retried at the next check and never makes the role unready.
         checks['processor:history-anchor'] = async () =>
           anchorer

@@ -145,9 +145,10 @@ export function knowledgeModule(deps: {
     checks() {
       return {
         // Requests wait for the index while it is built, so only a failed build makes us unready.
+        // The build's error (a file's path) is the cause: /readyz shows its reason, the log its words.
         'knowledge-index': async () =>
           failure
-            ? { ok: false, detail: failure.message }
+            ? { ok: false, cause: failure }
             : { ok: true, built: service !== null, passages: service?.index.size ?? 0 },
         'projection:knowledge-facts': projectionCheck(facts),
       };

@@ -1,0 +1,88 @@
+import { checkServerIdentity, type PeerCertificate } from 'node:tls';
+import { pino } from 'pino';
+import { describe, expect, it } from 'vitest';
+import { VenueUnavailableError } from '../../adapters/market/errors.ts';
+import type { MarketFeed } from '../../adapters/market/port.ts';
+import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
+import { ProjectionRunner } from '../../projections/runner.ts';
+import { recordHistory } from '../../test/history-harness.ts';
+import { buildApp } from '../api/app.ts';
+import { Readiness } from '../shared/readiness.ts';
+import { pendingOutcomesProjection } from './projections.ts';
+import { OutcomeResolver, outcomesCheck } from './resolver.ts';
+
+describe('processor:history-outcomes on /readyz, after the feed refused a fetch', () => {
+  it("shows the refusal's reason, never the bare host its words name; the log has the words", async () => {
+    // Node's own check of a venue's certificate: its message names the host, a bare one that no
+    // pattern of an address can tell from a word.
+    const altname = checkServerIdentity('db-internal', {
+      subject: { CN: 'other' },
+      subjectaltname: 'DNS:db.example',
+    } as unknown as PeerCertificate);
+    expect(altname?.message).toContain('db-internal');
+    const { store, feed } = await recordHistory({ steps: 2, settleHours: 30 });
+    // The real replay feed, whose candle fetches the venue's TLS refuses as the live feed tells it.
+    const refusing = new Proxy(feed, {
+      get(target, prop) {
+        if (prop === 'candles') {
+          return async (exchange: Parameters<MarketFeed['candles']>[0]) => {
+            throw new VenueUnavailableError(exchange, altname!.message, { cause: altname });
+          };
+        }
+        const value = Reflect.get(target, prop, target);
+        return typeof value === 'function' ? value.bind(target) : value;
+      },
+    });
+    const quiet = pino({ level: 'silent' });
+    const pending = new ProjectionRunner(store, new MemoryProjectionStore(), pendingOutcomesProjection, {
+      logger: quiet,
+    });
+    await pending.start();
+    await pending.waitFor(await store.headPosition());
+    const resolver = new OutcomeResolver({
+      store,
+      feed: refusing,
+      pending,
+      logger: quiet,
+      maxLag: 1_000,
+      intervalMs: 1_000,
+      concurrency: 1,
+      clock: () => 1_000_000,
+    });
+    expect(await resolver.resolveDue()).toBe(0);
+    expect(resolver.failedFetches).toBeGreaterThan(0);
+
+    const lines: { msg?: string; check?: string; err?: { message?: string } }[] = [];
+    const logger = pino({ level: 'info' }, { write: (line: string) => lines.push(JSON.parse(line)) });
+    const readiness = new Readiness();
+    readiness.add(
+      'processor:history-outcomes',
+      outcomesCheck(() => resolver, pending),
+    );
+    const app = await buildApp({
+      config: { BODY_LIMIT_BYTES: 1024 },
+      logger,
+      readiness,
+      metrics: null,
+      plugins: [],
+    });
+    try {
+      const res = await app.inject({ method: 'GET', url: '/readyz' });
+      expect(res.statusCode).toBe(200);
+      expect(res.json().checks['processor:history-outcomes']).toMatchObject({
+        ok: true,
+        failedFetches: resolver.failedFetches,
+        lastError: 'TLS certificate refused',
+        detail: 'TLS certificate refused (the full error is in the service log)',
+      });
+      for (const word of ['db-internal', 'db.example', 'altnames']) expect(res.body).not.toContain(word);
+      const logged = lines.filter((l) => l.msg === 'readiness check: full result (shown generic on /readyz)');
+      expect(logged).toHaveLength(1);
+      expect(logged[0]).toMatchObject({ check: 'processor:history-outcomes' });
+      expect(logged[0]?.err?.message).toContain('db-internal');
+    } finally {
+      await app.close();
+      await pending.stop();
+    }
+  });
+});

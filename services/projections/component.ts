@@ -96,12 +96,10 @@ export function projectionsComponent(deps: {
       const checks: Record<string, Check> = {};
       for (const [name, runner] of runners) {
         checks[`projection:${name}`] = projectionCheck(runner, {
+          head: () => adapters.eventStore.headPosition(),
           // Where positions are byte offsets the projectionLag check counts the events; a second
           // count per runner here would only repeat its reads.
-          progress: async () =>
-            adapters.eventStore.densePositions
-              ? { lag: (await adapters.eventStore.headPosition()) - runner.checkpoint }
-              : {},
+          lag: adapters.eventStore.densePositions,
         });
       }
       checks.relay = async () => ({

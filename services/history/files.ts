@@ -16,6 +16,9 @@ export function formatOf(path: string): HistoryFormat {
   return 'ndjson';
 }
 
+/** UTF-8's byte order mark, which an editor saving as "UTF-8 with BOM" writes first. */
+const BOM = Buffer.from([0xef, 0xbb, 0xbf]);
+
 /**
  * The format of an existing export, read from its first bytes rather than its name: exports are
  * renamed, and the CLI's own CSV export need not end in `.csv`. A directory is Parquet parts,
@@ -31,7 +34,8 @@ function detectFormat(path: string): HistoryFormat {
   } finally {
     closeSync(fd);
   }
-  const text = head.subarray(0, length).toString('latin1');
+  // A byte order mark (a file saved as "UTF-8 with BOM") is no character of the file.
+  const text = head.subarray(head.subarray(0, 3).equals(BOM) ? 3 : 0, length).toString('latin1');
   if (text.startsWith('PAR1')) return 'parquet';
   const first = text.trimStart()[0];
   return first === undefined || first === '{' ? 'ndjson' : 'csv';
@@ -323,8 +327,11 @@ async function* readItems(
     if ('cursor' in record && !('verdict_id' in record)) return null;
     return toRow(record, `line ${lineNumber}`);
   };
-  for await (const line of lines) {
+  for await (const read of lines) {
     lineNumber++;
+    // The byte order mark is no character of the first line: left on, it makes the CSV header's
+    // first column another name and the first JSON line no JSON, told as a row cut short.
+    const line = lineNumber === 1 && read.startsWith('\uFEFF') ? read.slice(1) : read;
     if (line.trim() === '') continue;
     let row: HistoryRow | null;
     try {

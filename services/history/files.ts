@@ -323,6 +323,14 @@ async function* readItems(
         `JSON line (${(err as Error).message}): ${cutOrFormat(rowLine(line), format)}`,
       );
     }
+    // JSON that is no object is no row (a whole export turned into one array, a bare value).
+    if (record === null || typeof record !== 'object' || Array.isArray(record)) {
+      const what = Array.isArray(record) ? 'an array' : record === null ? 'null' : `a ${typeof record}`;
+      throw unreadable(
+        `line ${lineNumber}`,
+        `JSON line (${what}, not a row's object): ${cutOrFormat(rowLine(line), format)}`,
+      );
+    }
     // The trailer line of a served NDJSON export carries the cursor, not a row.
     if ('cursor' in record && !('verdict_id' in record)) return null;
     return toRow(record, `line ${lineNumber}`);

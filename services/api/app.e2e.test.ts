@@ -2,6 +2,7 @@ import { connect } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
+import { readyzApp } from '../../test/readyz-app.ts';
 import { createMetrics } from '../shared/metrics.ts';
 import { Readiness } from '../shared/readiness.ts';
 import { buildApp } from './app.ts';
@@ -83,21 +84,12 @@ async function start(readiness = new Readiness(), requestTimeoutMs?: number, tru
   return { url, release, inHandler };
 }
 
-/** The app with only its readiness checks, and the "full result" lines its log received. */
+/** The app with only its readiness checks, listening; `logged` as test/readyz-app.ts reads it. */
 async function startLogged(readiness: Readiness) {
-  const lines: { msg?: string; check?: string; result?: Record<string, unknown> }[] = [];
-  const capture = pino({ level: 'info' }, { write: (line: string) => lines.push(JSON.parse(line)) });
-  app = await buildApp({
-    config: { BODY_LIMIT_BYTES: 1024 },
-    logger: capture,
-    readiness,
-    metrics: null,
-    plugins: [],
-  });
+  const started = await readyzApp(readiness);
+  app = started.app;
   const url = await app.listen({ host: '127.0.0.1', port: 0 });
-  const logged = () =>
-    lines.filter((l) => l.msg === 'readiness check: full result (shown generic on /readyz)');
-  return { url, logged };
+  return { url, logged: started.logged };
 }
 
 describe('HTTP app', () => {

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { HISTORY_COLUMNS, type HistoryRow } from '../../contracts/history.ts';
+import { HISTORY_COLUMNS, type HistoryFormat, type HistoryRow } from '../../contracts/history.ts';
 import { encodeCursor } from './cursor.ts';
 import { MalformedRowError, readExport, readExportPastMalformed } from './files.ts';
 import { CSV_HEADER, csvLine } from './writers.ts';
@@ -36,6 +36,15 @@ async function readPast(path: string): Promise<(HistoryRow | string)[]> {
   for await (const item of readExportPastMalformed(path)) {
     if (item instanceof MalformedRowError) expect(item.message).toContain('a line cut short');
     items.push(item instanceof MalformedRowError ? `malformed ${item.where}` : item);
+  }
+  return items;
+}
+
+/** Every item read past malformed lines, as read: rows, or the malformed line's message. */
+async function readPastAs(path: string, format?: HistoryFormat): Promise<(HistoryRow | string)[]> {
+  const items: (HistoryRow | string)[] = [];
+  for await (const item of readExportPastMalformed(path, format)) {
+    items.push(item instanceof Error ? item.message : item);
   }
   return items;
 }
@@ -151,5 +160,57 @@ describe('reading an NDJSON export past a malformed row', () => {
     await expect(readExportPastMalformed(path, 'ndjson').next()).rejects.toMatchObject({
       name: 'MalformedRowError',
     });
+  });
+});
+
+// An editor saving as "UTF-8 with BOM" (Excel's "CSV UTF-8", Notepad) writes U+FEFF before the
+// first line: the mark of the encoding, no character of the file. Read as one, it would make an
+// NDJSON file's first line no JSON (a row cut short, its file sniffed as CSV) and a CSV header's
+// first column another name (a file in another format).
+describe('an export saved with a byte order mark', () => {
+  const rows = [commitment, second];
+
+  it('reads every row, in NDJSON and in CSV, CRLF line ends too', async () => {
+    for (const eol of ['\n', '\r\n']) {
+      const ndjsonPath = join(dir, `bom${eol.length}.ndjson`);
+      writeFileSync(ndjsonPath, `\uFEFF${rows.map((r) => JSON.stringify(r)).join(eol)}${eol}`);
+      const csvPath = join(dir, `bom${eol.length}.csv`);
+      writeFileSync(csvPath, `\uFEFF${CSV_HEADER}${rows.map(csvLine).join('')}`.replaceAll('\n', eol));
+      for (const path of [ndjsonPath, csvPath]) {
+        expect(await readAll(path)).toEqual(rows);
+        expect(await readPastAs(path)).toEqual(rows);
+      }
+    }
+  });
+
+  it('still ends the read at a file in another format', async () => {
+    const csvAsNdjson = join(dir, 'csv-as.ndjson');
+    writeFileSync(csvAsNdjson, `\uFEFF${CSV_HEADER}${rows.map(csvLine).join('')}`);
+    await expect(readPastAs(csvAsNdjson, 'ndjson')).rejects.toThrow("the file's first row is not NDJSON");
+  });
+});
+
+// JSON that parses but is no object is no row of an NDJSON export: a whole export turned into one
+// JSON array (`jq -s -c`) is a file in another format, and a bare value is named as the line it is,
+// not read as a row whose every field is missing nor left to fail on the value's type.
+describe('an NDJSON line that is JSON but no object', () => {
+  it('ends the read at a JSON array: a file in another format', async () => {
+    const path = join(dir, 'array.ndjson');
+    writeFileSync(path, `${JSON.stringify([commitment, commitment])}\n`);
+    await expect(readPastAs(path, 'ndjson')).rejects.toThrow(
+      /line 1: malformed JSON line \(an array, .*first row is not NDJSON/,
+    );
+  });
+
+  it('names a bare value after a row as a line cut short, and reads on', async () => {
+    for (const value of ['null', '42', '"text"', 'true']) {
+      const path = join(dir, 'value.ndjson');
+      writeFileSync(path, `${JSON.stringify(commitment)}\n${value}\n${JSON.stringify(commitment)}\n`);
+      expect(await readPastAs(path, 'ndjson')).toEqual([
+        commitment,
+        expect.stringMatching(/^line 2: malformed JSON line \(/),
+        commitment,
+      ]);
+    }
   });
 });

@@ -6,7 +6,7 @@ import type { MarketFeed } from '../../adapters/market/port.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
 import { recordHistory } from '../../test/history-harness.ts';
-import { buildApp } from '../api/app.ts';
+import { readyzApp } from '../../test/readyz-app.ts';
 import { Readiness } from '../shared/readiness.ts';
 import { pendingOutcomesProjection } from './projections.ts';
 import { OutcomeResolver, outcomesCheck } from './resolver.ts';
@@ -52,20 +52,12 @@ describe('processor:history-outcomes on /readyz, after the feed refused a fetch'
     expect(await resolver.resolveDue()).toBe(0);
     expect(resolver.failedFetches).toBeGreaterThan(0);
 
-    const lines: { msg?: string; check?: string; err?: { message?: string } }[] = [];
-    const logger = pino({ level: 'info' }, { write: (line: string) => lines.push(JSON.parse(line)) });
     const readiness = new Readiness();
     readiness.add(
       'processor:history-outcomes',
       outcomesCheck(() => resolver, pending),
     );
-    const app = await buildApp({
-      config: { BODY_LIMIT_BYTES: 1024 },
-      logger,
-      readiness,
-      metrics: null,
-      plugins: [],
-    });
+    const { app, logged } = await readyzApp(readiness);
     try {
       const res = await app.inject({ method: 'GET', url: '/readyz' });
       expect(res.statusCode).toBe(200);
@@ -76,10 +68,9 @@ describe('processor:history-outcomes on /readyz, after the feed refused a fetch'
         detail: 'TLS certificate refused (the full error is in the service log)',
       });
       for (const word of ['db-internal', 'db.example', 'altnames']) expect(res.body).not.toContain(word);
-      const logged = lines.filter((l) => l.msg === 'readiness check: full result (shown generic on /readyz)');
-      expect(logged).toHaveLength(1);
-      expect(logged[0]).toMatchObject({ check: 'processor:history-outcomes' });
-      expect(logged[0]?.err?.message).toContain('db-internal');
+      expect(logged()).toHaveLength(1);
+      expect(logged()[0]).toMatchObject({ check: 'processor:history-outcomes' });
+      expect(logged()[0]?.err?.message).toContain('db-internal');
     } finally {
       await app.close();
       await pending.stop();

@@ -238,8 +238,8 @@ describe('outcome resolver', () => {
       expect(reads).toEqual({ listed: 0, read: 0 });
       for (const m of MARKETS) await engine.getTradeCall(m);
       feed.clock.advance(25 * HOUR);
-      // A bound, not a figure: the view folds 50,000 pending verdicts here, which took over 5 s
-      // (waitFor's default) beside other work on 2 cores.
+      // A bound for a hang, not a figure: the view folds 50,000 pending verdicts here, which can
+      // take longer than waitFor's default 5 s beside other work on 2 cores.
       await pending.waitFor(await store.headPosition(), 60_000);
       expect(Object.keys(pending.state.pending)).toHaveLength(50_000 + MARKETS.length);
       Object.assign(reads, { listed: 0, read: 0 });

@@ -1,11 +1,10 @@
 import { checkServerIdentity, type PeerCertificate } from 'node:tls';
-import { pino } from 'pino';
 import { describe, expect, it, vi } from 'vitest';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import type { Projection } from '../../projections/projection.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
-import { buildApp } from '../api/app.ts';
+import { readyzApp } from '../../test/readyz-app.ts';
 import { projectionCheck } from './projection-check.ts';
 import { Readiness } from './readiness.ts';
 
@@ -32,17 +31,9 @@ describe('a projection runner stopped by an error, as /readyz shows it', () => {
     await runner.start();
     await vi.waitFor(() => expect(runner.error).not.toBeNull());
 
-    const lines: { msg?: string; check?: string; err?: { message?: string } }[] = [];
-    const logger = pino({ level: 'info' }, { write: (line: string) => lines.push(JSON.parse(line)) });
     const readiness = new Readiness();
     readiness.add('projection:failing', projectionCheck(runner));
-    const app = await buildApp({
-      config: { BODY_LIMIT_BYTES: 1024 },
-      logger,
-      readiness,
-      metrics: null,
-      plugins: [],
-    });
+    const { app, logged } = await readyzApp(readiness);
     try {
       const res = await app.inject({ method: 'GET', url: '/readyz' });
       expect(res.statusCode).toBe(503);
@@ -57,9 +48,8 @@ describe('a projection runner stopped by an error, as /readyz shows it', () => {
         },
       });
       for (const word of ['db-internal', 'db.example', 'altnames']) expect(res.body).not.toContain(word);
-      const logged = lines.filter((l) => l.msg === 'readiness check: full result (shown generic on /readyz)');
-      expect(logged).toHaveLength(1);
-      expect(logged[0]).toMatchObject({ check: 'projection:failing', err: { message: altname?.message } });
+      expect(logged()).toHaveLength(1);
+      expect(logged()[0]).toMatchObject({ check: 'projection:failing', err: { message: altname?.message } });
     } finally {
       await app.close();
       await runner.stop();

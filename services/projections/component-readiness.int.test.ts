@@ -2,6 +2,7 @@ import { pino } from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
 import { MemoryBus } from '../../adapters/bus/memory.ts';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
+import type { EventStore } from '../../adapters/event-store/port.ts';
 import { openPostgresEventStore, type PostgresEventStore } from '../../adapters/event-store/postgres.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import { loadConfig } from '../../contracts/config.ts';
@@ -32,16 +33,7 @@ describe.runIf(run)("the projections role's per-projection checks on PostgreSQL"
     store = await openPostgresEventStore({ url: POSTGRES_URL, schema, pollMs: 100 });
     expect(store.densePositions).toBe(false);
     const { position } = await store.append('s', [{ type: 'Ok', data: {} }]);
-    const component = projectionsComponent({
-      config: loadConfig({}),
-      adapters: {
-        eventStore: store,
-        projectionStore: new MemoryProjectionStore(),
-        bus: new MemoryBus(),
-      } as Partial<Adapters> as Adapters,
-      logger: pino({ level: 'silent' }),
-      metrics: null,
-    });
+    const component = componentOn(store);
     const readiness = new Readiness();
     for (const [name, check] of Object.entries(component.checks!())) {
       if (name.startsWith('projection:')) readiness.add(name, check);
@@ -66,20 +58,24 @@ describe.runIf(run)("the projections role's per-projection checks on PostgreSQL"
   });
 });
 
+/** The projections role on the given store, nothing else of a deployment. */
+const componentOn = (eventStore: EventStore) =>
+  projectionsComponent({
+    config: loadConfig({}),
+    adapters: {
+      eventStore,
+      projectionStore: new MemoryProjectionStore(),
+      bus: new MemoryBus(),
+    } as Partial<Adapters> as Adapters,
+    logger: pino({ level: 'silent' }),
+    metrics: null,
+  });
+
 describe("the projections role's per-projection checks where positions count events", () => {
   it('show the lag behind the head the check read', async () => {
     const store = new MemoryEventStore();
     const { position } = await store.append('s', [{ type: 'Ok', data: {} }]);
-    const component = projectionsComponent({
-      config: loadConfig({}),
-      adapters: {
-        eventStore: store,
-        projectionStore: new MemoryProjectionStore(),
-        bus: new MemoryBus(),
-      } as Partial<Adapters> as Adapters,
-      logger: pino({ level: 'silent' }),
-      metrics: null,
-    });
+    const component = componentOn(store);
     const check = component.checks!()['projection:event-stats']!;
     const runner = component.runners.get('event-stats')!;
     await runner.start();

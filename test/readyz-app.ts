@@ -1,3 +1,4 @@
+import { checkServerIdentity, type PeerCertificate } from 'node:tls';
 import type { FastifyInstance } from 'fastify';
 import { pino } from 'pino';
 import { buildApp } from '../services/api/app.ts';
@@ -30,4 +31,20 @@ export async function readyzApp(
   const logged = () =>
     lines.filter((l) => l.msg === 'readiness check: full result (shown generic on /readyz)');
   return { app, logged };
+}
+
+/** Words of a failure that name a private host, which /readyz must never show. */
+export const PRIVATE_WORDS = ['db-internal', 'db.example', 'altnames'];
+
+/**
+ * Node's own check of a certificate's names failing for the host `db-internal`: its message names
+ * that bare host, which no pattern of an address can tell from a word.
+ */
+export function altnameError(): Error {
+  const error = checkServerIdentity('db-internal', {
+    subject: { CN: 'other' },
+    subjectaltname: 'DNS:db.example',
+  } as unknown as PeerCertificate);
+  if (!error?.message.includes('db-internal')) throw new Error('checkServerIdentity named no host');
+  return error;
 }

@@ -1,9 +1,9 @@
-import { checkServerIdentity, type PeerCertificate } from 'node:tls';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import { openReplayFeed, type ReplayFeed } from '../../adapters/market/replay.ts';
 import { loadConfig } from '../../contracts/config.ts';
+import { altnameError } from '../../test/readyz-app.ts';
 import { engineComponent } from './component.ts';
 import { SignalEngine } from './engine.ts';
 
@@ -22,12 +22,9 @@ describe("the engine scheduler's readiness check after a failed run", () => {
     expect((await check()).cause).toBeUndefined();
 
     // A run stopped by the store's TLS refusal, whose words name its bare host.
-    const altname = checkServerIdentity('db-internal', {
-      subject: { CN: 'other' },
-      subjectaltname: 'DNS:db.example',
-    } as unknown as PeerCertificate);
+    const altname = altnameError();
     component.scheduler.lastFailure = altname;
-    component.scheduler.stats.lastError = altname!.message;
+    component.scheduler.stats.lastError = altname.message;
     const failed = await check();
     expect(failed).toMatchObject({ ok: false, lastError: 'TLS certificate refused' });
     expect(failed.cause).toBe(altname);

@@ -1192,20 +1192,15 @@ export class DeliveryWorker {
     if (nextAttemptAt !== null) this.onRetryScheduled?.(Date.parse(nextAttemptAt));
     // Held for the master key: nothing was sent, so nothing is said of the endpoint.
     if (result.ok || result.error === SECRET_UNREADABLE) return;
+    // Both judgements read the projection's failed deliveries in a row (a 410's disable records
+    // them as the notice's consecutive_failures): read once this attempt is folded, so it counts.
+    await this.deps.runner.waitFor(position, 5_000).catch(() => undefined);
     const gone = goneReason(result);
     if (gone) {
-      // The disable records the projection's failed deliveries in a row (the notice's
-      // consecutive_failures): read once this attempt is folded, so the one answered 410 counts.
-      await this.deps.runner.waitFor(position, 5_000).catch(() => undefined);
       await this.disable(job.subscription, gone);
       return;
     }
-    await this.checkPersistentFailure(job.subscription.id, position, now);
-  }
-
-  private async checkPersistentFailure(subscriptionId: string, position: number, now: number): Promise<void> {
-    await this.deps.runner.waitFor(position, 5_000).catch(() => undefined);
-    const sub = findSubscription(this.deps.runner.state.subscriptions, subscriptionId);
+    const sub = findSubscription(this.deps.runner.state.subscriptions, job.subscription.id);
     const cause = persistentFailureReason(sub, this.deps.settings, now);
     if (sub && cause) await this.disable(sub, cause.reason, cause.consecutiveFailures);
   }

@@ -24,7 +24,6 @@ describe("the engine scheduler's readiness check after a failed run", () => {
     // A run stopped by the store's TLS refusal, whose words name its bare host.
     const altname = altnameError();
     component.scheduler.lastFailure = altname;
-    component.scheduler.stats.lastError = altname.message;
     const failed = await check();
     expect(failed).toMatchObject({ ok: false, lastError: 'TLS certificate refused' });
     expect(failed.cause).toBe(altname);

@@ -47,7 +47,21 @@ export interface SchedulerStats {
   verdicts: number;
   skipped: number;
   lastRunAt: number | null;
-  lastError: string | null;
+  /** The last failed run's words while it failed: read from lastFailure, never set apart from it. */
+  readonly lastError: string | null;
+}
+
+function statsOf(failure: () => unknown): SchedulerStats {
+  return {
+    runs: 0,
+    verdicts: 0,
+    skipped: 0,
+    lastRunAt: null,
+    get lastError() {
+      const err = failure();
+      return err === undefined ? null : err instanceof Error ? err.message : String(err);
+    },
+  };
 }
 
 /**
@@ -66,7 +80,7 @@ export class VerdictScheduler {
   /** A failed run (the store away, say) is retried on a timer, not left to the next candle close. */
   private retryTimer: NodeJS.Timeout | null = null;
   private retryDelay: number;
-  readonly stats: SchedulerStats = { runs: 0, verdicts: 0, skipped: 0, lastRunAt: null, lastError: null };
+  readonly stats: SchedulerStats = statsOf(() => this.lastFailure);
   /**
    * The error of the last run while it failed (undefined once a run succeeds): the readiness check
    * carries it as its cause, so /readyz shows its reason and the log its words.
@@ -161,11 +175,9 @@ export class VerdictScheduler {
       // The band scales the run's closes moved, kept for a restart (MarketStates.saveBandScales,
       // which logs a market whose save fails and goes on with the others).
       await engine.saveBandScales();
-      this.stats.lastError = null;
       this.lastFailure = undefined;
       this.retryDelay = this.options.retryMs ?? 1000;
     } catch (err) {
-      this.stats.lastError = err instanceof Error ? err.message : String(err);
       this.lastFailure = err;
       logger?.error({ err, timeframe }, 'scheduled run failed');
       // Closes that pass while the store is away are backfilled, in order, by the retry's calls.

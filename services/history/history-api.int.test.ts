@@ -358,10 +358,11 @@ describe('GET /api/verdicts', () => {
       ),
     );
     await new Promise((r) => setTimeout(r, 300));
-    // The fifth: at once, no rows, the same place to resume.
+    // The fifth: at once, no rows, the same place to resume. Not a figure: a bound well inside its
+    // 30 s wait, which a fifth poll held waiting would run out whole, however slow the machine.
     const started = Date.now();
     const fifth = await ndjson(`?wait=30&after=${trailer.cursor}`);
-    expect(Date.now() - started).toBeLessThan(5_000);
+    expect(Date.now() - started).toBeLessThan(20_000);
     expect(fifth.rows).toHaveLength(0);
     expect(fifth.trailer.cursor).toBe(trailer.cursor);
     // Another key's long poll still waits.

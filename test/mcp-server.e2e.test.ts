@@ -332,7 +332,7 @@ describe.runIf(run)(
           body: '{}',
         });
         expect(put.status).toBe(405);
-        expect(put.headers.get('allow')).toBe('GET, POST, DELETE');
+        expect(put.headers.get('allow')).toBe('GET, POST, DELETE, OPTIONS');
       });
 
       it("a session is its opener's: another key, an unknown key or no key gets 404 on it, its own key (revoked too) does not", async () => {

@@ -407,7 +407,7 @@ async function methodsAsAnswered(template: string, headers: Record<string, strin
     const res = await fetch(`${url}${template}`, { method, headers });
     await res.arrayBuffer();
     expect(res.status, `${method} ${template}`).toBe(405);
-    expect(res.headers.get('allow')).toBe('GET, POST, DELETE');
+    expect(res.headers.get('allow')).toBe('GET, POST, DELETE, OPTIONS');
   }
   const opened = await fetch(`${url}${template}`, {
     method: 'POST',

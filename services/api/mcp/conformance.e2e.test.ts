@@ -11,8 +11,8 @@ import { PROTOCOL_VERSIONS } from './versions.ts';
  * (a wrong-typed `_meta`, a message mixing a method and a result, a malformed error object), a
  * wrong-typed cursor is -32602 in one line, a batch is answered with an array, the protocol
  * version header is checked against the session, Accept is read as media ranges, one list of
- * revisions, ids echoed where the body carries one, an empty body is -32700, and every 415 has
- * the documented shape.
+ * revisions, ids echoed where the body carries one, an empty body is -32700, every 415 has
+ * the documented shape, and Allow lists OPTIONS, which the path answers.
  */
 const HEADERS = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
 /** A refusal's error.data once the caller is known: the caller's `_service` (this suite's pro key) beside `data`. */
@@ -443,6 +443,15 @@ describe('MCP conformance of POST /mcp', () => {
       );
       documented(gzip, 'Content-Encoding gzip');
       expect(gzip.headers['accept-encoding']).toBe('identity');
+    }
+  });
+
+  it('Allow names every method the path answers, OPTIONS included: on a 405 and on OPTIONS (RFC 9110 §10.2.1)', async () => {
+    for (const method of ['PUT', 'PATCH', 'OPTIONS']) {
+      const res = await fetch(url, { method, headers: { authorization: `Bearer ${key}` } });
+      await res.arrayBuffer();
+      expect(res.status, method).toBe(method === 'OPTIONS' ? 204 : 405);
+      expect(res.headers.get('allow'), method).toBe('GET, POST, DELETE, OPTIONS');
     }
   });
 });

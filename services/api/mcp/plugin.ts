@@ -63,7 +63,13 @@ export interface SignInGate {
 /** The caller a sign-in path authenticated, for the transports that identify callers again. */
 const signedIn = new WeakMap<FastifyRequest, Caller>();
 
+/** The methods a page's preflight may ask for (Access-Control-Allow-Methods). */
 const MCP_METHODS = 'GET, POST, DELETE';
+/**
+ * What the MCP paths answer (Allow, RFC 9110 §10.2.1): the preflight's methods and OPTIONS itself,
+ * which the paths answer too (204), so a client reading Allow off a 405 or an OPTIONS knows of it.
+ */
+const MCP_ALLOW = `${MCP_METHODS}, OPTIONS`;
 
 const rpcError = (description: string): ResponseDoc => ({
   description,
@@ -422,9 +428,12 @@ function requestGuard(config: GuardConfig): Guard {
   };
 }
 
-/** Its Host and Origin passed the plugin's guard (onRequest). */
+/**
+ * Its Host and Origin passed the plugin's guard (onRequest). With Allow, as RFC 9110 §9.3.7 asks of
+ * a successful OPTIONS.
+ */
 async function preflight(_request: FastifyRequest, reply: FastifyReply) {
-  return reply.code(204).send();
+  return reply.code(204).header('allow', MCP_ALLOW).send();
 }
 
 interface HandlerDeps {
@@ -441,7 +450,7 @@ function mcpHandler(deps: HandlerDeps): Handler {
   return async (request, reply) => {
     const method = request.method;
     if (method !== 'GET' && method !== 'POST' && method !== 'DELETE') {
-      reply.header('allow', MCP_METHODS);
+      reply.header('allow', MCP_ALLOW);
       return rpcRefusal(reply, 405, -32000, 'Method not allowed.');
     }
     const header = request.headers['mcp-session-id'];

@@ -16,7 +16,9 @@ import { anchorLeaf, merkleRoot, outcomeHash, verdictHash } from '../../contract
 import type { ProjectionRunner } from '../../projections/runner.ts';
 import { type Anvil, startAnvil } from '../../test/chain/anvil.ts';
 import { HOUR, MARKETS, recordHistory, startHistoryServer } from '../../test/history-harness.ts';
+import { readyzApp } from '../../test/readyz-app.ts';
 import { CommandFailedError } from '../shared/cli-failure.ts';
+import { Readiness } from '../shared/readiness.ts';
 import {
   ANCHOR_STREAM,
   type AnchorState,
@@ -490,6 +492,46 @@ describe('the history anchor', () => {
     ]).catch((err: { code: number; stderr: string }) => err);
     expect((failed as { code: number }).code).toBe(1);
     expect((failed as { stderr: string }).stderr.trim().split('\n')).toHaveLength(1);
+  });
+
+  it("shows a failed send's reason on a passing check, with no failure's detail; the log has its words", async () => {
+    // A chain that refuses: the anchorer's first check fails to send, which never makes the role
+    // unready. Nothing listens on this loopback port (the suite's own range). A log of its own,
+    // with no anchor in it: the first check finds one due at once.
+    const own = await recordHistory({ steps: 2 });
+    const refused = await startHistoryServer({
+      store: own.store,
+      feed: own.feed,
+      env: {
+        HISTORY_ANCHOR_PRIVATE_KEY: ANCHOR_KEY,
+        HISTORY_ANCHOR_RPC_URL: 'http://127.0.0.1:19301',
+        HISTORY_ANCHOR_INTERVAL_MS: '500',
+      },
+    });
+    const readiness = new Readiness();
+    readiness.add('processor:history-anchor', refused.slice.checks()['processor:history-anchor']!);
+    const { app, logged } = await readyzApp(readiness);
+    try {
+      await until(
+        async () => (refused.slice.anchorer!.lastFailure === undefined ? null : true),
+        'a failed send',
+      );
+      const res = await app.inject({ method: 'GET', url: '/readyz' });
+      expect(res.statusCode).toBe(200);
+      const check = res.json().checks['processor:history-anchor'];
+      expect(check).toMatchObject({ ok: true, anchoring: 'on', address: ADDRESS, lastError: 'refused' });
+      // A passing check carries no failure's words: the reason is in lastError, as the others show it.
+      expect(check).not.toHaveProperty('detail');
+      expect(res.body).not.toContain('19301');
+      // The error's words (the RPC's URL) are in the log's full result.
+      expect(logged()).toHaveLength(1);
+      expect(logged()[0]).toMatchObject({ check: 'processor:history-anchor', result: { ok: true } });
+      expect(logged()[0]?.err?.message).toBeTruthy();
+    } finally {
+      await app.close();
+      await refused.close();
+      await own.engine.close();
+    }
   });
 
   it('is off on the embedded defaults, and with only the settlements wallet, and the readiness check says why', async () => {

@@ -6,6 +6,7 @@ import type { CheckResult } from './readiness.ts';
  * `cause` (and words meant for the log only in `logged`): the answer shows the reason the error's
  * code gives (refused, name not resolved, timed out, TLS certificate refused, HTTP 503...) in
  * place of `detail`, and neither the error nor its words, which name the host, address or URL.
+ * A check that passes shows no such detail: its cause (a retried try that failed) goes to the log.
  * The check's name, ok and its other fields stay, so an operator still sees which part is down;
  * the words taken out go to the service log (see opsRoutes), once per change of the check's
  * state or reason.
@@ -124,7 +125,10 @@ export function publicChecks(checks: Record<string, CheckResult>): {
     if (cause !== undefined) {
       const reason = failureReason(cause);
       seen.reasons.unshift(reason);
-      open.detail = `${reason}${LOGGED}`;
+      // Only a failing check's detail says why it fails. A passing one's cause is an earlier try
+      // that failed (the anchor's last send, a fetch the resolver backs off from): its own field
+      // (`lastError`) shows the reason, and a detail would read as a failure on a check that is ok.
+      if (!result.ok) open.detail = `${reason}${LOGGED}`;
     }
     shown[name] = open;
     if (seen.reasons.length === 0 && cause === undefined && logged === undefined) continue;

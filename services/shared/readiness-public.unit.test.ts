@@ -130,6 +130,22 @@ describe('the checks /readyz shows', () => {
     }
   });
 
+  it("gives a failing check's cause as its detail, and a passing check's to the log only", () => {
+    const refused = Object.assign(new Error('connect ECONNREFUSED 10.0.0.9:8545'), { code: 'ECONNREFUSED' });
+    const { checks, hidden, keys } = publicChecks({
+      store: { ok: false, cause: refused },
+      // Work it retries, whose last try failed: the check passes and says so in lastError.
+      anchor: { ok: true, anchoring: 'on', lastError: 'refused', cause: refused },
+    });
+    expect(checks).toEqual({
+      store: { ok: false, detail: `refused${LOGGED}` },
+      anchor: { ok: true, anchoring: 'on', lastError: 'refused' },
+    });
+    // Still logged, with its error, once per change of its reason.
+    expect(hidden).toEqual(['store', 'anchor']);
+    expect(keys.anchor).toContain('refused');
+  });
+
   it('keys the log line on the state and reason of a check, not on its figures', () => {
     const stale = (ageS: number) => ({
       ok: true,

@@ -9,7 +9,9 @@ export interface CheckResult {
   degraded?: boolean;
   /**
    * The error behind a failure, for the log only: /readyz shows the reason its code gives
-   * (failureReason) in place of `detail`, whose words (a host, an address, a URL) are logged.
+   * (failureReason) in place of `detail`, whose words (a host, an address, a URL) are logged. On a
+   * check that passes (the last failed try of work it retries) it is logged and gives no `detail`:
+   * such a check shows the reason in a field of its own (`lastError`).
    */
   cause?: unknown;
   /** Words for the log only (what a degraded check's dependency answered), never shown. */

@@ -43,9 +43,10 @@ export function engineComponent(deps: { config: Config; engine: SignalEngine; lo
       return {
         scheduler: async () => {
           const failure = scheduler.lastFailure;
-          if (failure === undefined) return { ok: true, ...scheduler.stats };
+          if (failure === null) return { ok: true, ...scheduler.stats };
           // Its words may name the store's host: /readyz shows the reason, the log the error.
-          return { ok: false, ...scheduler.stats, lastError: failureReason(failure), cause: failure };
+          const { error } = failure;
+          return { ok: false, ...scheduler.stats, lastError: failureReason(error), cause: error };
         },
       };
     },

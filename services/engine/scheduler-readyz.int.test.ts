@@ -23,9 +23,48 @@ describe("the engine scheduler's readiness check after a failed run", () => {
 
     // A run stopped by the store's TLS refusal, whose words name its bare host.
     const altname = altnameError();
-    component.scheduler.lastFailure = altname;
+    component.scheduler.lastFailure = { error: altname };
     const failed = await check();
     expect(failed).toMatchObject({ ok: false, lastError: 'TLS certificate refused' });
     expect(failed.cause).toBe(altname);
+  });
+
+  it('fails on a run that threw anything, undefined, null or a string included, and passes after one that succeeds', async () => {
+    feed = await openReplayFeed({ run: false });
+    // The real replay feed, whose market list throws what `thrown` holds while it is set.
+    const thrown: { value?: unknown } = {};
+    const throwing = new Proxy(feed, {
+      get(target, prop) {
+        if (prop === 'markets' && 'value' in thrown) {
+          return async () => {
+            throw thrown.value;
+          };
+        }
+        const value = Reflect.get(target, prop, target);
+        return typeof value === 'function' ? value.bind(target) : value;
+      },
+    });
+    const engine = new SignalEngine({ feed: throwing, store: new MemoryEventStore() });
+    const component = engineComponent({
+      config: loadConfig({ SCHEDULE_TIMEFRAMES: '1h' }),
+      engine,
+      logger: pino({ level: 'silent' }),
+    });
+    const check = component.checks!().scheduler!;
+    try {
+      for (const value of [undefined, null, 'store away', new Error('store away')]) {
+        thrown.value = value;
+        await component.scheduler.tick('1h');
+        const failed = await check();
+        expect(failed, String(value)).toMatchObject({ ok: false, lastError: 'failed' });
+        expect(failed.cause, String(value)).toBe(value);
+
+        delete thrown.value;
+        await component.scheduler.tick('1h');
+        expect(await check(), String(value)).toMatchObject({ ok: true, lastError: null });
+      }
+    } finally {
+      await component.scheduler.stop();
+    }
   });
 });

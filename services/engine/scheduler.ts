@@ -51,15 +51,24 @@ export interface SchedulerStats {
   readonly lastError: string | null;
 }
 
-function statsOf(failure: () => unknown): SchedulerStats {
+/**
+ * A failed run: what it threw, held in an object of its own, so that a run that threw undefined
+ * (or null) is a failure too, where "no failure" is null.
+ */
+export interface RunFailure {
+  error: unknown;
+}
+
+function statsOf(failure: () => RunFailure | null): SchedulerStats {
   return {
     runs: 0,
     verdicts: 0,
     skipped: 0,
     lastRunAt: null,
     get lastError() {
-      const err = failure();
-      return err === undefined ? null : err instanceof Error ? err.message : String(err);
+      const last = failure();
+      if (last === null) return null;
+      return last.error instanceof Error ? last.error.message : String(last.error);
     },
   };
 }
@@ -82,10 +91,10 @@ export class VerdictScheduler {
   private retryDelay: number;
   readonly stats: SchedulerStats = statsOf(() => this.lastFailure);
   /**
-   * The error of the last run while it failed (undefined once a run succeeds): the readiness check
-   * carries it as its cause, so /readyz shows its reason and the log its words.
+   * The last run's failure while it failed (null once a run succeeds), whatever it threw: the
+   * readiness check carries its error as its cause, so /readyz shows its reason and the log its words.
    */
-  lastFailure: unknown = undefined;
+  lastFailure: RunFailure | null = null;
   /** The round start() runs of every timeframe: resolves once each has run (or failed). */
   firstRound: Promise<unknown> = Promise.resolve();
 
@@ -175,10 +184,10 @@ export class VerdictScheduler {
       // The band scales the run's closes moved, kept for a restart (MarketStates.saveBandScales,
       // which logs a market whose save fails and goes on with the others).
       await engine.saveBandScales();
-      this.lastFailure = undefined;
+      this.lastFailure = null;
       this.retryDelay = this.options.retryMs ?? 1000;
     } catch (err) {
-      this.lastFailure = err;
+      this.lastFailure = { error: err };
       logger?.error({ err, timeframe }, 'scheduled run failed');
       // Closes that pass while the store is away are backfilled, in order, by the retry's calls.
       this.scheduleRetry();

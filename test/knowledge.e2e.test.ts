@@ -437,10 +437,11 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
       expect(large.body.message).toBe('the request body is over this route’s limit of 65536 bytes');
       expect(large.res.headers.get('cache-control')).toBe('no-store');
       ServiceMeta.parse(large.body._service);
-      // Authorization (or Host) sent twice: 400, the invalid-input code, naming the header.
+      // Authorization, Host or Content-Type sent twice: 400, the invalid-input code, naming the header.
       for (const [header, fields] of [
         ['Authorization', [['host', host], json, ...Array(2).fill(['authorization', `Bearer ${key.key}`])]],
         ['Host', [['host', host], ['host', host], json, ['authorization', `Bearer ${key.key}`]]],
+        ['Content-Type', [['host', host], json, json, ['authorization', `Bearer ${key.key}`]]],
       ] as [string, [string, string][]][]) {
         const twice = await raw(path, fields, body);
         expect({ status: twice.status, code: twice.body.code }, `${path} ${header}`).toEqual({

@@ -67,6 +67,7 @@ async function start(readiness = new Readiness(), requestTimeoutMs?: number, tru
           return { done: true };
         });
         instance.post('/echo', async (request) => ({ body: request.body }));
+        instance.post('/api/echo', async (request) => ({ body: request.body }));
         instance.get('/item/:id', async (request) => request.params);
         instance.get('/ip', async (request) => ({ ip: request.ip }));
         instance.get('/boom', async () => {
@@ -208,6 +209,27 @@ describe('HTTP app', () => {
       'GET /healthz HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer a\r\nConnection: close\r\n\r\n',
     ]);
     expect(parseRaw(once).status).toBe(200);
+  });
+
+  it('refuses an /api request with two Content-Type headers (RFC 9110 §8.3) with 400 rather than reading the first', async () => {
+    const { url } = await start();
+    const post = (path: string, types: string[]) =>
+      rawExchange(url, [
+        `POST ${path} HTTP/1.1\r\nHost: x\r\n${types.map((t) => `Content-Type: ${t}\r\n`).join('')}Content-Length: 8\r\nConnection: close\r\n\r\n{"a":1}\n`,
+      ]);
+    for (const types of [
+      ['application/json', 'application/json'],
+      ['application/json', 'text/plain'],
+    ]) {
+      expect(parseRaw(await post('/api/echo', types)), types.join(' + ')).toEqual({
+        status: 400,
+        body: { code: 'BAD_REQUEST', message: 'Content-Type was sent more than once; send it exactly once' },
+      });
+    }
+    expect(parseRaw(await post('/api/echo', ['application/json']))).toEqual({
+      status: 200,
+      body: { body: { a: 1 } },
+    });
   });
 
   it('cuts off a body that trickles in slower than the request timeout with 408', async () => {

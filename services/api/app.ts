@@ -130,13 +130,16 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // RFC 9112 §3.2: a request with more than one Host is refused, as a proxy in front and this
   // process could each take another one; so is one with two Authorization fields, whose keys a
   // proxy and this process could each read differently (Node keeps the first and drops the rest).
-  // A callback hook: it runs on every request.
+  // On /api/*, so is one with two Content-Type fields, a singleton field whose repetition RFC 9110
+  // §8.3 calls an error that recipients resolve differently (Node reads the first, others the
+  // last); /mcp (415) and /x402 (400 invalid_content_type, contract §7.2) refuse it in words of
+  // their own. A callback hook: it runs on every request.
   app.addHook('onRequest', (request, reply, done) => {
     // On every answer, refusals and answers written by the MCP transport included (on the socket's
     // response, so a route's own headers keep theirs): no type sniffing, no Referer to follow a link.
     for (const [name, value] of EVERY_ANSWER_HEADERS) reply.raw.setHeader(name, value);
     if (publicHttps || request.protocol === 'https') reply.raw.setHeader('strict-transport-security', HSTS);
-    const repeated = repeatedField(request.raw.rawHeaders);
+    const repeated = repeatedField(request.raw.rawHeaders, request.url.startsWith('/api/'));
     if (repeated !== null) {
       done(new RepeatedHeaderError(repeated));
       return;
@@ -329,15 +332,25 @@ function writeClientError(error: NodeJS.ErrnoException, socket: Socket): void {
   socket.destroy(error);
 }
 
-/** The first of Host and Authorization that a request carries more than once, or null. */
-function repeatedField(rawHeaders: string[]): 'Host' | 'Authorization' | null {
+/**
+ * The first of Host, Authorization and (when `contentType`) Content-Type that a request carries
+ * more than once, or null.
+ */
+function repeatedField(
+  rawHeaders: string[],
+  contentType: boolean,
+): 'Host' | 'Authorization' | 'Content-Type' | null {
   let host = 0;
   let authorization = 0;
+  let types = 0;
   for (let i = 0; i < rawHeaders.length; i += 2) {
     const name = rawHeaders[i]!;
-    // The length first: most fields are neither, and are not lower-cased to learn it.
+    // The length first: most fields are none of them, and are not lower-cased to learn it.
     if (name.length === 4 && name.toLowerCase() === 'host') host++;
     else if (name.length === 13 && name.toLowerCase() === 'authorization') authorization++;
+    else if (contentType && name.length === 12 && name.toLowerCase() === 'content-type') types++;
   }
-  return host > 1 ? 'Host' : authorization > 1 ? 'Authorization' : null;
+  if (host > 1) return 'Host';
+  if (authorization > 1) return 'Authorization';
+  return types > 1 ? 'Content-Type' : null;
 }

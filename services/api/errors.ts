@@ -65,7 +65,7 @@ export interface FieldCodes {
    */
   tooLarge?: ErrorCode;
   /**
-   * A request repeating Host or Authorization (RepeatedHeaderError), when the route words it its
+   * A request repeating Host, Authorization or Content-Type (RepeatedHeaderError), when the route words it its
    * own way (search and chat: their invalid-input code): 400, its message naming the header.
    */
   repeated?: ErrorCode;
@@ -121,7 +121,8 @@ function fieldError(
 }
 
 /**
- * A request carrying Host or Authorization more than once (RFC 9112 3.2; the app's onRequest hook):
+ * A request carrying Host or Authorization more than once (RFC 9112 3.2), or on /api/* Content-Type
+ * (RFC 9110 8.3; the app's onRequest hook):
  * 400 BAD_REQUEST naming the header, or the route's own code for it (FieldCodes.repeated).
  */
 export class RepeatedHeaderError extends ServiceError {

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import type { Config } from './config.ts';
+import { FailureReason } from './failure-reason.ts';
 import { TrackRecordBrief, TrackRecordResponse, TrackRecordWindow } from './history.ts';
 import {
   Call,
@@ -531,8 +532,17 @@ export const ScanFundingArbOutput = z.object({
       }),
     )
     .describe('Ranked by expected net carry (carry.expectedNetCarryBps), best first.'),
-  /** The state of each venue scanned; one that could not answer is `ok: false`. */
-  venues: z.array(VenueStatusSchema),
+  venues: z
+    .array(
+      VenueStatusSchema.extend({
+        lastError: FailureReason.optional().describe(
+          `Present when the venue's last request failed: ${FailureReason.description}`,
+        ),
+      }),
+    )
+    .describe(
+      'The state of each venue scanned; one that could not answer is ok: false and left out of opportunities.',
+    ),
   note: z
     .string()
     .optional()

@@ -2,8 +2,9 @@ import type { Logger } from 'pino';
 import type { z } from 'zod';
 import { MarketDataError, UnsupportedExchangeError } from '../../adapters/market/errors.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
-import type { Exchange, MarketInfo, VenueStatus } from '../../contracts/market.ts';
+import type { Exchange, MarketInfo } from '../../contracts/market.ts';
 import { ScanFundingArbInput, type ScanFundingArbOutput } from '../../contracts/tools.ts';
+import { failureReason } from '../shared/failure-reason.ts';
 import { forEachLimited } from './for-each-limited.ts';
 import { carryFigures } from './funding/carry.ts';
 import { defaultCarry } from './funding/default-carry.ts';
@@ -20,8 +21,8 @@ import { PERP_VENUES, SCAN_CONCURRENCY } from './venues.ts';
  * feed serves no funding on (a spot book, a venue the feed does not carry) with the feed's
  * `unsupported_exchange`, a coin of `coins` listed with funding on none of the venues with
  * `unknown_coin`. A served venue that cannot answer now is left out and shows as down in `venues`
- * with its error; when none can answer, the call is refused with the first one's error. A venue's
- * data is never replaced by another venue's.
+ * with its reason (`lastError`, as /readyz words it); when none can answer, the call is refused
+ * with the first one's error. A venue's data is never replaced by another venue's.
  */
 export async function scanFundingArb(
   feed: MarketFeed,
@@ -263,17 +264,22 @@ function assertListed(
   });
 }
 
-/** The feed's state of each venue scanned; one left out is down, with the error it answered. */
+/**
+ * The feed's state of each venue scanned; one left out is down. Its `lastError` is the reason
+ * /readyz gives (failureReason), not the error's words: those name the venue's URL or a server
+ * path, and change with the client library; the words are in the scan's log line.
+ */
 function venueStates(
   feed: MarketFeed,
   venues: readonly Exchange[],
   leftOut: ReadonlyMap<Exchange, MarketDataError>,
-): VenueStatus[] {
+): ScanFundingArbOutput['venues'] {
   const states = new Map(feed.venues().map((v) => [v.exchange, v]));
   return venues.map((exchange) => {
-    const state = states.get(exchange) ?? { exchange, ok: true };
+    const { lastError, ...state } = states.get(exchange) ?? { exchange, ok: true };
     const err = leftOut.get(exchange);
-    return err ? { ...state, ok: false, lastError: err.message } : state;
+    if (err) return { ...state, ok: false, lastError: failureReason(err) };
+    return lastError === undefined ? state : { ...state, lastError: failureReason(lastError) };
   });
 }
 

@@ -1,3 +1,5 @@
+import type { FailureReason } from '../../contracts/failure-reason.ts';
+
 /**
  * The public reason for a dependency's failure, chosen from the error's code, never from its
  * words: a driver's or the OS's message names the host, address, URL or login it failed on (a TLS
@@ -5,18 +7,7 @@
  * and the words go to the service log. The error's causes are read too (fetch wraps the socket's
  * error in `cause`, a connection tried on several addresses fails with an AggregateError).
  */
-export type FailureReason =
-  | 'refused'
-  | 'name not resolved'
-  | 'timed out'
-  | 'unreachable'
-  | 'connection reset'
-  | 'TLS certificate refused'
-  | 'login refused'
-  | 'permission denied'
-  | 'out of space'
-  | `HTTP ${number}`
-  | 'failed';
+export type { FailureReason };
 
 /** Node's and OpenSSL's codes of a certificate the client would not accept. */
 const TLS_CODES = new Set([
@@ -136,7 +127,13 @@ export function failureReason(error: unknown): FailureReason {
     if (Array.isArray(errors)) queue.push(...errors);
   }
   // A client's own timeout often has no code (pg's pool: 'timeout exceeded when trying to
-  // connect'): its words pick the reason, they are not shown.
+  // connect'), and ccxt keeps only the words of the fetch failure it wraps ('fetch failed:
+  // getaddrinfo ENOTFOUND <host>', no cause): the words pick the reason, they are not shown. Only
+  // an OS or undici code counts there (E…, UND_ERR_…), not a figure that reads as a SQLSTATE.
   const message = error instanceof Error ? error.message : typeof error === 'string' ? error : '';
+  for (const [code] of message.matchAll(/\b(?:E[A-Z]{3,}|UND_ERR_[A-Z_]+)\b/g)) {
+    const known = Object.hasOwn(BY_CODE, code) ? BY_CODE[code] : undefined;
+    if (known) return known;
+  }
   return /\btime[sd]? ?out\b|\btimeout\b/i.test(message) ? 'timed out' : 'failed';
 }

@@ -1,7 +1,9 @@
 import { checkServerIdentity, type PeerCertificate } from 'node:tls';
 import { AccessDeniedError, DeadlineExceededError, UnavailableError } from '@kurrent/kurrentdb-client';
+import ccxt from 'ccxt';
 import { describe, expect, it } from 'vitest';
 import { EventStoreUnavailableError, StorageFullError } from '../../adapters/event-store/port.ts';
+import { VenueUnavailableError } from '../../adapters/market/errors.ts';
 import { ServiceError } from '../../contracts/errors.ts';
 import { failureReason } from './failure-reason.ts';
 
@@ -60,5 +62,20 @@ describe('the reason a failure is shown with', () => {
     const full = coded('could not extend file', { code: '53100' });
     expect(failureReason(new StorageFullError('postgres: disk full', { cause: full }))).toBe('out of space');
     expect(failureReason(new ServiceError('SERVICE_UNAVAILABLE'))).toBe('failed');
+  });
+
+  it('reads an OS code a client kept only in its words (ccxt drops the fetch error it wraps)', () => {
+    // The live feed's refusal of a venue whose host does not resolve, as scan_funding_arb meets it.
+    const words = (detail: string) =>
+      new ccxt.NetworkError(
+        `binanceusdm GET https://fapi.binance.com/fapi/v1/exchangeInfo fetch failed: ${detail}`,
+      );
+    const venue = (cause: Error) =>
+      new VenueUnavailableError('BINANCE', `loadMarkets failed after 1 attempts: ${cause}`, { cause });
+    expect(failureReason(venue(words('getaddrinfo ENOTFOUND fapi.binance.com')))).toBe('name not resolved');
+    expect(failureReason(venue(words('connect ECONNREFUSED 127.0.0.1:443')))).toBe('refused');
+    expect(failureReason(venue(words('other side closed (UND_ERR_SOCKET)')))).toBe('connection reset');
+    // A word that is not an OS or undici code, or a figure, picks nothing.
+    expect(failureReason(new Error('ERROR: too many connections 53300 EOF'))).toBe('failed');
   });
 });

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { publicChecks } from '../../services/shared/readiness-public.ts';
 import { streamHealth } from './nats.ts';
 
 /** Bus readiness from stream info: ready only while a majority of the stream's copies is current. */
@@ -28,9 +29,25 @@ describe('streamHealth', () => {
     expect(led([peer(false, true), peer(false, true)])).toEqual({
       ok: false,
       detail: 'the stream has lost its quorum: 1 of 3 copies current, 2 needed',
-      replicas: { wanted: 3, current: 1, leader: 'n1' },
+      replicas: { wanted: 3, current: 1 },
+      logged: { leader: 'n1' },
     });
     expect(led([peer(true, true), peer(false)])).toMatchObject({ ok: false });
+  });
+
+  it("keeps the leader's server name off /readyz, for the log: it is often the node's host name", () => {
+    // A server_name as a StatefulSet or compose names its nodes: the host a peer reaches it on.
+    const health = streamHealth({
+      config: { num_replicas: 3 },
+      cluster: { leader: 'nats-internal-2', replicas: [peer(true), peer(true)] },
+    });
+    expect(health.replicas).toEqual({ wanted: 3, current: 3 });
+    const shown = publicChecks({ bus: { kind: 'nats', ...health } });
+    expect(shown.checks.bus).toEqual({ kind: 'nats', ok: true, replicas: { wanted: 3, current: 3 } });
+    expect(JSON.stringify(shown.checks)).not.toContain('nats-internal-2');
+    // The log line of the check's full result names it, once per change of leader.
+    expect(shown.hidden).toEqual(['bus']);
+    expect(shown.keys.bus).toContain('nats-internal-2');
   });
 
   it('a clustered stream without a leader is not ready, whatever its peers say', () => {

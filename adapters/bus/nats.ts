@@ -798,7 +798,9 @@ export interface StreamCopies {
 /**
  * The stream is ready while a majority of its copies is up to date, the leader's included: below
  * that quorum it takes no writes (every publish answers "no responders" or times out), even while
- * the one node left still answers stream info.
+ * the one node left still answers stream info. The leader's server name is for the log only
+ * (`logged`): a cluster's nodes are most often named as their hosts (a StatefulSet's pods,
+ * compose's services), and /readyz names no host.
  */
 export function streamHealth(info: StreamCopies): BusHealth {
   // A server outside a cluster holds one copy, whatever the stream's config asks for.
@@ -809,11 +811,13 @@ export function streamHealth(info: StreamCopies): BusHealth {
   const current =
     (leader ? 1 : 0) + (info.cluster.replicas ?? []).filter((p) => p.current && !p.offline).length;
   const quorum = Math.floor(wanted / 2) + 1;
-  const replicas = { wanted, current, ...(leader ? { leader } : {}) };
-  if (current >= quorum && leader) return { ok: true, replicas };
+  const replicas = { wanted, current };
+  const logged = leader ? { logged: { leader } } : {};
+  if (current >= quorum && leader) return { ok: true, replicas, ...logged };
   return {
     ok: false,
     detail: `the stream has lost its quorum: ${current} of ${wanted} copies current, ${quorum} needed${leader ? '' : ', no leader'}`,
     replicas,
+    ...logged,
   };
 }

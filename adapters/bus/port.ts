@@ -23,7 +23,9 @@ export interface BusHealth {
   /** The error behind a failure: /readyz shows the reason its code gives, the log its words. */
   cause?: unknown;
   /** Copies of the stream asked for and those up to date now (leader included). */
-  replicas?: { wanted: number; current: number; leader?: string };
+  replicas?: { wanted: number; current: number };
+  /** For the log only, never on /readyz: the server name of the stream's leader (often a host's). */
+  logged?: { leader: string };
   /** Settings of the stream found at start that differ from the configured ones. */
   drift?: BusSettingDrift[];
 }

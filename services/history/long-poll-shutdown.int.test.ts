@@ -4,6 +4,14 @@ import { HISTORY_MAX_WAIT_S, HistoryTrailer } from '../../contracts/history.ts';
 import { appendSyntheticHistory, startHistoryServer } from '../../test/history-harness.ts';
 
 const store = new MemoryEventStore();
+/** Reads of a history scan's first page (32 events) that found nothing: a long poll's look. */
+let emptyLooks = 0;
+const readAll = store.readAll.bind(store);
+store.readAll = async (options) => {
+  const page = await readAll(options);
+  if (options?.maxCount === 32 && page.length === 0) emptyLooks++;
+  return page;
+};
 let server: Awaited<ReturnType<typeof startHistoryServer>> | null = null;
 let key: string;
 
@@ -31,13 +39,16 @@ it('answers a waiting long poll at once when the server closes: 200, no rows, th
   expect(end.rows).toHaveLength(3);
   // The longest wait (HISTORY_MAX_WAIT_S): a poll the close did not answer would end only with it.
   const asked = Date.now();
+  emptyLooks = 0;
   const waiting = fetch(
     `${running.url}/api/verdicts?wait=${HISTORY_MAX_WAIT_S}&trailer=true&after=${end.trailer.cursor}`,
     {
       headers: auth,
     },
   );
-  await new Promise((resolve) => setTimeout(resolve, 300));
+  // Closed once the poll waits: once it found no row after the cursor (not a fixed pause: a loaded
+  // machine may start the request later than that).
+  await expect.poll(() => emptyLooks).toBeGreaterThan(0);
   server = null;
   const closed = running.close();
   const answer = await ndjson(await waiting);

@@ -179,9 +179,7 @@ describe('ProjectionRunner', () => {
     // A change is saved again at once.
     await store.append('account-1', [{ type: 'RegimeShifted', data: { amount: 2 } }]);
     await runner.waitFor(await store.headPosition());
-    const until = performance.now() + 2_000;
-    while (snapshots.saves === 1 && performance.now() < until) await new Promise((r) => setTimeout(r, 5));
-    expect(snapshots.saves).toBe(2);
+    await expect.poll(() => snapshots.saves, { interval: 5 }).toBe(2);
     expect(snapshots.saved.get('credits')?.state).toEqual({ total: 7 });
     // Stopping still saves the checkpoint the fold reached.
     await store.append('account-2', [{ type: 'VerdictRecorded', data: { amount: 1 } }]);

@@ -6,6 +6,9 @@ import { changeKeyPlan, issueKey, revokeKey } from './key-commands.ts';
 import { keyRegistryProjection } from './key-registry.ts';
 import { KeyResolver, KeyUnverifiableError } from './key-resolver.ts';
 
+/** A bound against a hang, not a figure: the registry's fold of a few events, on a loaded machine. */
+const HANG_MS = 30_000;
+
 describe('KeyResolver over the key-registry projection', () => {
   it('resolves a key issued a moment ago, even before the runner was asked to wait', async () => {
     const store = new MemoryEventStore();
@@ -56,9 +59,9 @@ describe('KeyResolver over the key-registry projection', () => {
         status: 'active',
         record: { plan: 'starter' },
       });
-      await runner.waitFor(await changeKeyPlan(store, stream, issued.keyId, 'pro'), 2_000);
+      await runner.waitFor(await changeKeyPlan(store, stream, issued.keyId, 'pro'), HANG_MS);
       expect(await resolver.resolve(issued.key)).toMatchObject({ status: 'active', record: { plan: 'pro' } });
-      await runner.waitFor(await revokeKey(store, stream, issued.keyId, 'leaked'), 2_000);
+      await runner.waitFor(await revokeKey(store, stream, issued.keyId, 'leaked'), HANG_MS);
       expect(await resolver.resolve(issued.key)).toMatchObject({ status: 'revoked' });
       // Another key after many: each resolves to its own record.
       const other = await issueKey(store, { plan: 'pro', owner: 'p', via: 'operator' });
@@ -80,7 +83,7 @@ describe('KeyResolver over the key-registry projection', () => {
     await expect(resolver.resolve(issued.key)).rejects.toThrow(KeyUnverifiableError);
     await runner.start();
     try {
-      await runner.waitFor(await store.headPosition(), 2_000);
+      await runner.waitFor(await store.headPosition(), HANG_MS);
       const first = resolver.resolve(issued.key);
       expect(first).toMatchObject({ status: 'active', record: { keyId: issued.keyId } });
       // Remembered until the registry changes.
@@ -90,7 +93,7 @@ describe('KeyResolver over the key-registry projection', () => {
       expect(unknown).toBeInstanceOf(Promise);
       expect(await unknown).toEqual({ status: 'unknown' });
       const stream = `apikey-${issued.keyId}`;
-      await runner.waitFor(await revokeKey(store, stream, issued.keyId, 'leaked'), 2_000);
+      await runner.waitFor(await revokeKey(store, stream, issued.keyId, 'leaked'), HANG_MS);
       expect(resolver.resolve(issued.key)).toMatchObject({ status: 'revoked' });
     } finally {
       await runner.stop();

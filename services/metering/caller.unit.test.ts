@@ -7,6 +7,9 @@ import { keyRegistryProjection } from '../keys/key-registry.ts';
 import { KeyResolver } from '../keys/key-resolver.ts';
 import { addressScope, type Caller, CallerRejectedError, credentialOf, resolveCaller } from './caller.ts';
 
+/** A bound against a hang, not a figure: the registry's fold of a few events, on a loaded machine. */
+const HANG_MS = 30_000;
+
 describe('the caller of a remembered key', () => {
   it('answers a key asked again from memory until the registry changes, then looks again', async () => {
     const store = new MemoryEventStore();
@@ -17,7 +20,7 @@ describe('the caller of a remembered key', () => {
     const asKey = { ...keys, headers: { authorization: `Bearer ${issued.key}` } };
     await runner.start();
     try {
-      await runner.waitFor(await store.headPosition(), 2_000);
+      await runner.waitFor(await store.headPosition(), HANG_MS);
       const first = resolver.resolve(issued.key);
       expect(resolver.resolve(issued.key)).toBe(first);
       const caller = resolveCaller(resolver, asKey) as Caller;
@@ -27,17 +30,17 @@ describe('the caller of a remembered key', () => {
       expect([caller, caller.auth, caller.subject].every((part) => Object.isFrozen(part))).toBe(true);
       // Another key issued: the registry moved, the first key is looked up again (same answer).
       const other = await issueKey(store, { plan: 'pro', owner: 'p', via: 'operator' });
-      await runner.waitFor(await store.headPosition(), 2_000);
+      await runner.waitFor(await store.headPosition(), HANG_MS);
       expect(resolver.resolve(issued.key)).not.toBe(first);
       expect(resolver.resolve(other.key)).toMatchObject({ status: 'active', record: { plan: 'pro' } });
       // A plan change and a revocation are seen on the next call, though the key was remembered.
       const stream = `apikey-${issued.keyId}`;
-      await runner.waitFor(await changeKeyPlan(store, stream, issued.keyId, 'pro'), 2_000);
+      await runner.waitFor(await changeKeyPlan(store, stream, issued.keyId, 'pro'), HANG_MS);
       expect(resolveCaller(resolver, asKey)).toMatchObject({
         auth: { tier: 'pro' },
         subject: { plan: 'pro' },
       });
-      await runner.waitFor(await revokeKey(store, stream, issued.keyId, 'leaked'), 2_000);
+      await runner.waitFor(await revokeKey(store, stream, issued.keyId, 'leaked'), HANG_MS);
       expect(resolver.resolve(issued.key)).toMatchObject({ status: 'revoked' });
       expect(resolveCaller(resolver, asKey)).toBeInstanceOf(CallerRejectedError);
     } finally {

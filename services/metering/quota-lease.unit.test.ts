@@ -211,7 +211,7 @@ describe('leases: a busy subject prepays its next calls in one event', () => {
     const { meter, cache } = meterOn(store);
     const subject = key();
     await busy(meter, subject, committed, 10, 25);
-    await expect.poll(() => netUnits(memory, subject), { timeout: 5_000, interval: LEASE.idleMs! }).toBe(250);
+    await expect.poll(() => netUnits(memory, subject), { interval: LEASE.idleMs! }).toBe(250);
     expect(await counters(cache, subject)).toEqual([250, 250]);
   });
 
@@ -242,7 +242,7 @@ describe('leases: a busy subject prepays its next calls in one event', () => {
       // Two sweeps without a call: the second ends it and its units go back.
       vi.advanceTimersByTime(LEASE.idleMs!);
       vi.advanceTimersByTime(LEASE.idleMs!);
-      await expect.poll(() => netUnits(memory, subject), { timeout: 5_000, interval: 5 }).toBe(252);
+      await expect.poll(() => netUnits(memory, subject), { interval: 5 }).toBe(252);
       expect(await counters(cache, subject)).toEqual([252, 252]);
       await meter.stop();
     } finally {
@@ -523,7 +523,7 @@ describe('leases: a busy subject prepays its next calls in one event', () => {
     const { meter } = meterOn(store, { cache, plans, now: () => now, lease: { ...LEASE, idleMs: 60_000 } });
     const subject = key();
     const call = async () => (await meter.debit(subject, 'get_trade_call')).snapshot;
-    const poll = { timeout: 5_000, interval: 1 };
+    const poll = { interval: 1 };
     // Eight calls one by one: the eighth asks for a lease of 32 units (four per call seen).
     for (let i = 0; i < 8; i++) await call();
     await expect.poll(() => netUnits(memory, subject), poll).toBe(40);
@@ -610,7 +610,7 @@ describe('leases: a busy subject prepays its next calls in one event', () => {
       release = resolve;
     });
     const stopping = meter.stop();
-    await expect.poll(() => state.returnWaiting, { timeout: 5_000, interval: 5 }).toBe(true);
+    await expect.poll(() => state.returnWaiting, { interval: 5 }).toBe(true);
     const outcome = await rebuildQuotaGeneration({
       store: memory,
       cache,
@@ -638,7 +638,7 @@ describe('leases: a busy subject prepays its next calls in one event', () => {
     await busy(meter, subject, committed, 8, 25);
     expect((await netUnits(memory, subject)) - 200).toBeGreaterThan(0);
     state.failReturns = 2;
-    await expect.poll(() => netUnits(memory, subject), { timeout: 5_000, interval: LEASE.idleMs! }).toBe(200);
+    await expect.poll(() => netUnits(memory, subject), { interval: LEASE.idleMs! }).toBe(200);
     expect(state.failReturns).toBe(0);
     expect(await counters(cache, subject)).toEqual([200, 200]);
     await meter.stop();

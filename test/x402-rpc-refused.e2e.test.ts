@@ -99,7 +99,7 @@ beforeAll(async () => {
   expect(quote.status).toBe(402);
   accepted = fromBase64Json<{ accepts: Record<string, unknown>[] }>(quote.headers.get('payment-required'))
     .accepts[0]!;
-}, 30_000);
+});
 
 afterAll(async () => {
   service?.child.kill('SIGKILL');
@@ -138,21 +138,21 @@ describe('a paid call while the chain RPC refuses calls', () => {
     })();
     expect(await Promise.race([service.exit.then((code) => `exited ${code}`), stray])).toBe('alive');
     expect((await fetch(`${url}/healthz`)).status).toBe(200);
-  }, 10_000);
+  });
 
   it("does not blame a well-signed payment for the payer's unreadable code: 503, not a bad signature", async () => {
     // @x402/evm's verifyHashSignature answers false when the payer's code cannot be read; the
     // facilitator wrapper sees the transport failure under it and says the chain could not be read.
     const res = await pay(await payment(false));
     expect(await answer(res)).toMatchObject(UNAVAILABLE);
-  }, 10_000);
+  });
 
   it('answers a well-signed payment 503 facilitator_unavailable when the awaited asset check fails', async () => {
     rpcMode = 'asset-refused';
     const res = await pay(await payment(false));
     expect(await answer(res)).toMatchObject(UNAVAILABLE);
     expect((await fetch(`${url}/healthz`)).status).toBe(200);
-  }, 10_000);
+  });
 
   it('answers a well-signed payment whose simulation (eth_call) the RPC refuses 503, not a failed simulation', async () => {
     rpcMode = 'calls-refused';
@@ -160,5 +160,5 @@ describe('a paid call while the chain RPC refuses calls', () => {
     expect(await answer(res)).toMatchObject(UNAVAILABLE);
     expect((await fetch(`${url}/healthz`)).status).toBe(200);
     expect(service.child.exitCode).toBeNull();
-  }, 10_000);
+  });
 });

@@ -217,9 +217,10 @@ describe.skipIf(!haveBinary)('the first connect while nats-server is down', () =
     await sleep(1_000);
     const closedAt = Date.now();
     await bus.close();
-    // Refused once the bus is closed, not after the startup timeout's minute of retries.
+    // Refused once the bus is closed, not after the startup timeout's minute of retries. Not a
+    // figure: a bound well inside that minute, which a start the close did not end runs out whole.
     expect(await consuming).toBeInstanceOf(Error);
-    expect(Date.now() - closedAt).toBeLessThan(10_000);
+    expect(Date.now() - closedAt).toBeLessThan(40_000);
     await server.restart();
   });
 

@@ -89,7 +89,7 @@ describe.runIf(run)('service on PostgreSQL, NATS JetStream and Redis by configur
       const failing = Object.entries(probe.body.checks).filter(([, check]) => !check.ok);
       return { status: probe.status, failing: Object.fromEntries(failing) };
     };
-    await expect.poll(notOk, { timeout: 30_000, interval: 250 }).toEqual({ status: 200, failing: {} });
+    await expect.poll(notOk, { interval: 250 }).toEqual({ status: 200, failing: {} });
     if (!body) throw new Error('no readiness answer');
     expect(body.checks.eventStore).toMatchObject({ ok: true, kind: 'postgres' });
     expect(body.checks.bus).toMatchObject({ ok: true, kind: 'nats' });
@@ -106,7 +106,7 @@ describe.runIf(run)('service on PostgreSQL, NATS JetStream and Redis by configur
           text = await (await fetch(`${service.url}/metrics`)).text();
           return /^event_store_unflushed\{unit="seconds"\}/m.test(text);
         },
-        { timeout: 20_000, interval: 250 },
+        { interval: 250 },
       )
       .toBe(true);
     const bound = /^event_store_unflushed\{unit="seconds"\} ([0-9.]+)$/m.exec(text);
@@ -129,13 +129,11 @@ describe.runIf(run)('service on PostgreSQL, NATS JetStream and Redis by configur
     // One 4h verdict for each of the six replayed spot coins (BTC, ETH, SOL, BNB, XRP, DOGE),
     // recorded concurrently: the count goes from 0 to 6 between two polls, never stopping at 3.
     await expect
-      .poll(
-        async () =>
-          (await eventStore.readAll())
-            .filter((e) => e.type === 'VerdictRecorded')
-            .map((e) => e.stream)
-            .sort(),
-        { timeout: 15_000 },
+      .poll(async () =>
+        (await eventStore.readAll())
+          .filter((e) => e.type === 'VerdictRecorded')
+          .map((e) => e.stream)
+          .sort(),
       )
       .toEqual(['BNB', 'BTC', 'DOGE', 'ETH', 'SOL', 'XRP'].map((coin) => `verdicts-BINANCE_SPOT-${coin}-4h`));
     const client = new pg.Client({ connectionString: POSTGRES_URL });
@@ -168,9 +166,7 @@ describe.runIf(run)('service on PostgreSQL, NATS JetStream and Redis by configur
     });
     const auth = { authorization: `Bearer ${issued.key}`, 'content-type': 'application/json' };
     await expect
-      .poll(async () => (await fetch(`${service.url}/api/webhooks`, { headers: auth })).status, {
-        timeout: 10_000,
-      })
+      .poll(async () => (await fetch(`${service.url}/api/webhooks`, { headers: auth })).status)
       .toBe(200);
     const create = () =>
       fetch(`${service.url}/api/webhooks`, {
@@ -189,7 +185,7 @@ describe.runIf(run)('service on PostgreSQL, NATS JetStream and Redis by configur
       // is named with a generic reason, not the driver's words (connect ECONNREFUSED <host>:<port>),
       // which go to the log.
       await expect
-        .poll(async () => (await ready()).body.checks.eventStore?.detail, { timeout: 10_000 })
+        .poll(async () => (await ready()).body.checks.eventStore?.detail)
         .toBe('refused (the full error is in the service log)');
       const refusedReady = JSON.stringify((await ready()).body);
       expect(refusedReady).not.toContain(`:${new URL(relay.url).port}`);
@@ -214,7 +210,7 @@ describe.runIf(run)('service on PostgreSQL, NATS JetStream and Redis by configur
       await relay.start();
     }
 
-    await expect.poll(async () => (await ready()).status, { timeout: 10_000 }).toBe(200);
+    await expect.poll(async () => (await ready()).status).toBe(200);
     const created = await create();
     expect(created.status).toBe(201);
   });

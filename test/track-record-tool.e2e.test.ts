@@ -107,7 +107,8 @@ describe('get_track_record over MCP (official client)', () => {
         expect(result.isError).toBeFalsy();
         expect(withoutService(result.structuredContent)).toEqual(narrowed(expected));
       },
-      { timeout: 10_000, interval: 50 },
+      // A bound against a hang, not a figure: the fold of the whole slice on a loaded machine.
+      { timeout: 60_000, interval: 50 },
     );
     const month = await client.callTool({ name: 'get_track_record', arguments: { window: '30d' } });
     expect(withoutService(month.structuredContent)).toEqual(narrowed(await publicRecord('30d')));

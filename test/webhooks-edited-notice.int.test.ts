@@ -46,16 +46,14 @@ describe.runIf(reachable)('the notice of a disable recorded before an edit (PATC
 
     await setup.pool.start();
     await expect
-      .poll(() => consumerDrained(setup.stack.stream, `${tag}${setup.stack.prefix}-disabled`), {
-        timeout: 30_000,
-      })
+      .poll(() => consumerDrained(setup.stack.stream, `${tag}${setup.stack.prefix}-disabled`))
       .toBe(true);
     const deliveries = async (id: string) =>
       (await setup.stack.request('GET', `/api/webhooks/${id}/deliveries`, key)).body.deliveries as {
         event: string;
       }[];
     await expect
-      .poll(async () => (await deliveries(wasTold)).map((d) => d.event), { timeout: 10_000 })
+      .poll(async () => (await deliveries(wasTold)).map((d) => d.event))
       .toEqual(['subscription_disabled']);
     expect(await deliveries(toldSince)).toEqual([]);
   });

@@ -131,7 +131,7 @@ describe.runIf(reachable)('rotating WEBHOOK_MASTER_KEY in place', () => {
     const first = dispatcher({ WEBHOOK_MASTER_KEY: OLD });
     await first.start();
     await verdict();
-    await expect.poll(() => [distinct('a'), distinct('c')], { timeout: 15_000 }).toEqual([1, 1]);
+    await expect.poll(() => [distinct('a'), distinct('c')]).toEqual([1, 1]);
     await stop(first);
 
     // [NEW, OLD]: a subscription created now is sealed under NEW; the old ones still open.
@@ -148,9 +148,7 @@ describe.runIf(reachable)('rotating WEBHOOK_MASTER_KEY in place', () => {
     const second = dispatcher(both);
     await second.start();
     await verdict();
-    await expect
-      .poll(() => [distinct('a'), distinct('b'), distinct('c')], { timeout: 15_000 })
-      .toEqual([2, 1, 2]);
+    await expect.poll(() => [distinct('a'), distinct('b'), distinct('c')]).toEqual([2, 1, 2]);
     await stop(second);
 
     // [NEW] before the re-seal: A and C are under a key not listed, so theirs are held (not
@@ -158,19 +156,14 @@ describe.runIf(reachable)('rotating WEBHOOK_MASTER_KEY in place', () => {
     const early = dispatcher({ WEBHOOK_MASTER_KEY: NEW });
     await early.start();
     await verdict();
-    await expect.poll(() => distinct('b'), { timeout: 15_000 }).toBe(2);
-    await expect
-      .poll(async () => (await deliveries(a.id)).length + (await deliveries(c.id)).length, {
-        timeout: 10_000,
-      })
-      .toBe(6);
+    await expect.poll(() => distinct('b')).toBe(2);
+    await expect.poll(async () => (await deliveries(a.id)).length + (await deliveries(c.id)).length).toBe(6);
     await expect
       .poll(
         async () =>
           [...(await deliveries(a.id)), ...(await deliveries(c.id))].filter((d) =>
             d.attempts.some((t) => t.outcome === 'held' && t.error === SECRET_UNREADABLE),
           ).length,
-        { timeout: 10_000 },
       )
       .toBe(2);
     for (const d of [...(await deliveries(a.id)), ...(await deliveries(c.id))]) {
@@ -203,9 +196,7 @@ describe.runIf(reachable)('rotating WEBHOOK_MASTER_KEY in place', () => {
     const last = dispatcher({ WEBHOOK_MASTER_KEY: NEW });
     await last.start();
     await verdict();
-    await expect
-      .poll(() => [distinct('a'), distinct('b'), distinct('c')], { timeout: 15_000 })
-      .toEqual([4, 3, 4]);
+    await expect.poll(() => [distinct('a'), distinct('b'), distinct('c')]).toEqual([4, 3, 4]);
     expect(await last.checks!().webhookSecrets!()).toEqual({ ok: true });
     for (const path of ['a', 'b', 'c']) {
       for (const got of receivedBy(path)) {
@@ -332,14 +323,12 @@ describe.runIf(reachable)('reseal-webhook-secrets with a secret no configured ke
     const deliveries = async (id: string) =>
       (await stack.request('GET', `/api/webhooks/${id}/deliveries?limit=100`, key)).body
         .deliveries as DeliveryView[];
-    await expect.poll(() => receivedBy('old').length, { timeout: 15_000 }).toBe(1);
+    await expect.poll(() => receivedBy('old').length).toBe(1);
     await expect
-      .poll(
-        async () =>
-          (await deliveries(lost.subscriptionId)).flatMap((d) =>
-            d.attempts.map((t) => [d.status, t.outcome, t.error]),
-          ),
-        { timeout: 10_000 },
+      .poll(async () =>
+        (await deliveries(lost.subscriptionId)).flatMap((d) =>
+          d.attempts.map((t) => [d.status, t.outcome, t.error]),
+        ),
       )
       .toContainEqual([expect.not.stringMatching(/failed/), 'held', SECRET_UNREADABLE]);
     expect(receivedBy('lost')).toHaveLength(0);
@@ -350,7 +339,7 @@ describe.runIf(reachable)('reseal-webhook-secrets with a secret no configured ke
       overlap_seconds: 60,
     });
     expect(rotated.status).toBe(200);
-    await expect.poll(() => receivedBy('lost').length, { timeout: 15_000 }).toBe(1);
+    await expect.poll(() => receivedBy('lost').length).toBe(1);
     const got = receivedBy('lost')[0]!;
     expect(
       verifyWebhook({ secret: rotated.body.secret as string, headers: got.headers, rawBody: got.body }).ok,

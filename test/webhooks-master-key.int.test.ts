@@ -77,10 +77,8 @@ describe.runIf(reachable)(
       for (const [name, check] of Object.entries(wrong.checks!())) readiness.add(name, check);
       for (let i = 0; i < EVENTS; i++)
         await appendVerdict(stack.store, { coin: 'MKEY', call: 'BUY', confidence: 50 + i });
-      await expect.poll(async () => (await deliveries()).length, { timeout: 15_000 }).toBe(EVENTS);
-      await expect
-        .poll(async () => (await deliveries()).every((d) => d.attempts.length > 0), { timeout: 10_000 })
-        .toBe(true);
+      await expect.poll(async () => (await deliveries()).length).toBe(EVENTS);
+      await expect.poll(async () => (await deliveries()).every((d) => d.attempts.length > 0)).toBe(true);
       // The retry schedule is 0, 100 and 200 ms: a second counts many times over it.
       await new Promise((resolve) => setTimeout(resolve, 1_000));
       const held = await deliveries();
@@ -102,10 +100,8 @@ describe.runIf(reachable)(
       await wrong.stop();
       const right = dispatcher(API_KEY);
       await right.start();
-      await expect.poll(() => new Set(deliveryIds(receiver)).size, { timeout: 15_000 }).toBe(EVENTS);
-      await expect
-        .poll(async () => (await deliveries()).every((d) => d.status === 'succeeded'), { timeout: 10_000 })
-        .toBe(true);
+      await expect.poll(() => new Set(deliveryIds(receiver)).size).toBe(EVENTS);
+      await expect.poll(async () => (await deliveries()).every((d) => d.status === 'succeeded')).toBe(true);
       for (const d of await deliveries()) {
         expect(d.attempts.map((a) => [a.attempt, a.outcome])).toEqual([
           [null, 'held'],

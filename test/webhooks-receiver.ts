@@ -80,7 +80,9 @@ export async function startReceiver(tls: { key: string; cert: string }): Promise
     received: [],
     behave: () => ({ status: 200 }),
     connections: { open: 0, peak: 0, total: 0 },
-    async waitFor(count, timeoutMs = 20_000) {
+    // A bound against a hang, not a figure: deliveries pass through the log, the bus and TLS, which
+    // a loaded two-core host slows several times over.
+    async waitFor(count, timeoutMs = 60_000) {
       const deadline = Date.now() + timeoutMs;
       while (receiver.received.length < count) {
         if (Date.now() > deadline)

@@ -411,8 +411,9 @@ describe('export rows (stored bytes of each revealed row)', () => {
     fx.feed.clock.advance(3_600_000);
     await fx.engine.getTradeCall({ exchange: 'BINANCE', coin: 'BTC', timeframe: '1h' });
     const head = await store.headPosition();
+    // A bound against a hang, not a figure (vi.waitFor's own default is 1 s).
     await vi.waitFor(() => expect(other.error?.message).toMatch(/two templates share an id/), {
-      timeout: 10_000,
+      timeout: 60_000,
     });
     expect(other.checkpoint).toBeLessThan(head);
     await other.stop();

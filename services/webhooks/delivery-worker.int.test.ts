@@ -248,10 +248,12 @@ describe('DeliveryWorker', () => {
 
   it("sends a first attempt whose url moved while its sequence event was appended, though the old origin's breaker opened meanwhile", async () => {
     const store = new HeldSequencing();
-    // Two slots: the hung request holds one, the moved attempt takes the other. One timeout opens the breaker.
+    // Two slots: the hung request holds one, the moved attempt takes the other. One timeout opens the
+    // breaker. The timeout also bounds the moved attempt's request: 3 s, not 300 ms, for a TLS request
+    // on a loaded machine (at load 30 one took longer than 300 ms and failed).
     const { receiver, worker, claim, moveUrl } = await setup(2, store, {
       breakerTimeouts: 1,
-      timeoutMs: 300,
+      timeoutMs: 3_000,
     });
     const moved = await startReceiver(tls);
     cleanups.push(() => moved.close());
@@ -288,7 +290,7 @@ describe('DeliveryWorker', () => {
     const second = worker.submit((await claim(2))!);
     // One slot: the second request can only go out if the first one's slot was released while
     // its outcome append is still held.
-    await receiver.waitFor(2, 10_000);
+    await receiver.waitFor(2);
     expect(store.held).toBeGreaterThanOrEqual(1);
     expect(worker.owned.has('d-1')).toBe(true);
     let drained = false;
@@ -380,7 +382,7 @@ describe('DeliveryWorker', () => {
     await third;
     store.hold();
     const sentUnderLease = worker.submit(overrun);
-    await receiver.waitFor(6, 10_000);
+    await receiver.waitFor(6);
     const claimed = await takeOver(6, overrun.revision);
     expect(claimed).toMatchObject({ claimed: true });
     store.release();
@@ -469,7 +471,7 @@ describe('DeliveryWorker', () => {
       tasks.push(worker.submit(job).catch(() => undefined));
     };
     for (let n = 1; n <= 12; n++) await submitOne(n);
-    await receiver.waitFor(1, 10_000);
+    await receiver.waitFor(1);
     await new Promise((r) => setImmediate(r));
     gc();
     // The first is in flight and the next two wait with their bytes (within the limit); the nine

@@ -127,15 +127,16 @@ describe('a refused payment moves no money and reserves nothing', () => {
       'terms_mismatch',
       /^the accepted payment terms differ from the quote of this request: accepted\.payTo "0x[0-9a-f]{40}" is the quote's "0x[0-9a-fA-F]{40}" in another letter case; send this request's quote back unchanged$/,
     ],
+    // A signed amount other than the quote's is amount_mismatch on both versions, as an echoed
+    // quote of another amount is (below), told before the facilitator is asked.
     [
       'amount too low',
       async (a: AuthorizationFields, _s: Hex, key: Hex) => {
         const low = { ...a, value: PRICE - 1n };
         return v2Header(accepted, low, await signAuthorization(key, low));
       },
-      'invalid_exact_evm_payload_authorization_value_mismatch',
-      // Before the change: no amounts named.
-      'the authorised amount differs from the price of this request: signed 19999 (0.019999 USDC), the quote asks 20000 (0.020000 USDC); sign an authorisation for exactly the quoted amount',
+      'amount_mismatch',
+      "the authorisation's value 19999 (0.019999 USDC) does not match the price 20000 (0.020000 USDC) of this request; sign an authorisation for exactly the quoted amount",
     ],
     [
       'amount too low (v1)',
@@ -143,8 +144,17 @@ describe('a refused payment moves no money and reserves nothing', () => {
         const low = { ...a, value: PRICE - 1n };
         return v1Header(low, await signAuthorization(key, low));
       },
-      'invalid_exact_evm_payload_authorization_value_mismatch',
-      'the authorised amount differs from the price of this request: signed 19999 (0.019999 USDC), the quote asks 20000 (0.020000 USDC); sign an authorisation for exactly the quoted amount',
+      'amount_mismatch',
+      "the authorisation's value 19999 (0.019999 USDC) does not match the price 20000 (0.020000 USDC) of this request; sign an authorisation for exactly the quoted amount",
+    ],
+    [
+      'amount too high (v1)',
+      async (a: AuthorizationFields, _s: Hex, key: Hex) => {
+        const high = { ...a, value: PRICE + 1n };
+        return v1Header(high, await signAuthorization(key, high));
+      },
+      'amount_mismatch',
+      "the authorisation's value 20001 (0.020001 USDC) does not match the price 20000 (0.020000 USDC) of this request; sign an authorisation for exactly the quoted amount",
     ],
     [
       'amount too high',

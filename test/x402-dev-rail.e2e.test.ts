@@ -17,13 +17,13 @@ import { DEVELOPMENT_SECOND_RAIL } from '../services/payments/rails.ts';
 import { setupX402 } from '../services/payments/setup.ts';
 import { type RunningService, startService } from '../services/service.ts';
 import { BASE_USDC } from './chain/local-chain.ts';
-import { fromBase64Json } from './chain/x402-app.ts';
+import { fromBase64Json, randomNonce, signAuthorization, v1Header, v2Header } from './chain/x402-app.ts';
 
 /**
  * `npm start` on the embedded defaults: no X402_PAY_TO, no facilitator key. Quotes are served
  * on the development rail (Base Sepolia test USDC to a public test address); a paid retry is
  * refused before anything is verified, reserved or charged: 402 with the mismatch when its terms
- * differ from the quote, else 503 facilitator_not_configured.
+ * (or its signed amount) differ from the quote, else 503 facilitator_not_configured.
  */
 const lines: Record<string, unknown>[] = [];
 const logger = pino(
@@ -202,6 +202,48 @@ describe('a service started on the defaults (development)', () => {
     expect(res.headers.get('payment-required')).not.toBeNull();
     expect(await paymentStreams()).toEqual([]);
   });
+
+  it.each([1, 2] as const)(
+    'an authorisation signed for another amount (v%i, the quote otherwise as given) → 402 amount_mismatch, not 503',
+    async (version) => {
+      const quote = await post('/x402/get_trade_call', { coin: 'BTC', timeframe: '5m' });
+      const required = fromBase64Json<PaymentRequired>(quote.headers.get('payment-required'));
+      const terms = required.accepts[0]!;
+      const key = generatePrivateKey();
+      const from = privateKeyToAccount(key).address;
+      const now = BigInt(Math.floor(Date.now() / 1000));
+      const authorization = {
+        from,
+        to: terms.payTo as `0x${string}`,
+        value: BigInt(terms.amount) - 1n,
+        validAfter: now - 600n,
+        validBefore: now + 60n,
+        nonce: randomNonce(),
+      };
+      const { name, version: domainVersion } = terms.extra as { name: string; version: string };
+      const signature = await signAuthorization(key, authorization, {
+        name,
+        version: domainVersion,
+        chainId: Number(terms.network.split(':')[1]),
+        verifyingContract: terms.asset as `0x${string}`,
+      });
+      const header =
+        version === 1
+          ? v1Header(authorization, signature, 'base-sepolia')
+          : v2Header(terms as unknown as Record<string, unknown>, authorization, signature);
+      const res = await post(
+        '/x402/get_trade_call',
+        { coin: 'BTC', timeframe: '5m' },
+        { [version === 1 ? 'x-payment' : 'payment-signature']: header },
+      );
+      expect(res.status).toBe(402);
+      expect(await res.json()).toMatchObject({
+        code: 'amount_mismatch',
+        message: `the authorisation's value ${BigInt(terms.amount) - 1n} (${((Number(terms.amount) - 1) / 1e6).toFixed(6)} USDC) does not match the price ${terms.amount} (${(Number(terms.amount) / 1e6).toFixed(6)} USDC) of this request; sign an authorisation for exactly the quoted amount`,
+      });
+      expect(await paymentStreams()).toEqual([]);
+    },
+  );
 
   it('over MCP a paid call is refused the same way', async () => {
     const client = new Client({ name: 'dev-rail', version: '1.0.0' });

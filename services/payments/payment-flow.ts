@@ -38,6 +38,7 @@ import {
   type ChainFacts,
   describeMismatch,
   describeReason,
+  describeSignedAmount,
   describeUnsent,
   describeVerifyRefusal,
   factsReason,
@@ -560,6 +561,8 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
   if (!requirement) {
     return { kind: 'payment_rejected', ...describeMismatch(payment, call.requirements) };
   }
+  const otherAmount = describeSignedAmount(payment, requirement);
+  if (otherAmount) return { kind: 'payment_rejected', ...otherAmount };
   // A v2 payment names what it pays for; the terms alone do not tell two routes of one price apart.
   const paidFor = payment.version === 2 ? payment.payload.resource?.url : undefined;
   if (paidFor !== undefined && toolPaidFor(paidFor) !== call.tool.name) {

@@ -245,6 +245,26 @@ export function describeMismatch(
   };
 }
 
+/**
+ * A signed authorisation for another amount than the quote it matched, or null: amount_mismatch
+ * on v1 and v2 alike, named before any facilitator is asked. A v2 payment echoes the quote's
+ * amount in `accepted` (describeMismatch compares that), but the amount moved is the one signed,
+ * and a v1 payment carries no other; left to the facilitators, the same mistake came back as
+ * their reason for a value other than the requirement's, or as 503 where none can settle.
+ */
+export function describeSignedAmount(
+  payment: DecodedPayment,
+  quoted: PaymentRequirements,
+): { reason: ErrorCode; message: string } | null {
+  const signed = BigInt(payment.eip3009.authorization.value);
+  const asked = BigInt(quoted.amount);
+  if (signed === asked) return null;
+  return {
+    reason: 'amount_mismatch',
+    message: `the authorisation's value ${amountText(signed)} does not match the price ${amountText(asked)} of this request; sign an authorisation for exactly the quoted amount`,
+  };
+}
+
 /** A value as the buyer sent it, cut short: the header may hold 12 KB. */
 function shown(value: unknown): string {
   return (JSON.stringify(value) ?? 'undefined').slice(0, 100);

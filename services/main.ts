@@ -6,7 +6,7 @@ import { ConfigError, loadConfig, readDotEnv } from '../contracts/config.ts';
 import { flushAccessLines } from './api/request-log.ts';
 import { ROLES, type Role } from './component.ts';
 import { DataDirInUse, lockDataDir } from './shared/data-dir-lock.ts';
-import { startExitWatchdog } from './shared/exit-watchdog.ts';
+import { openResources, startExitWatchdog } from './shared/exit-watchdog.ts';
 import { invocation } from './shared/invocation.ts';
 import { createLogger } from './shared/logger.ts';
 import { pathRefusal } from './shared/path-refusal.ts';
@@ -102,16 +102,21 @@ async function main(): Promise<void> {
     // The drain (SHUTDOWN_DRAIN_MS) comes first and is not taken from the stop's own time.
     const timeoutMs = config.SHUTDOWN_DRAIN_MS + config.SHUTDOWN_TIMEOUT_MS;
     const timer = setTimeout(() => {
-      logger.error({ timeoutMs }, 'shutdown timed out: exiting');
+      // Which of the two SIGKILLs ended the process (this, or the exit's watchdog), and the step
+      // of the stop it was waiting on.
+      logger.fatal(
+        { timer: 'shutdown', timeoutMs, stopping: service.stopping(), open: openResources() },
+        'shutdown timed out: exiting',
+      );
       flushLogs(logger);
       killSelf();
     }, timeoutMs);
     timer.unref();
     service.stop().then(
-      () => exitGuarded(0),
+      () => exitGuarded(0, logger),
       (err: unknown) => {
         logger.error({ err }, 'shutdown failed');
-        exitGuarded(1);
+        exitGuarded(1, logger);
       },
     );
   };
@@ -169,13 +174,24 @@ function killSelf(): never {
   throw new Error('unreachable: SIGKILL did not end the process');
 }
 
+/** How long an exit may take before its watchdog ends the process. */
+const EXIT_WATCHDOG_MS = 3000;
+
 /**
  * A clean exit with the same guarantee: a watchdog SIGKILLs this process if its exit has not
- * ended 3 s later, and ends with it otherwise (services/shared/exit-watchdog.ts).
+ * ended 3 s later, and ends with it otherwise (services/shared/exit-watchdog.ts). The watchdog's
+ * fatal line names it and what the process still held as it called exit.
  */
-function exitGuarded(code: number): never {
+function exitGuarded(code: number, logger: Logger): never {
   try {
-    startExitWatchdog(process.pid, 3000);
+    startExitWatchdog(process.pid, EXIT_WATCHDOG_MS, {
+      ...logger.bindings(),
+      timer: 'exit-watchdog',
+      afterMs: EXIT_WATCHDOG_MS,
+      exitCode: code,
+      open: openResources(),
+      msg: `exit not ended ${EXIT_WATCHDOG_MS} ms after process.exit(${code}): killing the process`,
+    });
   } catch {
     // No watchdog (no process could be started): an exit that may hang is worse than this one.
     killSelf();

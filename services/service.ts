@@ -31,6 +31,16 @@ export interface RunningService {
   url: string;
   /** Graceful stop: in-flight requests finish, followers checkpoint, adapters close. */
   stop(): Promise<void>;
+  /** Where the stop is (null before it starts): what a shutdown timeout's line names. */
+  stopping(): StopProgress | null;
+}
+
+/** The step a stop is waiting on, for how long, and the steps it has done (in order). */
+export interface StopProgress {
+  /** drain, http, slice:<name>, engine, adapters, or done. */
+  step: string;
+  forMs: number;
+  done: string[];
 }
 
 /**
@@ -152,6 +162,11 @@ export async function startService(config: Config, roles: Role[], logger: Logger
     const httpApp = app;
     const signalEngine = engine;
     let stopping: Promise<void> | null = null;
+    let progress: { step: string; since: number; done: string[] } | null = null;
+    const step = (name: string) => {
+      if (progress) progress.done.push(progress.step);
+      progress = { step: name, since: performance.now(), done: progress?.done ?? [] };
+    };
     void settleMemory({
       ready: async () => (await readiness.run()).ready,
       work: slices.flatMap((slice) => (slice.startUpWork ? [slice.startUpWork()] : [])),
@@ -170,19 +185,30 @@ export async function startService(config: Config, roles: Role[], logger: Logger
           // Only a process serving calls has a balancer to leave: the other roles stop at once,
           // so one settings file can carry the drain for every role.
           if (config.SHUTDOWN_DRAIN_MS > 0 && roles.includes('api')) {
+            step('drain');
             await drain(readiness, config.SHUTDOWN_DRAIN_MS, logger);
           }
+          step('http');
           await closeHttp(httpApp, Math.floor(config.SHUTDOWN_TIMEOUT_MS / 3), logger);
           for (const slice of [...started].reverse()) {
+            step(`slice:${slice.name}`);
             await slice
               .stop()
               .catch((err: unknown) => logger.error({ err, slice: slice.name }, 'stop failed'));
           }
+          step('engine');
           await signalEngine?.close();
+          step('adapters');
           await adapters.close();
+          step('done');
           logger.info('service stopped');
         })();
         return stopping;
+      },
+      stopping() {
+        if (progress === null) return null;
+        const { step: now, since, done } = progress;
+        return { step: now, forMs: Math.round(performance.now() - since), done: [...done] };
       },
     };
   } catch (err) {

@@ -173,6 +173,26 @@ describe('the service process', () => {
     await reopened.close();
   });
 
+  it('says in a fatal line which timer ended a stop that outran it, the step it waited on and what was open', async () => {
+    const dataDir = await tempDir();
+    // A timeout no stop can meet: it fires while the stop is under way, whatever the machine's load.
+    const r = run({ DATA_DIR: dataDir, REPLAY_SPEED: '0', SHUTDOWN_TIMEOUT_MS: '1' });
+    running.push(r);
+    await expect.poll(() => r.lines.find((l) => l.msg === 'service started'), { interval: 100 }).toBeTruthy();
+    r.child.kill('SIGTERM');
+    await r.exit;
+    expect(r.child.signalCode).toBe('SIGKILL');
+    const line = r.lines.find((l) => l.msg === 'shutdown timed out: exiting');
+    expect(line).toMatchObject({
+      level: 60,
+      timer: 'shutdown',
+      timeoutMs: 1,
+      stopping: { step: expect.any(String), forMs: expect.any(Number), done: expect.any(Array) },
+      open: expect.any(Object),
+    });
+    expect(r.lines.some((l) => l.msg === 'service stopped')).toBe(false);
+  });
+
   it('refuses a second service on the same LMDB DATA_DIR, naming it and the holder, beside which the key CLI works; a kill -9 leaves no lock behind', async () => {
     const dataDir = await tempDir();
     const first = run({ DATA_DIR: dataDir, REPLAY_SPEED: '0' });

@@ -214,9 +214,25 @@ horizons, and the test months hold too few of them.</p>
   function utc(ts) { return uPlot.tzDate(new Date(ts * 1000), 'Etc/UTC'); }
   // The x series of a chart over days: the hovered day as the API names it.
   function day() { return { label: 'day (UTC)', value: '{YYYY}-{MM}-{DD}' }; }
-  // Its time axis: ticks on whole days only (an hour tick, "12am", says nothing of a day's figures).
+  // Its time axis: ticks on whole days only (an hour tick, "12am", says nothing of a day's figures),
+  // each labelled with its day as the API, the tables and the hovered value name it (2025-07-14),
+  // not uPlot's month/day ("7/14"), which most of the world reads day first. Ticks stand at least
+  // a label's width and a gap apart, so the longer labels never run into each other.
+  function dayLabelWidth(self) {
+    self.ctx.font = self.axes[0].font[0];
+    return Math.ceil(self.ctx.measureText('0000-00-00').width / (window.devicePixelRatio || 1));
+  }
   function dayAxis() {
-    return titled({ incrs: [1, 2, 3, 7, 14, 30, 60, 90, 180, 365].map(function (n) { return n * 86400; }) }, 'day (UTC)');
+    return titled({
+      incrs: [1, 2, 3, 7, 14, 30, 60, 90, 180, 365].map(function (n) { return n * 86400; }),
+      space: function (self) { return dayLabelWidth(self) + 16; },
+      values: function (u, splits) { return splits.map(function (t) { return t == null ? '' : dayOf(t); }); }
+    }, 'day (UTC)');
+  }
+  // The axis ends a day after the last day, on a tick at the plot's right edge: half a label of
+  // room there keeps that day whole (uPlot's default room fits a short "10/4", not "2025-10-04").
+  function dayPadding() {
+    return [null, function (self) { return Math.ceil(dayLabelWidth(self) / 2) + 4; }, null, null];
   }
   // The series a reader hid with the legend, per chart (labels): a redraw keeps them hidden.
   var hiddenSeries = {};
@@ -411,13 +427,13 @@ horizons, and the test months hold too few of them.</p>
       ? 'None of the ' + tr.overall.risk.unscored + ' resolved verdicts in this window carries a risk forecast to score (recorded before verdicts served one), so there is nothing to chart.'
       : 'No verdict has a resolved outcome in this window yet, so the risk forecast has nothing to be scored on.';
     var nominal = tr.overall.risk.nominalCoverage;
-    draw('chart-coverage', { scales: { y: { range: [0, 1] } }, axes: [dayAxis(), valueAxis(asPercent, 'closes inside the band (%)')],
+    draw('chart-coverage', { scales: { y: { range: [0, 1] } }, padding: dayPadding(), axes: [dayAxis(), valueAxis(asPercent, 'closes inside the band (%)')],
       series: [day(), { label: 'inside the band', stroke: '#1f77b4' },
       { label: 'stated', stroke: REFERENCE, dash: [4, 4] }] },
       overDays(s, [s.map(function (p) { return p.coverage; })], [nominal]), s.length, none, [dayOf, pct]);
     var top = s.reduce(function (m, p) { return p.sigmaRatio === null ? m : Math.max(m, p.sigmaRatio); }, 1);
     draw('chart-sigma', { scales: { y: { range: [0, Math.ceil(top * 1.2 * 10) / 10] } },
-      axes: [dayAxis(), valueAxis(asRatio, 'σ served ÷ realised (ratio)')],
+      padding: dayPadding(), axes: [dayAxis(), valueAxis(asRatio, 'σ served ÷ realised (ratio)')],
       series: [day(), { label: 'σ served ÷ realised', stroke: '#1f77b4' },
       { label: 'right in level', stroke: REFERENCE, dash: [4, 4] }] },
       overDays(s, [s.map(function (p) { return p.sigmaRatio; })], [1]), s.length, none, [dayOf, two]);
@@ -438,14 +454,14 @@ horizons, and the test months hold too few of them.</p>
     document.querySelector('#lines tbody').innerHTML = [tr.overall].concat(tr.lines).map(row).join('');
     // Days from the first one with a resolved call: before it there is no rate to draw.
     var s = tr.series.filter(function (p) { return p.calls > 0; });
-    draw('chart-hit', { scales: { y: { range: [0, 1] } }, axes: [dayAxis(), valueAxis(asPercent, 'hit rate (%)')],
+    draw('chart-hit', { scales: { y: { range: [0, 1] } }, padding: dayPadding(), axes: [dayAxis(), valueAxis(asPercent, 'hit rate (%)')],
       series: [day(), { label: 'calls', stroke: '#1f77b4' }, { label: 'always-BUY', stroke: '#2ca02c', dash: [10, 4] },
       { label: 'always-SELL', stroke: '#d62728', dash: [2, 3] }, { label: 'random', stroke: RANDOM, dash: [12, 4, 2, 4] }] },
       overDays(s, [s.map(function (p) { return p.hitRate; }), s.map(function (p) { return p.alwaysBuy; }),
        s.map(function (p) { return p.alwaysSell; }), s.map(function (p) { return p.random; })]), s.length,
       noCalls(tr, 'hit rate'), [dayOf, pct]);
     calibration(tr);
-    draw('chart-net', { axes: [dayAxis(), valueAxis(asBps, 'cumulative net return (bps)')],
+    draw('chart-net', { padding: dayPadding(), axes: [dayAxis(), valueAxis(asBps, 'cumulative net return (bps)')],
       series: [day(), { label: 'following the calls', stroke: '#1f77b4' },
       { label: 'random calls', stroke: RANDOM, dash: [12, 4, 2, 4] }] },
       overDays(s, [s.map(function (p) { return p.cumNetBps; }), s.map(function (p) { return p.cumRandomNetBps; })]),

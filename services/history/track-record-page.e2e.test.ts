@@ -132,16 +132,46 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
   async function expectDayAxes(page: Page) {
     const plots = (await page.evaluate(`Object.entries(window.trackRecordPlots)
       .filter(([id]) => id !== 'chart-calibration')
-      .map(([id, u]) => ({ id, min: u.scales.x.min, max: u.scales.x.max, x: u.data[0],
-        drawn: u.data.slice(1).map((c) => c.filter((v) => v != null).length) }))`)) as {
+      .map(([id, u]) => {
+        const a = u.axes[0];
+        const ctx = document.createElement('canvas').getContext('2d');
+        ctx.font = a.font[0];
+        return { id, min: u.scales.x.min, max: u.scales.x.max, x: u.data[0],
+          drawn: u.data.slice(1).map((c) => c.filter((v) => v != null).length),
+          splits: a._splits, labels: a._values,
+          at: a._splits.map((t) => u.bbox.left / devicePixelRatio + u.valToPos(t, 'x')), width: u.width,
+          widths: a._values.map((v) => ctx.measureText(String(v)).width / devicePixelRatio) };
+      })`)) as {
       id: string;
       min: number;
       max: number;
       x: number[];
       drawn: number[];
+      splits: number[];
+      labels: string[];
+      at: number[];
+      width: number;
+      widths: number[];
     }[];
     expect(plots.length).toBeGreaterThan(0);
     for (const plot of plots) {
+      // Each tick is labelled with its UTC day as the API spells it (2025-07-14): never a US
+      // month/day ("7/14") a reader elsewhere takes for the 7th of the 14th month.
+      expect(plot.splits.length, plot.id).toBeGreaterThan(1);
+      expect(plot.labels, plot.id).toEqual(
+        plot.splits.map((t) => new Date(t * 1000).toISOString().slice(0, 10)),
+      );
+      // The longer labels do not run into each other: ticks are further apart than a label is wide.
+      for (let i = 1; i < plot.at.length; i++) {
+        const gap = plot.at[i]! - plot.at[i - 1]!;
+        const room = (plot.widths[i]! + plot.widths[i - 1]!) / 2;
+        expect(gap, `${plot.id}: ${plot.labels[i - 1]} to ${plot.labels[i]}`).toBeGreaterThan(room);
+      }
+      // Each label is whole: the last tick stands on the plot's right edge, its label centred on it.
+      plot.at.forEach((x, i) => {
+        expect(x - plot.widths[i]! / 2, `${plot.id}: ${plot.labels[i]}`).toBeGreaterThanOrEqual(0);
+        expect(x + plot.widths[i]! / 2, `${plot.id}: ${plot.labels[i]}`).toBeLessThanOrEqual(plot.width);
+      });
       const [first, last] = [plot.x[1]!, plot.x.at(-2)!];
       expect(plot.min, plot.id).toBe(first - 86_400);
       expect(plot.max, plot.id).toBe(last + 86_400);
@@ -548,8 +578,7 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
       expect(plot.splits.length, plot.id).toBeGreaterThan(1);
       plot.splits.forEach((t, i) => {
         expect(t % 86_400, `${plot.id} tick ${t}`).toBe(0);
-        const [, m, d] = utcDay(t).split('-').map(Number);
-        expect(plot.labels[i]!.split('\n')[0], `${plot.id} tick ${t}`).toBe(`${m}/${d}`);
+        expect(plot.labels[i], `${plot.id} tick ${t}`).toBe(utcDay(t));
       });
     }
     expect(problems).toEqual([]);

@@ -7,7 +7,7 @@ import { promisify } from 'node:util';
 import { pino } from 'pino';
 import { createPublicClient, createWalletClient, type Hex, http } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { loadConfig } from '../../contracts/config.ts';
 import type { EventData } from '../../contracts/events.ts';
@@ -580,6 +580,60 @@ describe('anchor rules', () => {
     expect(nextCheckIn(last, 101, t + day + 1, day, 60_000)).toBe(0);
   });
 
+  it('checks again at once when a check found the anchor a hair short of due and the log has moved', async () => {
+    // The anchorer's own timers on a fake clock (no figure of wall time): the check reads the time
+    // a millisecond before the anchor falls due, and the scheduling after it reads it due. A next
+    // check a whole check period (60 s) later is the every-other-interval bug.
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    const interval = 600_000;
+    const t0 = Date.parse('2026-01-01T00:00:00.000Z');
+    const last = {
+      root: '0'.repeat(64),
+      position: 1,
+      streams: 0,
+      chainId: 1,
+      address: ADDRESS,
+      txHash: `0x${'0'.repeat(64)}`,
+      blockNumber: 1,
+      anchoredAt: new Date(t0).toISOString(),
+    } as EventData<'HistoryAnchored'>;
+    const state: AnchorState = { heads: {}, moved: 2, last };
+    const heads = {
+      state,
+      checkpoint: 2,
+      waitFor: async () => {},
+    } as unknown as ProjectionRunner<AnchorState>;
+    const store = { headPosition: async () => state.moved } as unknown as EventStore;
+    const reads = [t0 + interval - 1, t0 + interval];
+    const anchorer = new HistoryAnchorer({
+      store,
+      heads,
+      chain: { rpcUrl: 'http://127.0.0.1:9', privateKey: ANCHOR_KEY },
+      intervalMs: interval,
+      logger: pino({ level: 'silent' }),
+      clock: () => reads.shift() ?? t0 + interval + 1,
+    });
+    let sent = 0;
+    anchorer.anchor = async () => {
+      sent++;
+      state.last = { ...last, position: state.moved };
+      return state.last;
+    };
+    anchorer.start();
+    try {
+      // The first check, a check period after the start: a hair short of due, nothing sent.
+      await vi.advanceTimersByTimeAsync(60_000);
+      expect(sent).toBe(0);
+      expect(reads).toEqual([]);
+      // The next one at once, not a check period later.
+      await vi.advanceTimersByTimeAsync(1);
+      expect(sent).toBe(1);
+    } finally {
+      await anchorer.stop();
+      vi.useRealTimers();
+    }
+  });
+
   it('sends an anchor every interval, not every other one, when the log keeps moving', async () => {
     // The heads view and the chain stubbed: each anchor is stamped once "mined", 40 ms after its
     // check, as a real one is stamped after its receipt.
@@ -623,7 +677,7 @@ describe('anchor rules', () => {
       await anchorer.stop();
     }
     // Never sooner than the interval. How much later depends on the host's load, so the upper side
-    // is the decision's (nextCheckIn above), not a timed bound here.
+    // (no whole check period lost after a check a hair short of due) is the fake-timer case above.
     const gaps = sent.slice(1).map((at, i) => at - sent[i]!);
     for (const gap of gaps) expect(gap).toBeGreaterThanOrEqual(interval);
   });

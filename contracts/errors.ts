@@ -43,7 +43,7 @@ export const ERRORS = {
   },
   INVALID_FIELD: { status: 400, rpc: -32602, retryable: false, message: '{detail}' },
   INVALID_URL: { status: 400, retryable: false, message: '{detail}' },
-  URI_TOO_LONG: { status: 414, retryable: false, message: 'a path segment is too long' },
+  URI_TOO_LONG: { status: 414, retryable: false, message: '{detail}' },
   REQUEST_TIMEOUT: { status: 408, retryable: true, message: 'the request did not arrive in time' },
   HEADERS_TOO_LARGE: { status: 431, retryable: false, message: 'the request headers are too large' },
   NOT_FOUND: { status: 404, retryable: false, message: '{detail}' },

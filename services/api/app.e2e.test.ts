@@ -181,6 +181,27 @@ describe('HTTP app', () => {
     });
   });
 
+  it('answers a request line past the parser limit with 414 (RFC 9112 §3), headers past it with 431', async () => {
+    const { url } = await start();
+    const tooLong = {
+      status: 414,
+      body: {
+        code: 'URI_TOO_LONG',
+        message: 'the request line is longer than the 16 KiB the server reads; send a shorter URL',
+      },
+    };
+    // On a fresh connection, and as a keep-alive connection's second request.
+    const longUrl = `GET /healthz?q=${'a'.repeat(17_000)} HTTP/1.1\r\nHost: x\r\n\r\n`;
+    expect(parseRaw(await rawExchange(url, [longUrl]))).toEqual(tooLong);
+    const second = await rawExchange(url, [`GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n${longUrl}`]);
+    expect(parseRaw(second.slice(second.indexOf('HTTP/1.1 414')))).toEqual(tooLong);
+    // A URL within the limit whose headers take the request past it: the headers are too large.
+    const both = await rawExchange(url, [
+      `GET /healthz?q=${'a'.repeat(10_000)} HTTP/1.1\r\nHost: x\r\nX-Pad: ${'b'.repeat(10_000)}\r\n\r\n`,
+    ]);
+    expect(parseRaw(both).status).toBe(431);
+  });
+
   it('refuses a request with two Host headers (RFC 9112) with 400, and serves one with one', async () => {
     const { url } = await start();
     const twice = await rawExchange(url, [

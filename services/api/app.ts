@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { type ServerResponse, STATUS_CODES } from 'node:http';
+import { maxHeaderSize, type ServerResponse, STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import Fastify, {
   type FastifyBaseLogger,
@@ -86,10 +86,12 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     // and the offending URL is not echoed back (it may be 100 KB long).
     frameworkErrors: (error, _request, reply) => {
       const code = error.code === 'FST_ERR_MAX_PARAM_LENGTH' ? 'URI_TOO_LONG' : 'BAD_URL';
-      (reply as FastifyReply).code(ERRORS[code].status).send({ code, message: errorMessage(code) });
+      (reply as FastifyReply)
+        .code(ERRORS[code].status)
+        .send({ code, message: errorMessage(code, { detail: 'a path segment is too long' }) });
     },
     clientErrorHandler: (error: NodeJS.ErrnoException, socket: Socket) => {
-      writeClientError(error, socket);
+      writeClientError(error as ParserError, socket);
     },
     // In-flight requests finish on close; new connections are refused at once.
     return503OnClosing: true,
@@ -311,25 +313,55 @@ function askInFlightToClose(app: FastifyInstance): void {
  * Errors Node's HTTP parser raises before Fastify sees a request (malformed request line, headers
  * too large, a request not received in time): answered on the raw socket, in the same shape.
  */
-function writeClientError(error: NodeJS.ErrnoException, socket: Socket): void {
+function writeClientError(error: ParserError, socket: Socket): void {
   if (error.code === 'ECONNRESET' || socket.destroyed) return;
   const code: ErrorCode =
     error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
       ? 'REQUEST_TIMEOUT'
       : error.code === 'HPE_HEADER_OVERFLOW'
-        ? 'HEADERS_TOO_LARGE'
+        ? overflowInRequestLine(error)
+          ? 'URI_TOO_LONG'
+          : 'HEADERS_TOO_LARGE'
         : 'BAD_REQUEST';
   const status = ERRORS[code].status;
   if (socket.writable) {
     const body = JSON.stringify({
       code,
-      message: errorMessage(code, { detail: 'the request is not valid HTTP' }),
+      message: errorMessage(code, {
+        detail:
+          code === 'URI_TOO_LONG'
+            ? `the request line is longer than the ${maxHeaderSize / 1024} KiB the server reads; send a shorter URL`
+            : 'the request is not valid HTTP',
+      }),
     });
     socket.write(
       `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n${body}`,
     );
   }
   socket.destroy(error);
+}
+
+/** A parser error as Node hands it over: the bytes it was reading and how far into them it got. */
+type ParserError = NodeJS.ErrnoException & { rawPacket?: unknown; bytesParsed?: number };
+
+/**
+ * A request line's start (RFC 9112 §3): a method token (in capitals, as every registered method
+ * is) and its space. A field line never matches: its name is followed by the colon.
+ */
+const REQUEST_LINE_START = /^[A-Z][!#$%&'*+.^_`|~0-9A-Za-z-]* \S/;
+
+/**
+ * True when Node's header limit (which counts the request target with the fields) was passed while
+ * the request line was still being read: the line the parser stopped in, in the read in hand, is
+ * a request line. RFC 9112 §3 answers a target longer than the server reads with 414, not 431. A
+ * line that passed the limit in a later read of a request sent in pieces shows no start there and
+ * stays 431: the reads before it are gone by then.
+ */
+function overflowInRequestLine(error: ParserError): boolean {
+  const packet = error.rawPacket;
+  if (!Buffer.isBuffer(packet) || error.bytesParsed === undefined) return false;
+  const head = packet.subarray(0, Math.min(error.bytesParsed, packet.length)).toString('latin1');
+  return REQUEST_LINE_START.test(head.slice(head.lastIndexOf('\n') + 1));
 }
 
 /**

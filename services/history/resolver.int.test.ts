@@ -72,7 +72,9 @@ async function pendingView(store: EventStore, snapshots = new MemoryProjectionSt
   const runner = new ProjectionRunner(store, snapshots, pendingOutcomesProjection, { logger });
   runners.push(runner);
   await runner.start();
-  await runner.waitFor(await store.headPosition());
+  // A bound for a hang, not a figure: a view over 50,000 pending verdicts can fold for longer than
+  // waitFor's default 5 s beside other work on 2 cores.
+  await runner.waitFor(await store.headPosition(), 60_000);
   return runner;
 }
 
@@ -252,7 +254,9 @@ describe('outcome resolver', () => {
     } finally {
       pending.state.pending = record;
     }
-  });
+    // A bound for a hang: three folds of 50,000 verdicts took 112-120 s at load 26-30 on 2 cores,
+    // at the config's 120 s test limit.
+  }, 300_000);
 
   it('resolves every verdict once, each stream in order, across a reload from a snapshot and a new process, with verdicts arriving mid-tick', async () => {
     const { store, feed, engine } = await recordHistory({ steps: 4, settleHours: 25 });

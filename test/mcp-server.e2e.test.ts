@@ -278,8 +278,17 @@ describe.runIf(run)(
         sweepIntervalMs: 50,
       });
       try {
-        const idle = await connect(sweeping.url);
-        const id = (idle.transport as StreamableHTTPClientTransport).sessionId!;
+        // Opened by one initialize request, not the SDK's handshake: its second request
+        // (notifications/initialized) came more than the 200 ms idle time later on a loaded
+        // machine, after the sweep had closed the session (404 Session not found).
+        const init = await fetch(`${sweeping.url}/mcp`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', accept: BOTH },
+          body: JSON.stringify(INIT),
+        });
+        expect(init.status).toBe(200);
+        const id = init.headers.get('mcp-session-id')!;
+        expect(id).toBeTruthy();
         await vi.waitFor(
           async () => {
             const res = await fetch(`${sweeping.url}/mcp`, {
@@ -289,8 +298,10 @@ describe.runIf(run)(
             });
             expect(res.status).toBe(404);
           },
-          // Each probe is itself a request that marks the session used, so probes come slower than the idle time.
-          { interval: 600 },
+          // Each probe is itself a request that marks the session used, so probes come slower than
+          // the idle time. vi.waitFor's default of 1 s left room for two probes, fewer than a loaded
+          // machine's late sweep timer needs; 60 s is a hang bound only (the sweep never coming).
+          { interval: 600, timeout: 60_000 },
         );
       } finally {
         await sweeping.close();

@@ -118,7 +118,7 @@ async function paymentTypes(store: EventStore, payer: Hex, nonce: Hex): Promise<
 /**
  * A paid call whose settlement is held at the RPC (the process handed it off: answer kept, send
  * under way), then the process killed: the log as it stood then, on a new stack reading the chain
- * directly. The request that never got its answer is left hanging on the old stack.
+ * directly. The old stack is then stopped, its held send dropped, its request never answered.
  */
 async function killedWhileSending(validFor = 120n, next: { env?: Record<string, string> } = {}) {
   // A settlement held on its way: the relay to anvil never answers (nor passes on) its send.
@@ -135,6 +135,14 @@ async function killedWhileSending(validFor = 120n, next: { env?: Record<string, 
   const lost = post(old, BODY, { 'payment-signature': header }).catch(() => null);
   await relay.firstHeld;
   const store = await crashCopy(old.store, new HoldingStore());
+  // The old process dies before the new one starts, as a kill -9 ends it. Left running in this
+  // process, its settlement goes on once its held send times out and can take a nonce from viem's
+  // nonce manager, which every stack here shares (one key, one process): after the reset below,
+  // that leaves the new process's broadcast queued behind a nonce that never reaches the chain
+  // (seen at load 26: rebroadcast 1, the payer's balance unchanged, never mined).
+  await relay.close();
+  await lost;
+  await old.stop();
   // A new process numbers its transactions from the chain again (the held one never reached it).
   nonceManager.reset({ address: privateKeyToAccount(FACILITATOR_KEY).address, chainId: 8453 });
   const restarted = await restart(old, store, next.env);
@@ -147,9 +155,6 @@ async function killedWhileSending(validFor = 120n, next: { env?: Record<string, 
     store,
     async cleanup() {
       await restarted.stop();
-      await relay.close();
-      await lost;
-      await old.stop();
     },
   };
 }

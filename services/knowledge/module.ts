@@ -68,6 +68,8 @@ export function knowledgeModule(deps: {
   let service: Knowledge | null = null;
   let building: Promise<Knowledge> | null = null;
   let failure: Error | null = null;
+  /** Ends a build still under way at stop: nothing of it is kept, and it is seconds of CPU. */
+  let stopBuild: AbortController | null = null;
   const knowledge = async () => {
     if (building === null) throw new Error('the knowledge module is not started');
     return building;
@@ -115,11 +117,14 @@ export function knowledgeModule(deps: {
     },
     async start() {
       await facts.start();
-      // The index is built behind the start (a few hundred ms on a busy machine): requests that
-      // arrive first wait for it; /readyz shows whether it is built and fails if it cannot be.
+      // The index is built behind the start (seconds of CPU on a loaded machine, in slices that
+      // leave the event loop its turn): requests that arrive first wait for it; /readyz shows
+      // whether it is built and fails if it cannot be.
       const started = performance.now();
-      building = staticCorpus(config, deps.root ?? REPO_ROOT).then((corpus) => {
-        const index = new KnowledgeIndex(corpus);
+      stopBuild = new AbortController();
+      const { signal } = stopBuild;
+      building = staticCorpus(config, deps.root ?? REPO_ROOT).then(async (corpus) => {
+        const index = await KnowledgeIndex.build(corpus, signal);
         service = new Knowledge({ config, index, facts, chatQuota, provider: chatProvider(config), logger });
         service.refresh();
         indexRoutes();
@@ -134,11 +139,16 @@ export function knowledgeModule(deps: {
         return service;
       });
       building.catch((err: Error) => {
+        // Stopped before it was built: no failure of the index.
+        if (signal.aborted) return;
         failure = err;
         logger.error({ err }, 'knowledge index could not be built');
       });
     },
     async stop() {
+      // A stop during the build (a SIGTERM soon after the start) waited for all of it: on a
+      // loaded machine longer than SHUTDOWN_TIMEOUT_MS, and the process was killed.
+      stopBuild?.abort();
       await building?.catch(() => undefined);
       await facts.stop();
     },

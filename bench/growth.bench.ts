@@ -13,8 +13,8 @@
  *    per call, the events it really writes). The calls come in "bursts of C": each key's calls C
  *    at once (an agent asking for C coins in parallel), one burst after the other, keys
  *    independent; C does not change the events written, one per call either way.
- *    The growth is of the pages the store's trees hold (not the free pages kept for reuse),
- *    measured between the middle and the end of the run (the log's marginal growth, without the
+ *    The growth is of the pages the log's trees hold (a compacting copy, less the export rows;
+ *    not the free pages kept for reuse), measured between the middle and the end of the run (the log's marginal growth, without the
  *    fixed share of its first pages), and scaled to a year. The schedule's rounds also fold the
  *    export-rows projection (services/history/export-row-store.ts) over the same log, as the
  *    service does in the same data directory, and print its year beside the log's: it is not
@@ -23,7 +23,7 @@
  *   npx tsx bench/growth.bench.ts [--events=100000] [--rounds=3] [--seconds=4000] [--bursts=1,4,16,64]
  */
 import { createHash } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { open, type RootDatabase } from 'lmdb';
@@ -59,16 +59,29 @@ interface TreeStats {
   overflowPages: number;
   pageSize: number;
 }
-/**
- * Pages the store's trees hold (events, stream index, id index), without the free pages LMDB
- * keeps for reuse: at a small size those (the copies of the last commits' pages) are a large,
- * fixed share of the file, which a year of small commits does not grow.
- */
-function treeBytes(store: LmdbEventStore, names = ['events', 'streams', 'ids']): number {
+/** Pages the trees `names` hold (their entries' pages; a database of duplicates leaves out its lists' pages). */
+function treeBytes(store: LmdbEventStore, names: string[]): number {
   return names.reduce((sum, name) => {
     const s = store.root.openDB({ name }).getStats() as TreeStats;
     return sum + (s.treeBranchPageCount + s.treeLeafPageCount + s.overflowPages) * s.pageSize;
   }, 0);
+}
+
+/**
+ * Bytes of the log: of a compacting copy of the environment (every page some tree holds, the
+ * lists of the stream index's duplicates included, which LMDB's per-database counts leave out;
+ * without the free pages LMDB keeps for reuse: at a small size those, the copies of the last
+ * commits' pages, are a large fixed share of the file that a year of small commits does not
+ * grow), less the export-rows projection's trees when it shares the environment.
+ */
+async function logBytes(store: LmdbEventStore, dir: string, withRows: boolean): Promise<number> {
+  // A directory, as the store's environment is (noSubdir false): the copy is its data.mdb.
+  const copy = join(dir, `copy-${Date.now()}`);
+  mkdirSync(copy);
+  await store.root.backup(copy, true);
+  const bytes = statSync(join(copy, 'data.mdb')).size;
+  rmSync(copy, { recursive: true, force: true });
+  return bytes - (withRows ? treeBytes(store, [VERDICTS_DB, OUTCOMES_DB]) : 0);
 }
 
 interface Spread {
@@ -182,7 +195,8 @@ async function yearRound(seconds: number, burst: number | null): Promise<YearRou
   try {
     for (let t = 0; t < seconds; t += STEP_S) {
       if (t === Math.floor(seconds / 2 / STEP_S) * STEP_S) {
-        middle = treeBytes(store);
+        if (rows) await rows.waitFor(await store.headPosition(), 600_000);
+        middle = await logBytes(store, dir, rows !== null);
         if (rows) rowsMiddle = await rowBytes();
       }
       scheduleDue += schedulePerS * STEP_S;
@@ -209,7 +223,8 @@ async function yearRound(seconds: number, burst: number | null): Promise<YearRou
         }),
       );
     }
-    const end = treeBytes(store);
+    if (rows) await rows.waitFor(await store.headPosition(), 600_000);
+    const end = await logBytes(store, dir, rows !== null);
     const rowsEnd = rows ? await rowBytes() : null;
     const all = await store.readAll();
     const span = seconds - Math.floor(seconds / 2 / STEP_S) * STEP_S;

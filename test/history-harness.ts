@@ -16,6 +16,7 @@ import { buildApp } from '../services/api/app.ts';
 import { createSignalEngine, type SignalEngine } from '../services/engine/engine.ts';
 import { defaultCalibration } from '../services/engine/signals/index.ts';
 import { verdictStream } from '../services/engine/verdict-recorder.ts';
+import { FIRST_PAGE } from '../services/history/scan.ts';
 import { historySlice } from '../services/history/slice.ts';
 import { issueKey } from '../services/keys/key-commands.ts';
 import { keyRegistryProjection } from '../services/keys/key-registry.ts';
@@ -27,6 +28,23 @@ import { RateLimiter, rateLimitPlugin } from '../services/metering/rate-limit.ts
 import { Readiness } from '../services/shared/readiness.ts';
 
 export const HOUR = 3_600_000;
+
+/**
+ * Counts the looks a long poll makes on `store` once it waits: reads of a scan's first page
+ * (FIRST_PAGE events) after `from()` that found nothing. A test waits for one instead of a pause
+ * a loaded machine may outlast before the poll has even looked.
+ */
+export function countWaitingLooks(store: MemoryEventStore, from: () => number = () => 0): { count: number } {
+  const looks = { count: 0 };
+  const readAll = store.readAll.bind(store);
+  store.readAll = async (options) => {
+    const page = await readAll(options);
+    if (options?.maxCount === FIRST_PAGE && page.length === 0 && (options.after ?? 0) >= from())
+      looks.count++;
+    return page;
+  };
+  return looks;
+}
 /** Inside the shipped slice (2025-09-20 .. 2025-11-01), with weeks of history before it. */
 export const FIXTURE_START = Date.parse('2025-10-15T00:00:00Z');
 /**

@@ -1,18 +1,12 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import { HistoryTrailer } from '../../contracts/history.ts';
-import { appendSyntheticHistory, startHistoryServer } from '../../test/history-harness.ts';
+import { appendSyntheticHistory, countWaitingLooks, startHistoryServer } from '../../test/history-harness.ts';
 import { issueKey, revokeKey } from '../keys/key-commands.ts';
 
 const store = new MemoryEventStore();
-/** Reads of a history scan's first page (32 events) that found nothing: a long poll's look. */
-let emptyLooks = 0;
-const readAll = store.readAll.bind(store);
-store.readAll = async (options) => {
-  const page = await readAll(options);
-  if (options?.maxCount === 32 && page.length === 0) emptyLooks++;
-  return page;
-};
+/** A long poll's looks once it waits (reads of a scan's first page that found nothing). */
+const looks = countWaitingLooks(store);
 let server: Awaited<ReturnType<typeof startHistoryServer>>;
 
 beforeAll(async () => {
@@ -37,13 +31,13 @@ it('ends a waiting long poll once its key is revoked, without the rows recorded 
   const auth = { authorization: `Bearer ${issued.key}` };
   const end = await ndjson(await fetch(`${server.url}/api/verdicts?trailer=true`, { headers: auth }));
   expect(end.rows).toHaveLength(3);
-  emptyLooks = 0;
+  looks.count = 0;
   const waiting = fetch(`${server.url}/api/verdicts?wait=25&trailer=true&after=${end.trailer.cursor}`, {
     headers: auth,
   });
   // The long poll has reached its wait once it found no row after the cursor (not a fixed pause: a
   // loaded machine may start the request later than that).
-  await expect.poll(() => emptyLooks).toBeGreaterThan(0);
+  await expect.poll(() => looks.count).toBeGreaterThan(0);
   await server.registry.waitFor(await revokeKey(store, `apikey-${issued.keyId}`, issued.keyId, 'leaked'));
   // A verdict recorded after the revocation, which the wait would otherwise hand over.
   await appendSyntheticHistory(store, { markets: 1, perMarket: 1, idPrefix: 'long-poll-revoked-after' });

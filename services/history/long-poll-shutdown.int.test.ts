@@ -1,17 +1,11 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import { HISTORY_MAX_WAIT_S, HistoryTrailer } from '../../contracts/history.ts';
-import { appendSyntheticHistory, startHistoryServer } from '../../test/history-harness.ts';
+import { appendSyntheticHistory, countWaitingLooks, startHistoryServer } from '../../test/history-harness.ts';
 
 const store = new MemoryEventStore();
-/** Reads of a history scan's first page (32 events) that found nothing: a long poll's look. */
-let emptyLooks = 0;
-const readAll = store.readAll.bind(store);
-store.readAll = async (options) => {
-  const page = await readAll(options);
-  if (options?.maxCount === 32 && page.length === 0) emptyLooks++;
-  return page;
-};
+/** A long poll's looks once it waits (reads of a scan's first page that found nothing). */
+const looks = countWaitingLooks(store);
 let server: Awaited<ReturnType<typeof startHistoryServer>> | null = null;
 let key: string;
 
@@ -39,7 +33,7 @@ it('answers a waiting long poll at once when the server closes: 200, no rows, th
   expect(end.rows).toHaveLength(3);
   // The longest wait (HISTORY_MAX_WAIT_S): a poll the close did not answer would end only with it.
   const asked = Date.now();
-  emptyLooks = 0;
+  looks.count = 0;
   const waiting = fetch(
     `${running.url}/api/verdicts?wait=${HISTORY_MAX_WAIT_S}&trailer=true&after=${end.trailer.cursor}`,
     {
@@ -48,7 +42,7 @@ it('answers a waiting long poll at once when the server closes: 200, no rows, th
   );
   // Closed once the poll waits: once it found no row after the cursor (not a fixed pause: a loaded
   // machine may start the request later than that).
-  await expect.poll(() => emptyLooks).toBeGreaterThan(0);
+  await expect.poll(() => looks.count).toBeGreaterThan(0);
   server = null;
   const closed = running.close();
   const answer = await ndjson(await waiting);

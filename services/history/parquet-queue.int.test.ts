@@ -3,7 +3,7 @@ import { parquetMetadata } from 'hyparquet';
 import { request } from 'undici';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
-import { appendSyntheticHistory, startHistoryServer } from '../../test/history-harness.ts';
+import { appendSyntheticHistory, countWaitingLooks, startHistoryServer } from '../../test/history-harness.ts';
 import { sharedParquetEncoders } from './parquet-encoders.ts';
 import { MAX_EXPORTS_PER_KEY, MAX_PARQUET_WAITING } from './routes.ts';
 import { HISTORY_PARQUET_SETTINGS } from './writers.ts';
@@ -14,21 +14,13 @@ const PER_MARKET = 1_500;
 const store = new MemoryEventStore();
 /** The history's last position (keys issued later append after it). */
 let end = 0;
-/** Reads past the history that a scan begins with (its first page, 32 events) and that found nothing. */
-let firstReadsAtEnd = 0;
+/** Reads past the history that a scan begins with (its first page) and that found nothing. */
+const looksAtEnd = countWaitingLooks(store, () => end);
 let server: Awaited<ReturnType<typeof startHistoryServer>>;
 
 beforeAll(async () => {
   await appendSyntheticHistory(store, { markets: MARKETS, perMarket: PER_MARKET, idPrefix: 'parquet-queue' });
   end = await store.headPosition();
-  // Counts what the real store answers, to know when a long poll has begun to wait.
-  const readAll = store.readAll.bind(store);
-  store.readAll = async (options) => {
-    const page = await readAll(options);
-    if (options?.after !== undefined && options.after >= end && options.maxCount === 32 && page.length === 0)
-      firstReadsAtEnd++;
-    return page;
-  };
   server = await startHistoryServer({ store, feed: null });
 });
 afterAll(async () => {
@@ -121,7 +113,7 @@ it("two Parquet long polls of one key waiting for rows take no encoder: another 
   const encoders = sharedParquetEncoders();
   const [waiter, other] = await keysFor(2 * MAX_EXPORTS_PER_KEY);
   const cursor = await endCursor(waiter!);
-  firstReadsAtEnd = 0;
+  looksAtEnd.count = 0;
   // As many long polls as the process has workers, from the end of the history (the key's own
   // long-poll places): each waits for a new row.
   const polls = Array.from({ length: encoders.capacity }, () => {
@@ -140,8 +132,8 @@ it("two Parquet long polls of one key waiting for rows take no encoder: another 
     return poll;
   });
   // Each has read the log's end and found nothing: it is waiting (before, each on a worker).
-  await until(() => firstReadsAtEnd >= polls.length);
-  expect(firstReadsAtEnd).toBe(polls.length);
+  await until(() => looksAtEnd.count >= polls.length);
+  expect(looksAtEnd.count).toBe(polls.length);
 
   // Another key's Parquet export is encoded and served while both still wait. Before, it queued
   // behind them until their wait ended (30 s) and no row came.

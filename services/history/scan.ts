@@ -74,6 +74,13 @@ export const pageTurn: { wait: () => Promise<void> } = { wait: turnEnd };
  */
 const STORED_CATCH_UP_MS = 500;
 
+/**
+ * The events a scan's first page reads, fewer than a full page so that the first row leaves at
+ * once; pages grow to the full size once the stream is flowing. A long poll's look for new rows is
+ * such a read (tests count the empty ones to know a poll waits: test/history-harness.ts).
+ */
+export const FIRST_PAGE = 32;
+
 /** The verdicts an outcome has labelled, as far as the log up to `checkpoint` tells. */
 export interface OutcomeIndex {
   readonly checkpoint: number;
@@ -137,7 +144,7 @@ async function* scanStored<T>(
 ): AsyncGenerator<T[]> {
   const pageSize = options.pageSize ?? 128;
   const { filter } = options;
-  let size = Math.min(pageSize, 32);
+  let size = Math.min(pageSize, FIRST_PAGE);
   for (let pages = 0; ; pages++) {
     if (pages > 0) await pageTurn.wait();
     if (progress.rows >= options.limit || options.signal?.aborted || !stored.usable) return;
@@ -254,7 +261,7 @@ export async function* scanHistory<T>(
     if (caughtUp) yield* scanStored(store, options, progress, make, fromStore, stored, head);
   }
   // Small first pages, so the first row leaves at once; full pages once the stream is flowing.
-  let size = Math.min(pageSize, 32);
+  let size = Math.min(pageSize, FIRST_PAGE);
   for (let pages = 0; ; pages++) {
     if (pages > 0) await pageTurn.wait();
     if (progress.rows >= options.limit || options.signal?.aborted) return;

@@ -242,10 +242,16 @@ describe('HTTP app', () => {
       ['application/json', 'application/json'],
       ['application/json', 'text/plain'],
     ]) {
-      expect(parseRaw(await post('/api/echo', types)), types.join(' + ')).toEqual({
-        status: 400,
-        body: { code: 'BAD_REQUEST', message: 'Content-Type was sent more than once; send it exactly once' },
-      });
+      // The origin form and the absolute form (RFC 9112 §3.2.2), which the router serves alike.
+      for (const path of ['/api/echo', 'http://x/api/echo']) {
+        expect(parseRaw(await post(path, types)), `${path}: ${types.join(' + ')}`).toEqual({
+          status: 400,
+          body: {
+            code: 'BAD_REQUEST',
+            message: 'Content-Type was sent more than once; send it exactly once',
+          },
+        });
+      }
     }
     expect(parseRaw(await post('/api/echo', ['application/json']))).toEqual({
       status: 200,

@@ -141,7 +141,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     // response, so a route's own headers keep theirs): no type sniffing, no Referer to follow a link.
     for (const [name, value] of EVERY_ANSWER_HEADERS) reply.raw.setHeader(name, value);
     if (publicHttps || request.protocol === 'https') reply.raw.setHeader('strict-transport-security', HSTS);
-    const repeated = repeatedField(request.raw.rawHeaders, request.url.startsWith('/api/'));
+    // The route's path, not the request target's: an absolute-form target (POST http://host/api/...,
+    // RFC 9112 §3.2.2, which the router serves) does not start with /api/.
+    const onApi = request.routeOptions.url?.startsWith('/api/') ?? false;
+    const repeated = repeatedField(request.raw.rawHeaders, onApi);
     if (repeated !== null) {
       done(new RepeatedHeaderError(repeated));
       return;

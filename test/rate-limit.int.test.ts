@@ -1,5 +1,6 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
+import { Client } from 'undici';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { connectRedisCache, type RedisCache } from '../adapters/cache/redis.ts';
 import { RateLimiter } from '../services/metering/rate-limit.ts';
@@ -162,6 +163,41 @@ describe.runIf(run)('request-rate limits on real Redis (HTTP and MCP, shared by 
     const refused = await call(5);
     expect(refused.status).toBe(429);
     expect(await refused.json()).toMatchObject({ jsonrpc: '2.0', id: 5, error: { code: -32000 } });
+  });
+
+  it('limits MCP tool calls sent in absolute form (POST http://host/mcp, RFC 9112 §3.2.2) as on /mcp', async () => {
+    // The router serves the absolute form as /mcp: its tool calls take the tool's share too.
+    fresh();
+    const mcp = await server({ RATE_LIMIT_ANONYMOUS: '6', RATE_LIMIT_TOOL_SHARE: '0.34' });
+    const init = await fetch(`${mcp.url}/mcp`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: BOTH },
+      body: JSON.stringify(INIT),
+    });
+    expect(init.status).toBe(200);
+    const headers = mcpSessionHeaders(init.headers.get('mcp-session-id')!);
+    const client = new Client(mcp.url);
+    try {
+      const call = async (id: number) => {
+        const res = await client.request({
+          method: 'POST',
+          path: `${mcp.url}/mcp`,
+          headers,
+          body: JSON.stringify({
+            jsonrpc: '2.0',
+            id,
+            method: 'tools/call',
+            params: { name: 'get_market_regime', arguments: { coin: 'BTC' } },
+          }),
+        });
+        await res.body.dump();
+        return res.statusCode;
+      };
+      expect([await call(2), await call(3), await call(4)]).toEqual([200, 200, 200]);
+      expect(await call(5)).toBe(429);
+    } finally {
+      await client.close();
+    }
   });
 });
 

@@ -290,6 +290,14 @@ interface RateLimitPluginDeps {
 }
 
 /**
+ * The path the router answers (/m%63p is /mcp, and so is the absolute form http://host/mcp, RFC 9112
+ * §3.2.2): each spelling of a tool's or sign-in path would be a budget of its own.
+ */
+function routedPath(request: FastifyRequest, raw: string): string {
+  return /[%#]/.test(raw) || raw[0] !== '/' ? (request.routeOptions.url ?? raw) : raw;
+}
+
+/**
  * Limits every product route, HTTP and MCP, with RateLimit-* headers; a refusal is 429 with Retry-After
  * in its channel's shape. Taken in a preValidation hook (root-level, so before every route's own: its
  * auth hook, then its schema): a malformed or unauthenticated request is limited like any other and its
@@ -310,8 +318,7 @@ export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
       if (raw === null) return done();
       const caller: Caller | null = request.caller ?? request.callerRefused?.caller ?? null;
       if (caller === null) return done(new Error('the rate limit runs after the caller hook (callerPlugin)'));
-      // The path the router answers (/m%63p is /mcp): each spelling of a tool's path would be a budget.
-      const path = /[%#]/.test(raw) ? (request.routeOptions.url ?? raw) : raw;
+      const path = routedPath(request, raw);
       // The sign-in paths take from a budget of their own, never the product's.
       const signin = isSignInPath(path);
       const tier = signin ? 'signin' : deps.limiter.tierOf(caller.subject);
@@ -330,8 +337,9 @@ export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
     // An error before the hook above (an unreadable body): counted, with the headers, never refused here.
     app.addHook('onError', (request, reply, _error, done) => {
       const caller = request.caller ?? request.callerRefused?.caller ?? null;
-      const path = callerPath(request);
-      if (caller === null || reply.hasHeader('ratelimit-limit') || path === null) return done();
+      const raw = callerPath(request);
+      if (caller === null || reply.hasHeader('ratelimit-limit') || raw === null) return done();
+      const path = routedPath(request, raw);
       const tier = isSignInPath(path) ? 'signin' : deps.limiter.tierOf(caller.subject);
       const decision = deps.limiter.decide(tier, caller.subject.id, null);
       if (decision instanceof Promise) {

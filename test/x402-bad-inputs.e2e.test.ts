@@ -339,6 +339,60 @@ describe("a v2 payment's resource", () => {
   });
 });
 
+describe('an absolute-form request (POST http://host/x402/..., RFC 9112 §3.2.2), which the router serves', () => {
+  /** Sends `POST <target>` as written (fetch sends origin form only); the status, headers and body. */
+  function rawExchange(target: string, headers: string[], body: string) {
+    const port = Number(new URL(stack.url).port);
+    const request = `POST ${target} HTTP/1.1\r\nHost: ${new URL(stack.url).host}\r\nContent-Type: application/json\r\n${headers.map((h) => `${h}\r\n`).join('')}Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`;
+    return new Promise<{ status: number; headers: Map<string, string>; body: Record<string, unknown> }>(
+      (resolve, reject) => {
+        const socket = connect(port, '127.0.0.1', () => socket.write(request));
+        let data = '';
+        socket.on('data', (chunk) => {
+          data += chunk.toString();
+        });
+        socket.on('error', reject);
+        socket.on('end', () => {
+          const [head, ...rest] = data.split('\r\n\r\n');
+          const lines = head!.split('\r\n');
+          const fields = new Map(
+            lines
+              .slice(1)
+              .map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()]),
+          );
+          resolve({
+            status: Number(lines[0]!.split(' ')[1]),
+            headers: fields,
+            body: JSON.parse(rest.join('\r\n\r\n')),
+          });
+        });
+      },
+    );
+  }
+
+  it("is quoted and reserved with the route's URL as its resource, not <origin>http://host/x402/...", async () => {
+    const target = `${stack.url}${PATH}`;
+    const quoted = await rawExchange(target, [], JSON.stringify(BODY));
+    expect(quoted.status).toBe(402);
+    const quote = fromBase64Json<{ resource: { url: string } }>(
+      quoted.headers.get('payment-required') ?? null,
+    );
+    expect(quote.resource.url).toBe(`${stack.url}${PATH}`);
+
+    const p = await payer();
+    const auth = authFor(p.address);
+    const paid = await rawExchange(
+      target,
+      [`X-Payment: ${v1Header(auth, await signAuthorization(p.key, auth))}`],
+      JSON.stringify(BODY),
+    );
+    expect(paid.status).toBe(200);
+    await stack.x402.settled();
+    const authorized = (await stack.paymentEvents(auth.nonce)).find((e) => e.type === 'PaymentAuthorized');
+    expect((authorized?.data as { resource?: string } | undefined)?.resource).toBe(`${stack.url}${PATH}`);
+  });
+});
+
 describe('replays', () => {
   it('the same payment presented again gets the stored answer and its receipt; money moves once', async () => {
     const p = await payer();

@@ -11,6 +11,7 @@ import type { Config } from '../../contracts/config.ts';
 import { ERRORS, errorMessage } from '../../contracts/errors.ts';
 import type { Plan } from '../../contracts/events.ts';
 import { SIGNIN_MCP_PATH } from '../../contracts/oauth.ts';
+import { routedPath } from '../shared/routed-path.ts';
 import { type Caller, callerPath, isSignInPage, isSignInPath, undebitedService } from './caller.ts';
 import type { QuotaMeter, RateWindows } from './quota-meter.ts';
 import type { QuotaSubject } from './windows.ts';
@@ -287,14 +288,6 @@ interface RateLimitPluginDeps {
    * than a batch may hold): asked before debiting it.
    */
   refusesBatch?: (request: FastifyRequest) => boolean;
-}
-
-/**
- * The path the router answers (/m%63p is /mcp, and so is the absolute form http://host/mcp, RFC 9112
- * §3.2.2): each spelling of a tool's or sign-in path would be a budget of its own.
- */
-function routedPath(request: FastifyRequest, raw: string): string {
-  return /[%#]/.test(raw) || raw[0] !== '/' ? (request.routeOptions.url ?? raw) : raw;
 }
 
 /**

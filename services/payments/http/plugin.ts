@@ -23,6 +23,7 @@ import { quotaRetryAfter, refusingResetsAt } from '../../metering/snapshot.ts';
 import { setBounded } from '../../shared/bounded-map.ts';
 import { withoutCredentialParams } from '../../shared/credential-params.ts';
 import { JSON_UTF8 } from '../../shared/media-types.ts';
+import { routedTarget } from '../../shared/routed-path.ts';
 import { type DecodedPayment, decodePaymentHeader, paymentResponseHeader, V1Requirement } from '../codecs.ts';
 import { describeError, type PaymentFlowDeps, type Refusal, runPaidCall } from '../payment-flow.ts';
 import { QUOTE_CACHE_SIZE, type Quote, type Quoter, quoteJson, quoteJsonWith } from '../quote.ts';
@@ -363,9 +364,11 @@ class PaidRoutes {
     const paymentRequiredMessage = `payment required: ${tool.name}`;
     const quotes = routeQuotes(this.quoter, tool, paymentRequiredMessage);
     const originOf = publicOrigin(this.options.publicBaseUrl);
-    // The quote's resource: this route's URL without any credential sent in its query.
+    // The quote's resource: this route's URL without any credential sent in its query. The route's
+    // path, not the request target's: an absolute-form target (POST http://host/x402/...) carries
+    // its own scheme and host.
     const resourceOf = (request: FastifyRequest) =>
-      `${originOf(request)}${withoutCredentialParams(request.url)}`;
+      `${originOf(request)}${withoutCredentialParams(routedTarget(request))}`;
 
     /**
      * The common unpaid, keyless call answered without a promise, when all it needs is at hand:

@@ -12,7 +12,7 @@ import { extractAndValidatePaymentIdentifier, PAYMENT_IDENTIFIER } from '@x402/e
 import type { Logger } from 'pino';
 import { WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
 import type { KeyedLock } from '../../adapters/keyed-lock.ts';
-import { ERRORS, type ErrorCode, errorMessage } from '../../contracts/errors.ts';
+import { ERRORS, type ErrorCode, type ErrorParams, errorMessage } from '../../contracts/errors.ts';
 import type { EventData } from '../../contracts/events.ts';
 import { describeFailure } from '../engine/operation-errors.ts';
 import type { SignalOperations } from '../engine/operations.ts';
@@ -56,6 +56,14 @@ import type { PaidTool } from './tools.ts';
 export interface Refusal {
   status: number;
   body: Record<string, unknown>;
+}
+
+/**
+ * A refusal of the catalog: `code` typed against it, its status and message (filled from `params`)
+ * read from its entry, so a refusal cannot name a code or status the catalog does not have.
+ */
+export function catalogRefusal(code: ErrorCode, params: ErrorParams = {}): Refusal {
+  return { status: ERRORS[code].status, body: { code, message: errorMessage(code, params) } };
 }
 
 /** What the flow logs through: the process's logger, or a request's (`request.log`). */

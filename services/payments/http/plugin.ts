@@ -25,7 +25,13 @@ import { withoutCredentialParams } from '../../shared/credential-params.ts';
 import { JSON_UTF8 } from '../../shared/media-types.ts';
 import { routedTarget } from '../../shared/routed-path.ts';
 import { type DecodedPayment, decodePaymentHeader, paymentResponseHeader, V1Requirement } from '../codecs.ts';
-import { describeError, type PaymentFlowDeps, type Refusal, runPaidCall } from '../payment-flow.ts';
+import {
+  catalogRefusal,
+  describeError,
+  type PaymentFlowDeps,
+  type Refusal,
+  runPaidCall,
+} from '../payment-flow.ts';
 import { QUOTE_CACHE_SIZE, type Quote, type Quoter, quoteJson, quoteJsonWith } from '../quote.ts';
 import { FACILITATOR_REASONS } from '../reasons.ts';
 import type { PaidTool } from '../tools.ts';
@@ -177,10 +183,7 @@ class PaidRoutes {
       if (request.method === 'POST') {
         const problem = contentTypeProblem(request.raw.rawHeaders, hasBody(request));
         if (problem) {
-          this.contentRefusals.set(request, {
-            status: 400,
-            body: { code: 'invalid_content_type', message: problem },
-          });
+          this.contentRefusals.set(request, catalogRefusal('invalid_content_type', { detail: problem }));
           // Fastify would answer a merged media type with its own 415; the body is read raw instead.
           request.headers['content-type'] = 'application/octet-stream';
         }

@@ -16,6 +16,7 @@ import { ERRORS, type ErrorCode, errorMessage } from '../../contracts/errors.ts'
 import { SERVICE_VERSION } from '../../contracts/service-version.ts';
 import { decorateCaller, withAnswerService } from '../metering/caller.ts';
 import type { Metrics } from '../shared/metrics.ts';
+import { sentValues } from '../shared/raw-headers.ts';
 import type { Readiness } from '../shared/readiness.ts';
 import type { HistogramSeries } from '../shared/series-histogram.ts';
 import { answerAtTurnEnd } from './answer-at-turn-end.ts';
@@ -375,17 +376,7 @@ function repeatedField(
   rawHeaders: string[],
   contentType: boolean,
 ): 'Host' | 'Authorization' | 'Content-Type' | null {
-  let host = 0;
-  let authorization = 0;
-  let types = 0;
-  for (let i = 0; i < rawHeaders.length; i += 2) {
-    const name = rawHeaders[i]!;
-    // The length first: most fields are none of them, and are not lower-cased to learn it.
-    if (name.length === 4 && name.toLowerCase() === 'host') host++;
-    else if (name.length === 13 && name.toLowerCase() === 'authorization') authorization++;
-    else if (contentType && name.length === 12 && name.toLowerCase() === 'content-type') types++;
-  }
-  if (host > 1) return 'Host';
-  if (authorization > 1) return 'Authorization';
-  return types > 1 ? 'Content-Type' : null;
+  if (sentValues(rawHeaders, 'host').length > 1) return 'Host';
+  if (sentValues(rawHeaders, 'authorization').length > 1) return 'Authorization';
+  return contentType && sentValues(rawHeaders, 'content-type').length > 1 ? 'Content-Type' : null;
 }

@@ -46,14 +46,6 @@ export function acceptsAnswer(accept: string | string[] | undefined, method: str
   return method === 'GET' || covers(ranges, 'application/json');
 }
 
-/** How many times the request carries a header (`name` lower-case). */
-export function timesSent(raw: IncomingMessage, name: string): number {
-  const headers = raw.rawHeaders;
-  let n = 0;
-  for (let i = 0; i < headers.length; i += 2) if (headers[i]!.toLowerCase() === name) n++;
-  return n;
-}
-
 /**
  * Sets a request header to one value, in the parsed headers and the raw ones alike: the SDK
  * transports rebuild the request from its raw headers. Used to hand them an Accept header this

@@ -8,6 +8,7 @@ import { jsonSchema } from '../../../contracts/json-schema.ts';
 import { type Caller, decorateCaller } from '../../metering/caller.ts';
 import { ServiceMeta } from '../../metering/service-meta.ts';
 import { JSON_UTF8 } from '../../shared/media-types.ts';
+import { sentValues } from '../../shared/raw-headers.ts';
 import { onResponseClosed } from '../../shared/response-closed.ts';
 import { answeredBy } from '../answer-at-turn-end.ts';
 import { errorHandler, rpcErrorBodyWithService, rpcErrorWithService } from '../errors.ts';
@@ -15,7 +16,7 @@ import { codesText, documented, RESPONSE_HEADERS, type ResponseDoc, undocumented
 import { envelopeRefusal } from './envelope.ts';
 import { MCP_INVALID_REQUEST } from './error-codes.ts';
 import { handOver } from './hand-over.ts';
-import { ACCEPT_BOTH, acceptsAnswer, replaceHeader, timesSent } from './http-headers.ts';
+import { ACCEPT_BOTH, acceptsAnswer, replaceHeader } from './http-headers.ts';
 import { cancelledRequestId, InFlightIds, releaseId, requestIds } from './in-flight.ts';
 import { type ParamsRefusal, paramsRefusal } from './params-check.ts';
 import {
@@ -295,7 +296,7 @@ async function rpcRefusal(
 function protocolVersionFault(request: FastifyRequest, sessionId: string | undefined): string | null {
   const header = request.headers['mcp-protocol-version'];
   if (header === undefined) return null;
-  const times = timesSent(request.raw, 'mcp-protocol-version');
+  const times = sentValues(request.raw.rawHeaders, 'mcp-protocol-version').length;
   if (times > 1) return `Bad Request: MCP-Protocol-Version was sent ${times} times; send it once`;
   const version = Array.isArray(header) ? header.join(', ') : header;
   if (!PROTOCOL_VERSIONS.includes(version)) {
@@ -316,7 +317,7 @@ function protocolVersionFault(request: FastifyRequest, sessionId: string | undef
  */
 function unreadableBody(request: FastifyRequest): ServiceError | null {
   if (request.method !== 'POST') return null;
-  const types = timesSent(request.raw, 'content-type');
+  const types = sentValues(request.raw.rawHeaders, 'content-type').length;
   if (types > 1) {
     return new ServiceError('UNSUPPORTED_MEDIA_TYPE', {}, undefined, {
       message: `Content-Type was sent ${types} times: send it once, as application/json`,

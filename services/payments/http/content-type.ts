@@ -1,3 +1,5 @@
+import { sentValues } from '../../shared/raw-headers.ts';
+
 /**
  * The /x402/* routes take JSON only, and say so exactly once. A Content-Type sent twice, two
  * media types merged into one header ("application/json, application/json", or joined by ';'),
@@ -5,12 +7,7 @@
  * request may be read differently by proxies and by us, so it is refused rather than guessed at.
  */
 export function contentTypeProblem(rawHeaders: string[], hasBody: boolean): string | null {
-  const values: string[] = [];
-  for (let i = 0; i < rawHeaders.length; i += 2) {
-    const name = rawHeaders[i]!;
-    // Runs on every request: only a name of the right length is lower-cased and compared.
-    if (name.length === 12 && name.toLowerCase() === 'content-type') values.push(rawHeaders[i + 1] ?? '');
-  }
+  const values = sentValues(rawHeaders, 'content-type');
   if (values.length > 1) return 'Content-Type was sent more than once; send it exactly once';
   const value = values[0];
   if (value === undefined) {

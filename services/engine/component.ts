@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import type { Config } from '../../contracts/config.ts';
 import type { Slice } from '../component.ts';
-import { failureReason } from '../shared/failure-reason.ts';
+import { failureFields } from '../shared/run-failure.ts';
 import type { SignalEngine } from './engine.ts';
 import { scheduledMarkets, VerdictScheduler } from './scheduler.ts';
 
@@ -45,8 +45,7 @@ export function engineComponent(deps: { config: Config; engine: SignalEngine; lo
           const failure = scheduler.lastFailure;
           if (failure === null) return { ok: true, ...scheduler.stats };
           // Its words may name the store's host: /readyz shows the reason, the log the error.
-          const { error } = failure;
-          return { ok: false, ...scheduler.stats, lastError: failureReason(error), cause: error };
+          return { ok: false, ...scheduler.stats, ...failureFields(failure) };
         },
       };
     },

@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import type { MarketFeed } from '../../adapters/market/port.ts';
 import type { Config } from '../../contracts/config.ts';
 import { type Exchange, marketKey, type Timeframe } from '../../contracts/market.ts';
+import type { RunFailure } from '../shared/run-failure.ts';
 import { defaultExchange, type SignalEngine, scheduledCoins } from './engine.ts';
 import { forEachLimited } from './for-each-limited.ts';
 import { describeFailure } from './operation-errors.ts';
@@ -49,14 +50,6 @@ export interface SchedulerStats {
   lastRunAt: number | null;
   /** The last failed run's words while it failed: read from lastFailure, never set apart from it. */
   readonly lastError: string | null;
-}
-
-/**
- * A failed run: what it threw, held in an object of its own, so that a run that threw undefined
- * (or null) is a failure too, where "no failure" is null.
- */
-export interface RunFailure {
-  error: unknown;
 }
 
 function statsOf(failure: () => RunFailure | null): SchedulerStats {

@@ -512,10 +512,7 @@ describe('the history anchor', () => {
     readiness.add('processor:history-anchor', refused.slice.checks()['processor:history-anchor']!);
     const { app, logged } = await readyzApp(readiness);
     try {
-      await until(
-        async () => (refused.slice.anchorer!.lastFailure === undefined ? null : true),
-        'a failed send',
-      );
+      await until(async () => (refused.slice.anchorer!.lastFailure === null ? null : true), 'a failed send');
       const res = await app.inject({ method: 'GET', url: '/readyz' });
       expect(res.statusCode).toBe(200);
       const check = res.json().checks['processor:history-anchor'];
@@ -529,6 +526,36 @@ describe('the history anchor', () => {
       expect(logged()[0]?.err?.message).toBeTruthy();
     } finally {
       await app.close();
+      await refused.close();
+      await own.engine.close();
+    }
+  });
+
+  it('shows a check that threw undefined as failed: a throw of anything is a failure', async () => {
+    const own = await recordHistory({ steps: 2 });
+    const refused = await startHistoryServer({
+      store: own.store,
+      feed: own.feed,
+      env: {
+        HISTORY_ANCHOR_PRIVATE_KEY: ANCHOR_KEY,
+        // Nothing listens here (this case's own port): a check run before the throw below is refused.
+        HISTORY_ANCHOR_RPC_URL: 'http://127.0.0.1:19801',
+        HISTORY_ANCHOR_INTERVAL_MS: '500',
+      },
+    });
+    const check = refused.slice.checks()['processor:history-anchor']!;
+    try {
+      // The send throws undefined (a library rejecting with no reason), on every check from now on.
+      refused.slice.anchorer!.anchor = async () => {
+        throw undefined;
+      };
+      const failed = await until(async () => {
+        const result = (await check()) as { lastError?: string; cause?: unknown };
+        return result.lastError === 'failed' && result.cause === undefined ? result : null;
+      }, "a check that threw undefined shown as lastError 'failed'");
+      expect(failed).toMatchObject({ ok: true, anchoring: 'on', lastError: 'failed' });
+      expect(refused.slice.anchorer!.lastFailure).toEqual({ error: undefined });
+    } finally {
       await refused.close();
       await own.engine.close();
     }

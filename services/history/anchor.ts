@@ -19,6 +19,7 @@ import { outcomeStream } from '../../contracts/history.ts';
 import { anchorLeaf, merkleRoot } from '../../contracts/verdict-hash.ts';
 import { defineProjection, type Projection } from '../../projections/projection.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
+import type { RunFailure } from '../shared/run-failure.ts';
 
 /**
  * The anchor: the Merkle root of every verdict stream's heads, published on a public chain so
@@ -153,10 +154,10 @@ export class HistoryAnchorer {
   private tick: Promise<unknown> | null = null;
   chainId: number | null = null;
   /**
-   * The error of the last check while it failed (undefined once one anchors): the readiness check
-   * carries it as its cause, so /readyz shows its reason and the log its words (the RPC's URL).
+   * The last check's failure while it failed (null once one anchors), whatever it threw: the
+   * readiness check carries its error as its cause, so /readyz shows its reason and the log its words (the RPC's URL).
    */
-  lastFailure: unknown = undefined;
+  lastFailure: RunFailure | null = null;
 
   constructor(
     private readonly deps: {
@@ -193,7 +194,7 @@ export class HistoryAnchorer {
       this.tick = this.anchorIfDue()
         .catch((err: unknown) => {
           failed = true;
-          this.lastFailure = err;
+          this.lastFailure = { error: err };
           this.deps.logger.error({ err }, 'history anchor failed');
         })
         .finally(() => {
@@ -257,7 +258,7 @@ export class HistoryAnchorer {
     };
     const appended = await store.append(ANCHOR_STREAM, [newEvent('HistoryAnchored', anchored)]);
     await heads.waitFor(appended.position);
-    this.lastFailure = undefined;
+    this.lastFailure = null;
     this.deps.logger.info({ root, position, streams, txHash }, 'history anchored');
     return anchored;
   }

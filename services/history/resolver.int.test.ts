@@ -114,7 +114,7 @@ describe('outcome resolver', () => {
     expect(first).toBeGreaterThanOrEqual(1);
     expect(first).toBeLessThanOrEqual(4);
     expect(resolver.backingOff).toBe(1);
-    expect(resolver.lastFailure?.message).toMatch(/NOPE is not listed/);
+    expect(resolver.lastFailure?.error.message).toMatch(/NOPE is not listed/);
 
     clock.wall += 500;
     await resolver.resolveDue();
@@ -157,7 +157,7 @@ describe('outcome resolver', () => {
     // The market's other verdicts are labelled in the same tick; only the old one waits.
     const listed = Object.keys(pending.state.pending).length - 1;
     expect(await resolver.resolveDue()).toBe(listed);
-    expect(resolver.lastFailure?.message).toMatch(/BTC 1h candles/);
+    expect(resolver.lastFailure?.error.message).toMatch(/BTC 1h candles/);
     expect(resolver.backingOff).toBe(1);
     const fetched = fetches('BTC');
     clock.wall += 500;

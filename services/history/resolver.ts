@@ -15,8 +15,8 @@ import type { Exchange } from '../../contracts/market.ts';
 import { eventsBehind } from '../../projections/lag.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
 import { forEachLimited } from '../engine/for-each-limited.ts';
-import { failureReason } from '../shared/failure-reason.ts';
 import type { Check } from '../shared/readiness.ts';
+import { failureFields, type RunFailure } from '../shared/run-failure.ts';
 import { resolveOutcome } from './outcome.ts';
 import { marketKey, pendingIndex } from './pending-index.ts';
 import type { PendingOutcomes, PendingVerdict } from './projections.ts';
@@ -88,10 +88,10 @@ export class OutcomeResolver {
   /** Candle fetches the feed refused, over the resolver's life. */
   failedFetches = 0;
   /**
-   * The last candle fetch the feed refused (kept once later ones succeed): the readiness check
+   * The last candle fetch the feed refused (kept once later ones succeed; null before any): the readiness check
    * carries it as its cause, so /readyz shows its reason and the log its words (a venue's host).
    */
-  lastFailure: MarketDataError | undefined = undefined;
+  lastFailure: RunFailure<MarketDataError> | null = null;
 
   constructor(
     private readonly deps: {
@@ -244,7 +244,7 @@ export class OutcomeResolver {
       // Candles not there yet (venue down, replay behind): the verdict stays pending.
       if (!(err instanceof MarketDataError)) throw err;
       this.failedFetches++;
-      this.lastFailure = err;
+      this.lastFailure = { error: err };
       if (err instanceof InsufficientHistoryError) {
         backOff(this.verdicts, p.verdictId, this.intervalMs, PERMANENT_BACKOFF_MS, clock());
       } else {
@@ -386,7 +386,6 @@ export function outcomesCheck(
 ): Check {
   return async () => {
     const r = resolver();
-    const failure = r?.lastFailure;
     return {
       ok: r !== null,
       resolved: r?.resolved ?? 0,
@@ -395,7 +394,7 @@ export function outcomesCheck(
       failedFetches: r?.failedFetches ?? 0,
       waitingForView: r?.waitingForView ?? true,
       ...(r?.standingBy ? { standingBy: true } : {}),
-      ...(failure === undefined ? {} : { lastError: failureReason(failure), cause: failure }),
+      ...failureFields(r?.lastFailure ?? null),
     };
   };
 }

@@ -16,10 +16,10 @@ import type { Role } from '../component.ts';
 import type { EngineOperations, SignalOperations } from '../engine/operations.ts';
 import { parseVerdictStream } from '../engine/verdict-recorder.ts';
 import type { QuotaMeter } from '../metering/quota-meter.ts';
-import { failureReason } from '../shared/failure-reason.ts';
 import { projectionCheck } from '../shared/projection-check.ts';
 import type { Check } from '../shared/readiness.ts';
 import { revealClock } from '../shared/reveal-clock.ts';
+import { failureFields } from '../shared/run-failure.ts';
 import { type AnchorState, anchorHeadsProjection, HistoryAnchorer } from './anchor.ts';
 import { BriefCache } from './brief-cache.ts';
 import { ExportRowStore } from './export-row-store.ts';
@@ -339,9 +339,7 @@ export function historySlice(deps: HistorySliceDeps) {
                 address: anchorer.address,
                 intervalMs: config.HISTORY_ANCHOR_INTERVAL_MS,
                 lastAnchor: anchorHeads!.state.last,
-                ...(anchorer.lastFailure === undefined
-                  ? {}
-                  : { lastError: failureReason(anchorer.lastFailure), cause: anchorer.lastFailure }),
+                ...failureFields(anchorer.lastFailure),
               }
             : { ok: true, anchoring: anchorOff };
       }

@@ -93,6 +93,24 @@ const anchorArgs = () => ['--anchors', '--rpc', anvil.rpcUrl, '--address', ADDRE
 const verify = async (path: string, ...extra: string[]) =>
   JSON.parse(await runHistoryCommand(['verify', path, ...extra], deps()));
 
+/**
+ * A history server on a log of its own (no anchor in it: the first check finds one due at once)
+ * whose anchorer sends to a loopback port nothing listens on (the case's own, in the suite's range).
+ */
+async function refusingAnchorer(port: number) {
+  const own = await recordHistory({ steps: 2 });
+  const refused = await startHistoryServer({
+    store: own.store,
+    feed: own.feed,
+    env: {
+      HISTORY_ANCHOR_PRIVATE_KEY: ANCHOR_KEY,
+      HISTORY_ANCHOR_RPC_URL: `http://127.0.0.1:${port}`,
+      HISTORY_ANCHOR_INTERVAL_MS: '500',
+    },
+  });
+  return { own, refused };
+}
+
 describe('the history anchor', () => {
   it('publishes the heads on chain by itself, then again only once the interval has passed and the log moved', async () => {
     const anchorer = server.slice.anchorer!;
@@ -496,18 +514,8 @@ describe('the history anchor', () => {
 
   it("shows a failed send's reason on a passing check, with no failure's detail; the log has its words", async () => {
     // A chain that refuses: the anchorer's first check fails to send, which never makes the role
-    // unready. Nothing listens on this loopback port (the suite's own range). A log of its own,
-    // with no anchor in it: the first check finds one due at once.
-    const own = await recordHistory({ steps: 2 });
-    const refused = await startHistoryServer({
-      store: own.store,
-      feed: own.feed,
-      env: {
-        HISTORY_ANCHOR_PRIVATE_KEY: ANCHOR_KEY,
-        HISTORY_ANCHOR_RPC_URL: 'http://127.0.0.1:19301',
-        HISTORY_ANCHOR_INTERVAL_MS: '500',
-      },
-    });
+    // unready.
+    const { own, refused } = await refusingAnchorer(19301);
     const readiness = new Readiness();
     readiness.add('processor:history-anchor', refused.slice.checks()['processor:history-anchor']!);
     const { app, logged } = await readyzApp(readiness);
@@ -532,17 +540,8 @@ describe('the history anchor', () => {
   });
 
   it('shows a check that threw undefined as failed: a throw of anything is a failure', async () => {
-    const own = await recordHistory({ steps: 2 });
-    const refused = await startHistoryServer({
-      store: own.store,
-      feed: own.feed,
-      env: {
-        HISTORY_ANCHOR_PRIVATE_KEY: ANCHOR_KEY,
-        // Nothing listens here (this case's own port): a check run before the throw below is refused.
-        HISTORY_ANCHOR_RPC_URL: 'http://127.0.0.1:19801',
-        HISTORY_ANCHOR_INTERVAL_MS: '500',
-      },
-    });
+    // A check run before the throw below is refused.
+    const { own, refused } = await refusingAnchorer(19801);
     const check = refused.slice.checks()['processor:history-anchor']!;
     try {
       // The send throws undefined (a library rejecting with no reason), on every check from now on.

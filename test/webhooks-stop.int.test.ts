@@ -7,11 +7,12 @@ import { deliveryIds, type Receiver, selfSignedCert, startReceiver } from './web
 const reachable = await requireNats();
 const tls = selfSignedCert();
 const EVENTS = 20;
-// One request at a time, answered in 300 ms: 20 deliveries take 6 s, and a stopping dispatcher
-// drains for WEBHOOK_TIMEOUT_MS + 1 s (6 s). The timeout leaves a loaded machine room for a 300 ms
-// answer (at 1 s one timed out at load 20 and was recorded failed). A stuck time of four timeouts
-// claims waiting deliveries up to two rounds ahead of their turn and lets the next dispatcher take
-// the queued ones over within seconds.
+// One request at a time, answered in 800 ms: 20 deliveries take 16 s or more, well past the 6 s
+// (WEBHOOK_TIMEOUT_MS + 1 s) a stopping dispatcher drains for, so the stop always leaves some
+// unsent (a slower machine leaves more; at 300 ms a whole queue could go out within the drain).
+// The timeout leaves a loaded machine room for the answer (at 1 s a 300 ms answer timed out at
+// load 20 and was recorded failed). A stuck time of four timeouts claims waiting deliveries up to
+// two rounds ahead of their turn and lets the next dispatcher take the queued ones over.
 const env = {
   WEBHOOK_ENDPOINT_CONCURRENCY: '1',
   WEBHOOK_TIMEOUT_MS: '5000',
@@ -39,7 +40,7 @@ describe.runIf(reachable)('a dispatcher stopped while deliveries wait in an endp
   it('records no failed attempt for what it did not send, and the next dispatcher delivers every event', async () => {
     const first = await dispatchers.start();
     receiver = await startReceiver(tls);
-    receiver.behave = () => ({ status: 200, afterMs: 300 });
+    receiver.behave = () => ({ status: 200, afterMs: 800 });
     const r = receiver;
     const key = await stack.issue();
     const created = await stack.request('POST', '/api/webhooks', key, {
@@ -64,12 +65,13 @@ describe.runIf(reachable)('a dispatcher stopped while deliveries wait in an endp
     expect(attempts.filter((a) => a.outcome === 'failed')).toEqual([]);
 
     await dispatchers.start();
-    await expect.poll(() => new Set(deliveryIds(r)).size).toBe(EVENTS);
+    // Hang bounds: the held ones wait out the stuck time (20 s), the rest go one by one (800 ms each).
+    await expect.poll(() => new Set(deliveryIds(r)).size, { timeout: 120_000 }).toBe(EVENTS);
     await expect.poll(async () => (await deliveries()).every((d) => d.status === 'succeeded')).toBe(true);
     const after = (await deliveries()).flatMap((d) => d.attempts);
     expect(after.filter((a) => a.outcome === 'failed')).toEqual([]);
     // Held attempts are unnumbered; each delivery's requests are numbered from 1.
     expect(after.filter((a) => a.outcome === 'held').every((a) => a.attempt === null)).toBe(true);
     expect(after.filter((a) => a.outcome === 'succeeded').every((a) => a.attempt === 1)).toBe(true);
-  });
+  }, 240_000);
 });

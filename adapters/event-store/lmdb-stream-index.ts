@@ -10,9 +10,8 @@ import type { Database, RootDatabase } from 'lmdb';
  *   splits in half: 171 bytes of tree a quota debit, 67 a verdict, 118 an outcome.
  * - lists (`streamLists`, LMDB duplicates): one key per stream, its name once, and under it a
  *   sorted list of its entries, each a revision and its position (ListIndex). A stream's list
- *   is a tree of its own that only grows at its end: about 20 bytes a debit (a compacting copy
- *   of 40,000 entries over 50 quota streams), while a stream of one event (an outcome's) pays
- *   its key and one value.
+ *   is a tree of its own that only grows at its end: 14 bytes a debit, 55 a verdict, 123 an
+ *   outcome (a stream of one event: its key and one value).
  */
 export interface StreamIndex {
   put(stream: string, revision: number, position: number): void;

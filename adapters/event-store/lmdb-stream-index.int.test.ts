@@ -173,22 +173,3 @@ describe('LMDB stream index', () => {
     expect(await indexEntries(path)).toMatchObject({ text: 0, lists: 2 });
   });
 });
-
-describe('LMDB stream index, names UTF-8 does not hold', () => {
-  it('keeps the empty name and names with different lone surrogates apart, as the text keys did', async () => {
-    const store = await openLmdbEventStore({ path: fresh() });
-    try {
-      const names = ['a\uD800', 'a\uDFFF', 'a\uFFFD', '\uFFFF\uD800', ''];
-      for (const name of names) {
-        const written = await store.append(name, [event('A', 1)], { expectedRevision: 'no_stream' });
-        expect(written.nextRevision).toBe(0);
-      }
-      for (const name of names) {
-        expect(await store.streamRevision(name)).toBe(0);
-        expect(await store.readStream(name)).toHaveLength(1);
-      }
-    } finally {
-      await store.close();
-    }
-  });
-});

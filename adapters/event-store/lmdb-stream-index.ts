@@ -103,17 +103,8 @@ export function listEntry(entry: string): [revision: number, position: number] {
  * writes it: with ordered-binary keys it decoded what an earlier operation left there (an events
  * position, say) and threw (RangeError from ordered-binary, "cannot be converted to a BigInt").
  * Bytes decode as anything.
- *
- * UTF-8 holds neither a lone surrogate (Buffer.from writes U+FFFD for it, so "a\uD800" and
- * "a\uDFFF" would share one list and one revision count) nor the empty name (LMDB refuses a key of
- * no bytes); the text keys held both apart. Such a name is keyed 0xFF and its UTF-16 code units:
- * no UTF-8 has the byte 0xFF, so it meets no other name's key.
  */
-function keyOf(stream: string): Buffer {
-  if (stream !== '' && (stream as unknown as { isWellFormed(): boolean }).isWellFormed())
-    return Buffer.from(stream, 'utf8');
-  return Buffer.concat([Buffer.from([0xff]), Buffer.from(stream, 'utf16le')]);
-}
+const keyOf = (stream: string): Buffer => Buffer.from(stream, 'utf8');
 
 class ListIndex implements StreamIndex {
   constructor(private readonly db: Database<string, Buffer>) {}

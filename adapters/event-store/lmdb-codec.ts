@@ -461,20 +461,12 @@ export class IdIndex {
    * none was recorded (a log of a version before the record, whose codes this build knows).
    */
   typeCode(): number {
-    const recorded = this.db.get(TYPE_CODE_KEY) ?? 0;
-    return recorded >= STREAM_LISTS && recorded < 2 * STREAM_LISTS ? recorded - STREAM_LISTS : recorded;
-  }
-
-  /** Whether the log's stream index is the lists form (lmdb-stream-index.ts), which TYPE_CODE_KEY records. */
-  streamLists(): boolean {
-    const recorded = this.db.get(TYPE_CODE_KEY) ?? 0;
-    return recorded >= STREAM_LISTS && recorded < 2 * STREAM_LISTS;
+    return this.db.get(TYPE_CODE_KEY) ?? 0;
   }
 
   /** Inside the append's write transaction: records `code` when it is above the recorded one. */
   recordTypeCode(code: number): void {
-    if (code > this.typeCode())
-      this.db.putSync(TYPE_CODE_KEY, code + (this.streamLists() ? STREAM_LISTS : 0));
+    if (code > this.typeCode()) this.db.putSync(TYPE_CODE_KEY, code);
   }
 
   /** The id's key from its stored bytes where they make it, else from its text (`key`). */
@@ -518,28 +510,14 @@ const FORMAT_KEY = '~format';
  */
 const TYPE_CODE_KEY = '~typeCode';
 const BINARY_IDS = 2;
-/**
- * Added to the code at TYPE_CODE_KEY in a log whose stream index is the lists form, from its
- * creation on. The form is recorded there rather than beside it because that entry is what every
- * build since the type codes checks when it opens a log: a build from before the lists, which
- * would read an empty text index (every stream without events, its revisions given out again),
- * finds a code above those it knows and refuses the log (NewerLogError). A later form would take
- * 2 x STREAM_LISTS and up, which this build refuses the same way (typeCode reads it whole).
- */
-const STREAM_LISTS = 0x10000;
 
 /** Opens the id index of `root`; `empty` tells whether the log holds no event yet. */
 export function openIdIndex(root: RootDatabase, empty: () => boolean): IdIndex {
   const db = root.openDB<number, Key>({ name: 'ids' });
   let format = db.get(FORMAT_KEY);
-  const isEmpty = empty();
-  if (format === undefined && isEmpty) {
+  if (format === undefined && empty()) {
     db.putSync(FORMAT_KEY, BINARY_IDS);
     format = BINARY_IDS;
   }
-  // An empty log has no stream entries in either form: it takes the lists (one created empty by a
-  // build before them included).
-  const recorded = db.get(TYPE_CODE_KEY) ?? 0;
-  if (isEmpty && recorded < STREAM_LISTS) db.putSync(TYPE_CODE_KEY, recorded + STREAM_LISTS);
   return new IdIndex(db, format === BINARY_IDS);
 }

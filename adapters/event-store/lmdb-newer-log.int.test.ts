@@ -17,7 +17,6 @@ import {
   storedTypeCode,
   TYPE_NAMES,
 } from './lmdb-codec.ts';
-import { openStreamIndex } from './lmdb-stream-index.ts';
 import { NewerLogError } from './port.ts';
 
 const run = promisify(execFile);
@@ -54,8 +53,8 @@ async function appendRaw(
   const env = open({ path, noSubdir: false, maxDbs: 16, overlappingSync: false, remapChunks: true });
   try {
     const events = env.openDB<unknown, number>({ name: 'events', ...EVENT_ENCODING });
+    const streams = env.openDB<number, [string, number]>({ name: 'streams' });
     const ids = openIdIndex(env, () => false);
-    const streams = openStreamIndex(env, ids.streamLists());
     await env.transaction(() => {
       let head = 0;
       for (const key of events.getKeys({ reverse: true, limit: 1 })) head = key;
@@ -72,7 +71,7 @@ async function appendRaw(
         data,
       });
       events.putSync(head + 1, { ...stored, type });
-      streams.put(stream, 0, head + 1);
+      streams.putSync([stream, 0], head + 1);
       ids.putSync(id, head + 1);
       if (record) ids.recordTypeCode(NEWER);
     });

@@ -16,7 +16,6 @@ import {
   typeCodeOf,
 } from './lmdb-codec.ts';
 import { LmdbProjectionStore } from './lmdb-snapshots.ts';
-import { openStreamIndex, type StreamIndex } from './lmdb-stream-index.ts';
 import { requireWritableEnvironment } from './lmdb-writable.ts';
 import {
   checkExpected,
@@ -49,6 +48,8 @@ export interface LmdbEventStoreOptions {
   readAhead?: boolean;
 }
 
+type StreamKey = [stream: string, revision: number];
+
 /** An append waiting in its turn's group; `outcome` is set inside the group's transaction. */
 interface PendingAppend {
   stream: string;
@@ -71,6 +72,8 @@ type Written =
       /** The first recorded event's id in stored form, for the read-back (`notOnLog`). */
       firstId: StoredId;
     };
+
+const LAST_REVISION = Number.MAX_SAFE_INTEGER;
 
 /** The events an append wrote in its last pass; undefined when it wrote nothing (yet). */
 function recordedBy(pending: PendingAppend): RecordedEvent[] | undefined {
@@ -110,8 +113,8 @@ export async function openLmdbEventStore(options: LmdbEventStoreOptions): Promis
 
 /**
  * The embedded event store. One LMDB environment holds three sub-databases written in the same
- * transaction: `events` (position → event), the stream index (each stream's revisions → positions,
- * lmdb-stream-index.ts) and `ids` (event id → position). The expected-revision check, the idempotency check and the writes all
+ * transaction: `events` (position → event), `streams` ([stream, revision] → position) and `ids`
+ * (event id → position). The expected-revision check, the idempotency check and the writes all
  * run inside one LMDB write transaction, and LMDB admits one writer at a time across every
  * process that opens the directory, so concurrent appenders are serialized and exactly one wins.
  * An append is acknowledged only after its transaction is committed and flushed to disk, and a
@@ -122,7 +125,7 @@ export class LmdbEventStore implements EventStore {
   readonly densePositions = true;
   readonly root: RootDatabase;
   private readonly events: Database<RecordedEvent, number>;
-  private readonly streams: StreamIndex;
+  private readonly streams: Database<number, StreamKey>;
   private readonly ids: IdIndex;
   private readonly signal = new AppendSignal();
   private readonly pollMs: number;
@@ -210,8 +213,8 @@ export class LmdbEventStore implements EventStore {
       ...advice,
     });
     this.events = this.root.openDB<RecordedEvent, number>({ name: 'events', ...EVENT_ENCODING });
+    this.streams = this.root.openDB<number, StreamKey>({ name: 'streams' });
     this.ids = openIdIndex(this.root, () => !this.events.doesExist(1));
-    this.streams = openStreamIndex(this.root, this.ids.streamLists());
     this.typeCodeRecorded = this.ids.typeCode();
     this.path = options.path;
     this.logger = options.logger;
@@ -521,7 +524,7 @@ export class LmdbEventStore implements EventStore {
         this.ids.recordTypeCode(code);
         this.txnTypeCode = code;
       }
-      this.streams.put(stream, revision, position);
+      this.streams.putSync([stream, revision], position);
       this.ids.putStored(id, stored.id, position);
     }
     this.headHint = head + events.length;
@@ -543,7 +546,12 @@ export class LmdbEventStore implements EventStore {
     const maxCount = options.maxCount ?? Number.POSITIVE_INFINITY;
     if (maxCount <= 0) return [];
     const out: RecordedEvent[] = [];
-    for (const position of this.streams.positions(stream, options.fromRevision ?? 0, maxCount)) {
+    const range = this.streams.getRange({
+      start: [stream, options.fromRevision ?? 0],
+      end: [stream, LAST_REVISION],
+      ...(Number.isFinite(maxCount) ? { limit: maxCount } : {}),
+    });
+    for (const { value: position } of range) {
       const recorded = this.events.get(position);
       if (!recorded)
         throw new Error(`lmdb event store: stream index of ${stream} points at missing position ${position}`);
@@ -766,9 +774,22 @@ export class LmdbEventStore implements EventStore {
   }
 
   private currentRevision(stream: string): number | null {
+    // -1: no stream, which the absence of revision 0 confirms (a new delivery stream, mostly).
     const hint = this.revisionHints.get(stream) ?? -1;
-    const revision = this.streams.lastRevision(stream, hint);
-    if (revision !== null && revision !== hint) this.hintRevision(stream, revision);
+    if ((hint < 0 || this.streams.doesExist([stream, hint])) && !this.streams.doesExist([stream, hint + 1])) {
+      return hint < 0 ? null : hint;
+    }
+    let revision: number | null = null;
+    for (const [, last] of this.streams.getKeys({
+      start: [stream, LAST_REVISION],
+      end: [stream],
+      reverse: true,
+      limit: 1,
+    })) {
+      revision = last;
+      break;
+    }
+    if (revision !== null) this.hintRevision(stream, revision);
     return revision;
   }
 

@@ -47,10 +47,17 @@ function post(path: string, body: unknown, headers: Record<string, string> = {})
   });
 }
 
-/** Sends bytes as written: fetch cannot repeat a Content-Type line. */
-function rawPost(lines: string[], body: string): Promise<{ status: number; body: Record<string, unknown> }> {
+/**
+ * Sends `POST <target>` with the header lines as written (fetch sends origin form only and cannot
+ * repeat a Content-Type line); the status, headers (lower-cased names) and body.
+ */
+function rawExchange(
+  target: string,
+  lines: string[],
+  body: string,
+): Promise<{ status: number; headers: Map<string, string>; body: Record<string, unknown> }> {
   const port = Number(new URL(stack.url).port);
-  const request = `POST ${PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\n${lines.join('\r\n')}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`;
+  const request = `POST ${target} HTTP/1.1\r\nHost: ${new URL(stack.url).host}\r\n${lines.map((h) => `${h}\r\n`).join('')}Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`;
   return new Promise((resolve, reject) => {
     const socket = connect(port, '127.0.0.1', () => socket.write(request));
     let data = '';
@@ -59,10 +66,30 @@ function rawPost(lines: string[], body: string): Promise<{ status: number; body:
     });
     socket.on('error', reject);
     socket.on('end', () => {
-      const status = Number(data.split(' ')[1]);
-      resolve({ status, body: JSON.parse(data.slice(data.indexOf('\r\n\r\n') + 4)) });
+      const [head, ...rest] = data.split('\r\n\r\n');
+      const fields = head!.split('\r\n');
+      resolve({
+        status: Number(fields[0]!.split(' ')[1]),
+        headers: new Map(
+          fields
+            .slice(1)
+            .map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()]),
+        ),
+        body: JSON.parse(rest.join('\r\n\r\n')),
+      });
     });
   });
+}
+
+const JSON_TYPE = 'Content-Type: application/json';
+
+/** `rawExchange` on this file's route: the status and body. */
+async function rawPost(
+  lines: string[],
+  body: string,
+): Promise<{ status: number; body: Record<string, unknown> }> {
+  const { status, body: answer } = await rawExchange(PATH, lines, body);
+  return { status, body: answer };
 }
 
 async function payer(amount = 1_000_000n) {
@@ -340,39 +367,9 @@ describe("a v2 payment's resource", () => {
 });
 
 describe('an absolute-form request (POST http://host/x402/..., RFC 9112 §3.2.2), which the router serves', () => {
-  /** Sends `POST <target>` as written (fetch sends origin form only); the status, headers and body. */
-  function rawExchange(target: string, headers: string[], body: string) {
-    const port = Number(new URL(stack.url).port);
-    const request = `POST ${target} HTTP/1.1\r\nHost: ${new URL(stack.url).host}\r\nContent-Type: application/json\r\n${headers.map((h) => `${h}\r\n`).join('')}Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`;
-    return new Promise<{ status: number; headers: Map<string, string>; body: Record<string, unknown> }>(
-      (resolve, reject) => {
-        const socket = connect(port, '127.0.0.1', () => socket.write(request));
-        let data = '';
-        socket.on('data', (chunk) => {
-          data += chunk.toString();
-        });
-        socket.on('error', reject);
-        socket.on('end', () => {
-          const [head, ...rest] = data.split('\r\n\r\n');
-          const lines = head!.split('\r\n');
-          const fields = new Map(
-            lines
-              .slice(1)
-              .map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()]),
-          );
-          resolve({
-            status: Number(lines[0]!.split(' ')[1]),
-            headers: fields,
-            body: JSON.parse(rest.join('\r\n\r\n')),
-          });
-        });
-      },
-    );
-  }
-
   it("is quoted and reserved with the route's URL as its resource, not <origin>http://host/x402/...", async () => {
     const target = `${stack.url}${PATH}`;
-    const quoted = await rawExchange(target, [], JSON.stringify(BODY));
+    const quoted = await rawExchange(target, [JSON_TYPE], JSON.stringify(BODY));
     expect(quoted.status).toBe(402);
     const quote = fromBase64Json<{ resource: { url: string } }>(
       quoted.headers.get('payment-required') ?? null,
@@ -383,7 +380,7 @@ describe('an absolute-form request (POST http://host/x402/..., RFC 9112 §3.2.2)
     const auth = authFor(p.address);
     const paid = await rawExchange(
       target,
-      [`X-Payment: ${v1Header(auth, await signAuthorization(p.key, auth))}`],
+      [JSON_TYPE, `X-Payment: ${v1Header(auth, await signAuthorization(p.key, auth))}`],
       JSON.stringify(BODY),
     );
     expect(paid.status).toBe(200);

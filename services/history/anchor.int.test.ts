@@ -580,6 +580,29 @@ describe('the history anchor', () => {
   });
 });
 
+/**
+ * An anchorer on a stubbed heads view (`state`, caught up at its `moved` position) and log head;
+ * its chain is a loopback port nothing listens on, so a case replaces `anchor` itself.
+ */
+function stubbedAnchorer(state: AnchorState, intervalMs: number, clock?: () => number): HistoryAnchorer {
+  const heads = {
+    state,
+    get checkpoint() {
+      return state.moved;
+    },
+    waitFor: async () => {},
+  } as unknown as ProjectionRunner<AnchorState>;
+  const store = { headPosition: async () => state.moved } as unknown as EventStore;
+  return new HistoryAnchorer({
+    store,
+    heads,
+    chain: { rpcUrl: 'http://127.0.0.1:9', privateKey: ANCHOR_KEY },
+    intervalMs,
+    logger: pino({ level: 'silent' }),
+    ...(clock ? { clock } : {}),
+  });
+}
+
 describe('anchor rules', () => {
   it('is due at once when none exists, then after the interval and only when the log moved', () => {
     const day = 86_400_000;
@@ -624,21 +647,8 @@ describe('anchor rules', () => {
       anchoredAt: new Date(t0).toISOString(),
     } as EventData<'HistoryAnchored'>;
     const state: AnchorState = { heads: {}, moved: 2, last };
-    const heads = {
-      state,
-      checkpoint: 2,
-      waitFor: async () => {},
-    } as unknown as ProjectionRunner<AnchorState>;
-    const store = { headPosition: async () => state.moved } as unknown as EventStore;
     const reads = [t0 + interval - 1, t0 + interval];
-    const anchorer = new HistoryAnchorer({
-      store,
-      heads,
-      chain: { rpcUrl: 'http://127.0.0.1:9', privateKey: ANCHOR_KEY },
-      intervalMs: interval,
-      logger: pino({ level: 'silent' }),
-      clock: () => reads.shift() ?? t0 + interval + 1,
-    });
+    const anchorer = stubbedAnchorer(state, interval, () => reads.shift() ?? t0 + interval + 1);
     let sent = 0;
     anchorer.anchor = async () => {
       sent++;
@@ -663,20 +673,8 @@ describe('anchor rules', () => {
     // check, as a real one is stamped after its receipt.
     const interval = 600;
     const state: AnchorState = { heads: {}, moved: 1, last: null };
-    const heads = {
-      state,
-      checkpoint: 1,
-      waitFor: async () => {},
-    } as unknown as ProjectionRunner<AnchorState>;
-    const store = { headPosition: async () => state.moved } as unknown as EventStore;
     const sent: number[] = [];
-    const anchorer = new HistoryAnchorer({
-      store,
-      heads,
-      chain: { rpcUrl: 'http://127.0.0.1:9', privateKey: ANCHOR_KEY },
-      intervalMs: interval,
-      logger: pino({ level: 'silent' }),
-    });
+    const anchorer = stubbedAnchorer(state, interval);
     anchorer.anchor = async () => {
       await new Promise((r) => setTimeout(r, 40));
       const anchored = {

@@ -351,11 +351,22 @@ export type ErrorCode = keyof typeof ERRORS;
 
 export type ErrorParams = Record<string, string | number>;
 
-/** The catalog message of `code` with its `{name}`s filled from `params`. */
-export function errorMessage(code: ErrorCode, params: ErrorParams = {}): string {
-  return ERRORS[code].message.replace(/\{(\w+)\}/g, (whole, name: string) =>
+/**
+ * NOT_FOUND's `{detail}` for a request that matches no route: its method and its path, as far as
+ * a refusal echoes it (the query left out, a long path cut: services/api/errors.ts, noRouteMessage).
+ */
+export const NO_ROUTE_DETAIL = 'no route {method} {path}';
+
+/** `template` with its `{name}`s filled from `params`; a name `params` lacks stays as written. */
+export function fillTemplate(template: string, params: ErrorParams): string {
+  return template.replace(/\{(\w+)\}/g, (whole, name: string) =>
     name in params ? String(params[name]) : whole,
   );
+}
+
+/** The catalog message of `code` with its `{name}`s filled from `params`. */
+export function errorMessage(code: ErrorCode, params: ErrorParams = {}): string {
+  return fillTemplate(ERRORS[code].message, params);
 }
 
 /** What a throw may add to its catalog entry. */

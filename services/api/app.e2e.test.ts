@@ -69,6 +69,7 @@ async function start(readiness = new Readiness(), requestTimeoutMs?: number, tru
         instance.post('/echo', async (request) => ({ body: request.body }));
         instance.post('/api/echo', async (request) => ({ body: request.body }));
         instance.get('/item/:id', async (request) => request.params);
+        instance.get('/files/*', async () => ({ ok: true }));
         instance.get('/ip', async (request) => ({ ip: request.ip }));
         instance.get('/boom', async () => {
           throw new Error('database password is hunter2');
@@ -163,6 +164,22 @@ describe('HTTP app', () => {
     const bad = await fetch(`${url}/item/%E0%A4%A`);
     expect(bad.status).toBe(400);
     expect(await bad.json()).toEqual({ code: 'BAD_URL', message: 'the URL is not validly percent-encoded' });
+  });
+
+  it("answers a path it does not serve with the catalog's 404, echoing the path without its query and cut at 200 characters", async () => {
+    const { url } = await start();
+    const short = await fetch(`${url}/nowhere?token=secret`);
+    expect(short.status).toBe(404);
+    expect(await short.json()).toEqual({ code: 'NOT_FOUND', message: 'no route GET /nowhere' });
+    const long = await fetch(`${url}/${'a'.repeat(8_000)}?q=${'b'.repeat(4_000)}`);
+    expect(long.status).toBe(404);
+    expect(await long.json()).toEqual({ code: 'NOT_FOUND', message: `no route GET /${'a'.repeat(199)}…` });
+    // A path it serves with another method: 405, its path echoed as far.
+    const wrong = await fetch(`${url}/files/${'c'.repeat(8_000)}`, { method: 'DELETE' });
+    expect(wrong.status).toBe(405);
+    expect(((await wrong.json()) as { message: string }).message).toBe(
+      `/files/${'c'.repeat(193)}… does not take DELETE; it takes GET, HEAD`,
+    );
   });
 
   it('answers HTTP parser errors in the error shape and closes the connection', async () => {

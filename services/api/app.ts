@@ -21,7 +21,7 @@ import type { Readiness } from '../shared/readiness.ts';
 import type { HistogramSeries } from '../shared/series-histogram.ts';
 import { answerAtTurnEnd } from './answer-at-turn-end.ts';
 import { capConnections, defaultMaxConnections } from './connection-caps.ts';
-import { RepeatedHeaderError, useApiErrors } from './errors.ts';
+import { echoedPath, noRouteDetail, RepeatedHeaderError, useApiErrors } from './errors.ts';
 import { registerJsonParser } from './json-body.ts';
 import { EVERY_ANSWER_HEADERS, keyChallenge, registerOpenApi } from './openapi.ts';
 import { opsRoutes } from './ops-routes.ts';
@@ -186,7 +186,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
           code: 'METHOD_NOT_ALLOWED' satisfies ErrorCode,
           message: errorMessage('METHOD_NOT_ALLOWED', {
             method: request.method,
-            path,
+            path: echoedPath(path),
             allowed: allowed.join(', '),
           }),
         };
@@ -195,8 +195,11 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
           .header('allow', allowed.join(', '))
           .send(await withAnswerService(request, body));
       }
-      const body = { code: 'NOT_FOUND', message: `no route ${request.method} ${request.url}` };
-      return reply.code(404).send(await withAnswerService(request, body));
+      const body = {
+        code: 'NOT_FOUND' satisfies ErrorCode,
+        message: errorMessage('NOT_FOUND', { detail: noRouteDetail(request.method, request.url) }),
+      };
+      return reply.code(ERRORS.NOT_FOUND.status).send(await withAnswerService(request, body));
     });
   });
   return app;

@@ -7,7 +7,9 @@ import {
   type ErrorBody,
   type ErrorCode,
   type ErrorParams,
+  fillTemplate,
   isErrorCode,
+  NO_ROUTE_DETAIL,
   type RpcErrorBody,
   ServiceError,
 } from '../../contracts/errors.ts';
@@ -37,6 +39,32 @@ interface Refused {
 const NOT_AN_OBJECT = 'the body must be a JSON object, sent with Content-Type: application/json';
 /** A body a route takes only as an object or not at all, sent as something else (the JSON `null`). */
 export const bodyNotAnObject = () => new ServiceError('INVALID_FIELD', { detail: NOT_AN_OBJECT }, 'body');
+/**
+ * The most characters of a request's path a refusal echoes. A request line may be as long as
+ * Node's header limit (16 KiB): echoed whole, a mistyped or hostile URL would come back in every
+ * refusal of it and in whatever logs the answer; 200 show any path the service serves in full.
+ */
+export const ECHOED_PATH_CHARS = 200;
+
+/**
+ * A request target's path as a refusal echoes it: the query left out (it may carry a token, and
+ * names no route), and a path longer than ECHOED_PATH_CHARS cut there with `…` after it, never
+ * between the halves of a surrogate pair.
+ */
+export function echoedPath(url: string): string {
+  const query = url.indexOf('?');
+  const path = query === -1 ? url : url.slice(0, query);
+  if (path.length <= ECHOED_PATH_CHARS) return path;
+  const lead = path.charCodeAt(ECHOED_PATH_CHARS - 1);
+  const end = lead >= 0xd800 && lead <= 0xdbff ? ECHOED_PATH_CHARS - 1 : ECHOED_PATH_CHARS;
+  return `${path.slice(0, end)}…`;
+}
+
+/** NOT_FOUND's `{detail}` for a request that matches no route: the catalog's words, its path echoed. */
+export function noRouteDetail(method: string, url: string): string {
+  return fillTemplate(NO_ROUTE_DETAIL, { method, path: echoedPath(url) });
+}
+
 const notAnObject = (issue: Issue, where: string) =>
   where === 'body' && issue.path.length === 0 && issue.code === 'invalid_type' && issue.expected === 'object';
 

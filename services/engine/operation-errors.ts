@@ -57,8 +57,8 @@ export function invalidInput(
     return { path, message: issueText(i, path, schema, input) };
   });
   return {
-    status: 400,
-    code: 'invalid_input',
+    status: ERRORS.invalid_input.status,
+    code: 'invalid_input' satisfies ErrorCode,
     message: issues.map((i) => i.message).join('; '),
     retryable: retryableCode('invalid_input'),
     issues,
@@ -84,8 +84,8 @@ export function describeFailure(err: unknown): OperationFailure | null {
   // finds the verdict that won.
   if (err instanceof WrongExpectedRevisionError) {
     return {
-      status: 503,
-      code: 'event_store_unavailable',
+      status: ERRORS.event_store_unavailable.status,
+      code: 'event_store_unavailable' satisfies ErrorCode,
       message: `the market's verdict stream is busy with concurrent writers (${err.message}); retry`,
       retryable: retryableCode('event_store_unavailable'),
     };

@@ -1,5 +1,6 @@
 import type { z } from 'zod';
 import type { Config } from '../../contracts/config.ts';
+import type { ErrorCode } from '../../contracts/errors.ts';
 import { jsonSchema } from '../../contracts/json-schema.ts';
 import {
   ChatAnswer,
@@ -178,7 +179,8 @@ export function routePassages(document: OpenApiDocument, referencePage: string |
   return [overview, ...byTag];
 }
 
-const OTHER_ERRORS: { code: string; status: string; meaning: string }[] = [
+/** Codes of the catalog, and the JSON-RPC numbers of the MCP channel (`-32602`...). */
+const OTHER_ERRORS: { code: ErrorCode | `-${number}`; status: string; meaning: string }[] = [
   {
     code: '-32602',
     status: 'MCP result.isError',

@@ -1,6 +1,6 @@
 import type { ResourceInfo } from '@x402/core/types';
 import type { Logger } from 'pino';
-import { ERRORS } from '../../contracts/errors.ts';
+import { ERRORS, type ErrorCode } from '../../contracts/errors.ts';
 import type { PaymentRequirementsFor, PayPerCall } from '../api/mcp/tool-call.ts';
 import { decodeMcpPayment, settlementResponse } from './codecs.ts';
 import { type PaymentFlowDeps, runPaidCall } from './payment-flow.ts';
@@ -92,7 +92,7 @@ export function mcpPayments(options: McpPaymentsOptions): {
           const message = `settlement failed: ${outcome.message}`;
           return {
             kind: 'payment_refused',
-            code: 'settlement_failed',
+            code: 'settlement_failed' satisfies ErrorCode,
             message,
             paymentRequired: await required(tool, call.args, message),
             ...(outcome.settle ? { settlement: settlementResponse(2, outcome.settle) } : {}),

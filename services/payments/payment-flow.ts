@@ -76,7 +76,7 @@ export function describeError(logger: FlowLogger, err: unknown): Refusal {
     logger.error({ err }, 'paid operation failed');
     return {
       status: ERRORS.INTERNAL_ERROR.status,
-      body: { code: 'INTERNAL_ERROR', message: errorMessage('INTERNAL_ERROR') },
+      body: { code: 'INTERNAL_ERROR' satisfies ErrorCode, message: errorMessage('INTERNAL_ERROR') },
     };
   }
   return {

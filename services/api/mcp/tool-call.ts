@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { Logger } from 'pino';
-import { ERRORS, isErrorCode } from '../../../contracts/errors.ts';
+import { ERRORS, type ErrorCode, isErrorCode } from '../../../contracts/errors.ts';
 import type { ToolName } from '../../../contracts/tools.ts';
 import { describeFailure, invalidInput } from '../../engine/operation-errors.ts';
 import { type Caller, type CallerRejectedError, undebitedService } from '../../metering/caller.ts';
@@ -55,7 +55,7 @@ export type PaidToolOutcome =
       paymentRequired: Record<string, unknown>;
       settlement?: Record<string, unknown>;
     }
-  | { kind: 'unavailable'; code: string; message: string; retryable: boolean }
+  | { kind: 'unavailable'; code: ErrorCode; message: string; retryable: boolean }
   /** The tool failed after the payment was reserved; the payment was released, nothing charged. */
   | { kind: 'failed'; error: unknown };
 
@@ -187,7 +187,7 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
   const tool = deps.registry.get(request.name as string);
   if (tool === undefined) {
     return toolError(`${MCP_INVALID_PARAMS} unknown tool ${JSON.stringify(request.name)}`, {
-      code: 'unknown_tool',
+      code: 'unknown_tool' satisfies ErrorCode,
       _service: await undebitedService(deps.quota, caller),
     });
   }
@@ -200,7 +200,7 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
   if (!parsed.success) {
     const { issues, message: text } = invalidInput(parsed.error, tool.input, args, '(arguments)');
     return toolError(`${MCP_INVALID_PARAMS} invalid arguments for ${tool.name}: ${text}`, {
-      code: 'invalid_arguments',
+      code: 'invalid_arguments' satisfies ErrorCode,
       issues,
       _service: await undebitedService(deps.quota, caller),
     });
@@ -254,7 +254,7 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
     const structured = {
       ...(payment ?? {}),
       error: message,
-      code: 'quota_exhausted',
+      code: 'quota_exhausted' satisfies ErrorCode,
       window: outcome.window,
       _service: outcome.service,
     };
@@ -310,7 +310,7 @@ function malformedParams(
   args: unknown,
   params: unknown,
   meta: unknown,
-): { code: 'invalid_arguments'; path: string; message: string } | null {
+): { code: Extract<ErrorCode, 'invalid_arguments'>; path: string; message: string } | null {
   if (params !== undefined) {
     return {
       code: 'invalid_arguments',
@@ -350,7 +350,7 @@ function failedCall(
   if (failure === null) {
     deps.logger.error({ err: error, ...call }, 'tool call failed');
     return toolError('internal_error: the call failed on our side; it was not counted', {
-      code: 'internal_error',
+      code: 'internal_error' satisfies ErrorCode,
       _service: service,
     });
   }
@@ -371,7 +371,7 @@ function failedCall(
 async function paidToolCall(deps: ToolCallDeps, caller: Caller, call: PaidToolCall): Promise<CallToolResult> {
   if (deps.payPerCall === undefined) {
     return toolError('payment_not_accepted: this server does not sell tool calls per call', {
-      code: 'payment_not_accepted',
+      code: 'payment_not_accepted' satisfies ErrorCode,
       _service: await undebitedService(deps.quota, caller),
     });
   }

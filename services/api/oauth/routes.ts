@@ -28,6 +28,7 @@ import type { KeyRecord } from '../../keys/key-registry.ts';
 import { type KeyResolver, KeyUnverifiableError } from '../../keys/key-resolver.ts';
 import { RATE_LIMIT_EXPOSED_HEADERS } from '../../metering/rate-limit.ts';
 import { anyOriginHeaders, anyOriginPreflight } from '../cors.ts';
+import { noRouteDetail } from '../errors.ts';
 import { issueFreeKey } from '../keys/free-key.ts';
 import { consumeNonce, issueNonce } from '../keys/nonces.ts';
 import { checkSignIn, siweOrigins } from '../keys/siwe-check.ts';
@@ -500,7 +501,7 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
             // An empty path segment names no client or interaction: the library would answer it
             // with a bare text/plain 404, outside the shapes this operation documents.
             if (Object.values(request.params as Record<string, string>).some((v) => v === ''))
-              throw new ServiceError('NOT_FOUND', { detail: `no route ${request.method} ${request.url}` });
+              throw new ServiceError('NOT_FOUND', { detail: noRouteDetail(request.method, request.url) });
             if (route.cors === 'ours')
               for (const [name, value] of Object.entries(REGISTRATION_CORS)) reply.raw.setHeader(name, value);
             return passThrough(request, reply);

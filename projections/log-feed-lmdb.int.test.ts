@@ -5,6 +5,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { type LmdbEventStore, openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import { MemoryProjectionStore } from '../adapters/projection-store/memory.ts';
 import type { RecordedEvent } from '../contracts/envelope.ts';
+import { HANG_MS } from '../test/waits.ts';
 import type { Projection } from './projection.ts';
 import { ProjectionRunner } from './runner.ts';
 
@@ -12,8 +13,6 @@ const root = mkdtempSync(join(tmpdir(), 'log-feed-lmdb-'));
 let dirs = 0;
 const freshPath = () => join(root, `store-${++dirs}`);
 afterAll(() => rmSync(root, { recursive: true, force: true }));
-/** Bounds against a hang, not figures: a fold of a few hundred events on a loaded machine. */
-const HANG_MS = 30_000;
 /** A poll period no test here outlasts, so that what arrives is brought by a wake-up. */
 const NO_TICK_MS = 10 * HANG_MS;
 

@@ -26,6 +26,7 @@ import { planTable } from '../services/metering/plans.ts';
 import { QuotaMeter } from '../services/metering/quota-meter.ts';
 import { RateLimiter, rateLimitPlugin } from '../services/metering/rate-limit.ts';
 import { Readiness } from '../services/shared/readiness.ts';
+import { HANG_MS } from './waits.ts';
 
 export const HOUR = 3_600_000;
 
@@ -97,12 +98,6 @@ export async function recordHistory(options: {
   return { feed, store, engine };
 }
 
-/**
- * How long the harness waits for a fold of the whole log: a bound against a hang, not a figure.
- * (waitFor's default of 5 s ran out for a fold of 50,000 verdicts in a CI run at load 11.)
- */
-const FOLD_HANG_MS = 60_000;
-
 /** The history routes on a real port, with a real key registry and quota meter. */
 export async function startHistoryServer(options: {
   store: EventStore;
@@ -154,17 +149,17 @@ export async function startHistoryServer(options: {
     url: `http://127.0.0.1:${port}`,
     async issue() {
       const issued = await issueKey(options.store, { plan: 'pro', owner: 'analyst', via: 'operator' });
-      await registry.waitFor(issued.position, FOLD_HANG_MS);
+      await registry.waitFor(issued.position, HANG_MS);
       return issued.key;
     },
     /** Resolves every due outcome now and waits until the track record has folded them. */
     async settle() {
       // Until a pass appends nothing: a stream whose verdict a pass finds labelled by another
       // writer waits for the next pass, and a pass appends only what its view has caught up to.
-      do await slice.pending.waitFor(await options.store.headPosition(), FOLD_HANG_MS);
+      do await slice.pending.waitFor(await options.store.headPosition(), HANG_MS);
       while ((await slice.processors[0]!.resolveDue()) > 0);
-      await slice.trackRecord.waitFor(await options.store.headPosition(), FOLD_HANG_MS);
-      await slice.pending.waitFor(await options.store.headPosition(), FOLD_HANG_MS);
+      await slice.trackRecord.waitFor(await options.store.headPosition(), HANG_MS);
+      await slice.pending.waitFor(await options.store.headPosition(), HANG_MS);
     },
     async close() {
       await app.close();

@@ -2,12 +2,10 @@ import { describe, expect, it } from 'vitest';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
+import { HANG_MS } from '../../test/waits.ts';
 import { changeKeyPlan, issueKey, revokeKey } from './key-commands.ts';
 import { keyRegistryProjection } from './key-registry.ts';
 import { KeyResolver, KeyUnverifiableError } from './key-resolver.ts';
-
-/** A bound against a hang, not a figure: the registry's fold of a few events, on a loaded machine. */
-const HANG_MS = 30_000;
 
 describe('KeyResolver over the key-registry projection', () => {
   it('resolves a key issued a moment ago, even before the runner was asked to wait', async () => {

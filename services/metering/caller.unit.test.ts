@@ -2,13 +2,11 @@ import { describe, expect, it } from 'vitest';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
+import { HANG_MS } from '../../test/waits.ts';
 import { changeKeyPlan, issueKey, revokeKey } from '../keys/key-commands.ts';
 import { keyRegistryProjection } from '../keys/key-registry.ts';
 import { KeyResolver } from '../keys/key-resolver.ts';
 import { addressScope, type Caller, CallerRejectedError, credentialOf, resolveCaller } from './caller.ts';
-
-/** A bound against a hang, not a figure: the registry's fold of a few events, on a loaded machine. */
-const HANG_MS = 30_000;
 
 describe('the caller of a remembered key', () => {
   it('answers a key asked again from memory until the registry changes, then looks again', async () => {

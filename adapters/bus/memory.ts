@@ -48,7 +48,11 @@ interface StoredMessage {
   seq: number;
   subject: string;
   msgId: string;
-  data: Uint8Array;
+  /** Its bytes: a copy of those published, or made from `value` when a consumer first reads them. */
+  bytes: Uint8Array | null;
+  /** What `publishValue` published, and how its bytes are made; null for bytes published. */
+  encode: ((value: unknown) => Uint8Array) | null;
+  value: unknown;
 }
 
 interface Delivery {
@@ -143,15 +147,45 @@ export class MemoryBus implements Bus {
     this.keepSettled = Math.max(0, options.keepSettled ?? 1_024);
   }
 
-  async publish(subject: string, payload: Uint8Array, options: { msgId: string }): Promise<PublishAck> {
+  publish(subject: string, payload: Uint8Array, options: { msgId: string }): Promise<PublishAck> {
+    return this.store(subject, options.msgId, payload, null, undefined);
+  }
+
+  /**
+   * Keeps `value` itself, not its bytes: a consumer in this process takes it as it was published
+   * (`message.value`), with no encoding for it and no parse back; `data` is made on first read.
+   */
+  publishValue<T>(
+    subject: string,
+    value: T,
+    encode: (value: T) => Uint8Array,
+    options: { msgId: string },
+  ): Promise<PublishAck> {
+    return this.store(subject, options.msgId, null, encode as (value: unknown) => Uint8Array, value);
+  }
+
+  private async store(
+    subject: string,
+    msgId: string,
+    payload: Uint8Array | null,
+    encode: ((value: unknown) => Uint8Array) | null,
+    value: unknown,
+  ): Promise<PublishAck> {
     if (this.closed) throw new Error('memory bus is closed');
     const now = Date.now();
     this.forgetExpiredIds(now);
-    const seen = this.seenIds.get(options.msgId);
+    const seen = this.seenIds.get(msgId);
     if (seen) return { duplicate: true, sequence: seen.seq };
     const seq = ++this.lastSeq;
-    this.messages.push({ seq, subject, msgId: options.msgId, data: payload.slice() });
-    this.seenIds.set(options.msgId, { seq, at: now });
+    this.messages.push({
+      seq,
+      subject,
+      msgId,
+      bytes: payload === null ? null : payload.slice(),
+      encode,
+      value,
+    });
+    this.seenIds.set(msgId, { seq, at: now });
     this.applyLimits();
     for (const state of this.durables.values()) state.wakeup.notify();
     // Stored and handed to the consumers already; only the ack waits, so publish order holds.
@@ -250,49 +284,11 @@ export class MemoryBus implements Bus {
 
   /** Records a delivery and builds the handler's view of it. */
   deliver(state: DurableState, message: StoredMessage, count: number): BusMessage {
-    const ackTimer = setTimeout(() => {
-      if (state.pending.get(message.seq)?.count !== count) return;
-      state.pending.delete(message.seq);
-      state.redeliver.set(message.seq, { dueAt: Date.now(), count });
-      state.wakeup.notify();
-    }, state.ackWaitMs);
+    const delivered = new MemoryMessage(state, message, count);
+    const ackTimer = setTimeout(ackWaitPassed, state.ackWaitMs, delivered);
     ackTimer.unref();
     state.pending.set(message.seq, { count, ackTimer });
-    // Only the first settlement of a delivery counts, as with JetStream acks.
-    let settled = false;
-    const settle = (): Delivery | undefined => {
-      if (settled) return undefined;
-      settled = true;
-      const delivery = state.pending.get(message.seq);
-      if (delivery?.count !== count) return undefined;
-      clearTimeout(delivery.ackTimer);
-      state.pending.delete(message.seq);
-      return delivery;
-    };
-    return {
-      subject: message.subject,
-      msgId: message.msgId,
-      data: message.data,
-      deliveryCount: count,
-      ack: async () => {
-        if (settled) return;
-        settle();
-        // A late ack (after the ack wait expired) still cancels the queued redelivery.
-        if (state.redeliver.get(message.seq)?.count === count) state.redeliver.delete(message.seq);
-      },
-      nak: (delayMs?: number) => {
-        if (!settle()) return;
-        const dueAt = Date.now() + Math.max(0, delayMs ?? 0);
-        state.redeliver.set(message.seq, { dueAt, count });
-        state.scheduleWake(dueAt);
-        state.wakeup.notify();
-      },
-      term: () => {
-        if (settled) return;
-        settle();
-        if (state.redeliver.get(message.seq)?.count === count) state.redeliver.delete(message.seq);
-      },
-    };
+    return delivered;
   }
 
   private messageAt(seq: number): StoredMessage | undefined {
@@ -329,6 +325,85 @@ export class MemoryBus implements Bus {
     for (const state of this.durables.values()) floor = Math.min(floor, state.floor());
     const droppable = Math.min(floor, this.lastSeq + 1) - first - this.keepSettled;
     if (droppable >= Math.max(256, this.keepSettled)) this.messages = this.messages.slice(droppable);
+  }
+}
+
+/** The ack wait of a delivery ran out before it was settled: it is redelivered. */
+function ackWaitPassed(delivered: MemoryMessage): void {
+  const { state, stored, deliveryCount: count } = delivered;
+  if (state.pending.get(stored.seq)?.count !== count) return;
+  state.pending.delete(stored.seq);
+  state.redeliver.set(stored.seq, { dueAt: Date.now(), count });
+  state.wakeup.notify();
+}
+
+/**
+ * One delivery of a stored message, as its handler sees it: one object per delivery, its
+ * settlement methods on the class rather than closures made for each.
+ */
+class MemoryMessage implements BusMessage {
+  /** Only the first settlement of a delivery counts, as with JetStream acks. */
+  private settled = false;
+
+  constructor(
+    readonly state: DurableState,
+    readonly stored: StoredMessage,
+    readonly deliveryCount: number,
+  ) {}
+
+  get subject(): string {
+    return this.stored.subject;
+  }
+
+  get msgId(): string {
+    return this.stored.msgId;
+  }
+
+  get data(): Uint8Array {
+    const stored = this.stored;
+    if (stored.bytes === null) stored.bytes = stored.encode!(stored.value);
+    return stored.bytes;
+  }
+
+  get value(): unknown {
+    return this.stored.encode === null ? undefined : this.stored.value;
+  }
+
+  async ack(): Promise<void> {
+    if (this.settled) return;
+    this.settle();
+    // A late ack (after the ack wait expired) still cancels the queued redelivery.
+    this.dropRedelivery();
+  }
+
+  nak(delayMs?: number): void {
+    if (!this.settle()) return;
+    const dueAt = Date.now() + Math.max(0, delayMs ?? 0);
+    this.state.redeliver.set(this.stored.seq, { dueAt, count: this.deliveryCount });
+    this.state.scheduleWake(dueAt);
+    this.state.wakeup.notify();
+  }
+
+  term(): void {
+    if (this.settled) return;
+    this.settle();
+    this.dropRedelivery();
+  }
+
+  private settle(): Delivery | undefined {
+    if (this.settled) return undefined;
+    this.settled = true;
+    const { state, stored } = this;
+    const delivery = state.pending.get(stored.seq);
+    if (delivery?.count !== this.deliveryCount) return undefined;
+    clearTimeout(delivery.ackTimer);
+    state.pending.delete(stored.seq);
+    return delivery;
+  }
+
+  private dropRedelivery(): void {
+    const { state, stored } = this;
+    if (state.redeliver.get(stored.seq)?.count === this.deliveryCount) state.redeliver.delete(stored.seq);
   }
 }
 

@@ -9,6 +9,34 @@ busContract('memory', async () => {
 });
 
 describe('MemoryBus specifics', () => {
+  it('hands a value published with publishValue to its consumer as is, its bytes made only when read, once', async () => {
+    const bus = new MemoryBus();
+    let encoded = 0;
+    const encode = (v: { n: number }) => {
+      encoded++;
+      return bytes(JSON.stringify(v));
+    };
+    const value = { n: 1 };
+    await bus.publishValue('sig.events.A', value, encode, { msgId: 'v1' });
+    expect((await bus.publishValue('sig.events.A', { n: 2 }, encode, { msgId: 'v1' })).duplicate).toBe(true);
+    await bus.publish('sig.events.A', bytes('plain'), { msgId: 'p1' });
+    const seen: BusMessage[] = [];
+    const consumer = await bus.consume({ durable: 'values', filterSubject: 'sig.events.>' }, async (m) => {
+      seen.push(m);
+      await m.ack();
+    });
+    await waitFor(() => seen.length === 2, 'both messages');
+    await consumer.stop();
+    expect(seen[0]!.value).toBe(value);
+    expect(encoded).toBe(0);
+    expect(new TextDecoder().decode(seen[0]!.data)).toBe('{"n":1}');
+    expect(new TextDecoder().decode(seen[0]!.data)).toBe('{"n":1}');
+    expect(encoded).toBe(1);
+    expect(seen[1]!.value).toBeUndefined();
+    expect(new TextDecoder().decode(seen[1]!.data)).toBe('plain');
+    await bus.close();
+  });
+
   it('forgets a msgId once the duplicate window has passed', async () => {
     const bus = new MemoryBus({ duplicateWindowMs: 50 });
     const first = await bus.publish('sig.events.A', bytes('a'), { msgId: 'x' });

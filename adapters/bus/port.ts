@@ -8,6 +8,19 @@ export interface Bus {
   /** Publishes and resolves once the bus has acknowledged (persisted) the message. */
   publish(subject: string, payload: Uint8Array, options: { msgId: string }): Promise<PublishAck>;
   /**
+   * In-process buses only (absent on the others): publishes `value` itself, acknowledged and
+   * de-duplicated as `publish` is. Its bytes (`encode(value)`) are made only if a consumer reads
+   * `data`; a consumer finds the value as `message.value`, the publisher's own object, which
+   * neither side may change. The relay publishes events so, and the dispatcher in the same process
+   * takes the event it would otherwise have parsed back from the JSON made for it.
+   */
+  publishValue?<T>(
+    subject: string,
+    value: T,
+    encode: (value: T) => Uint8Array,
+    options: { msgId: string },
+  ): Promise<PublishAck>;
+  /**
    * Starts (or resumes) a durable consumer. Messages are handled one at a time per consumer in
    * subject order unless `maxInFlight` > 1; the handler must ack, nak (with an optional delay)
    * or term every message it receives. A handler that throws gets a nak with the default delay.
@@ -72,6 +85,8 @@ export interface BusMessage {
   readonly subject: string;
   readonly msgId: string;
   readonly data: Uint8Array;
+  /** What `publishValue` published (never to be changed); undefined for a message published as bytes. */
+  readonly value?: unknown;
   /** 1 on first delivery, then 2, 3, ... */
   readonly deliveryCount: number;
   ack(): Promise<void>;

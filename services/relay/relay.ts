@@ -295,11 +295,13 @@ export class Relay {
     this.step = 'publish';
     const page = this.queue.slice(0, this.maxInFlight);
     const results = await Promise.allSettled(
-      page.map((event) =>
-        this.bus.publish(eventSubject(event.type, this.subjectPrefix), encodeEvent(event), {
-          msgId: event.id,
-        }),
-      ),
+      page.map((event) => {
+        const subject = eventSubject(event.type, this.subjectPrefix);
+        // An in-process bus takes the event itself: its consumer here needs no JSON of it.
+        return this.bus.publishValue
+          ? this.bus.publishValue(subject, event, encodeEvent, { msgId: event.id })
+          : this.bus.publish(subject, encodeEvent(event), { msgId: event.id });
+      }),
     );
     let acked = 0;
     let failure: unknown = null;

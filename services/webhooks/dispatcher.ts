@@ -216,13 +216,16 @@ export class WebhookDispatcher {
   }
 
   private async onMessage(message: BusMessage): Promise<void> {
-    let recorded: RecordedEvent;
-    try {
-      recorded = JSON.parse(decoder.decode(message.data)) as RecordedEvent;
-    } catch {
-      this.logger.error({ subject: message.subject }, 'unreadable bus message; dropped');
-      message.term();
-      return;
+    // The relay's own event on the in-process bus (shared, read only here), else its JSON.
+    let recorded = message.value as RecordedEvent | undefined;
+    if (recorded === undefined) {
+      try {
+        recorded = JSON.parse(decoder.decode(message.data)) as RecordedEvent;
+      } catch {
+        this.logger.error({ subject: message.subject }, 'unreadable bus message; dropped');
+        message.term();
+        return;
+      }
     }
     const event = parseDomainEvent(recorded);
     if (event === null) {

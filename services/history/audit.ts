@@ -22,9 +22,20 @@ export interface BrokenLink {
   at?: string;
 }
 
+/**
+ * What `verify` found. `rows` is every row the export holds, read to its end; the figures after
+ * `rowsWalked` are of the rows the chain walk checked, which stops at the first broken link.
+ */
 export interface ChainReport {
   ok: boolean;
+  /** The rows read from the export, to its end: those after a broken link or a malformed row too. */
   rows: number;
+  /**
+   * The rows the chain walk checked: every row when the chains hold; else the rows before the first
+   * broken link and that link's own row (not a malformed one's), the rows after it checked only by
+   * what `verify --anchors` and `--data` check, which read every row.
+   */
+  rowsWalked: number;
   streams: number;
   /** Revealed rows whose hash was recomputed from their content. */
   rehashed: number;
@@ -70,6 +81,8 @@ interface OutcomeChain {
  * Walks every market's chain in file order: each row must link to the previous row of its
  * stream, and a revealed row's hash must match its content. Memory: per stream, one verdict
  * hash, the outcome chain's open ends and its last CONSUMED_KEPT links. A file that starts mid-chain (an `after` or `from` export) is checked from its first row of each stream on.
+ * The walk stops at the first broken link; the file is read to its end all the same, to count its
+ * rows (`rows`, against `rowsWalked`) and hand each to onRow.
  *
  * Outcomes form a chain per stream of their own, in the order they were resolved (about the
  * verdicts' order): each outcome's hash is recomputed from the row's outcome columns and its
@@ -88,6 +101,7 @@ export async function verifyRows(
   const report: ChainReport = {
     ok: true,
     rows: 0,
+    rowsWalked: 0,
     streams: 0,
     rehashed: 0,
     streamsStartingMidChain: 0,
@@ -124,6 +138,7 @@ export async function verifyRows(
     [Symbol.asyncIterator]: () => ({ next: () => source.next() }),
   };
   for await (const row of walk) {
+    report.rows++;
     if (row instanceof MalformedRowError) {
       malformed = row;
       break;
@@ -136,7 +151,7 @@ export async function verifyRows(
       broken(moved.at, moved.reason);
       break;
     }
-    report.rows++;
+    report.rowsWalked++;
     const prev = last.get(row.stream);
     if (prev) {
       if (row.revision <= prev.revision) {
@@ -205,10 +220,11 @@ export async function verifyRows(
       break;
     }
   }
-  // The rest of the file, for onRow alone (nothing left when the walk read to the end).
-  if (options.onRow) {
-    for await (const row of source) if (!(row instanceof MalformedRowError)) await options.onRow(row);
-  } else await source.return(undefined);
+  // The rest of the file, counted, and for onRow (nothing left when the walk read to the end).
+  for await (const row of source) {
+    report.rows++;
+    if (options.onRow && !(row instanceof MalformedRowError)) await options.onRow(row);
+  }
   // The stream ended (or a malformed row ended the file) before the row that would tell.
   if (undecided !== null) {
     const moved = blame(undecided, null);

@@ -101,7 +101,7 @@ describe('npm run history', () => {
     expect((await collect(out)).map((r) => r.verdict_id)).toEqual((await served()).map((r) => r.verdict_id));
 
     const report = JSON.parse(await runHistoryCommand(['verify', out], deps()));
-    expect(report).toMatchObject({ ok: true, rows: 120, streams: 3, firstBroken: null });
+    expect(report).toMatchObject({ ok: true, rows: 120, rowsWalked: 120, streams: 3, firstBroken: null });
 
     const live = TrackRecordResponse.parse(
       await (await fetch(`${server.url}/api/track-record?window=30d`)).json(),
@@ -311,11 +311,15 @@ describe('npm run history', () => {
       verdictId: rows[victim]!.verdict_id,
       reason: 'hash does not match the revealed content',
     });
+    // rows: the file's 40, read past the break; rowsWalked: those the chain walk checked, up to
+    // and including the tampered row.
+    expect(report).toMatchObject({ rows: 40, rowsWalked: victim + 1 });
     // Dropping a verdict breaks the next link.
     const gap = join(dir, 'gap.ndjson');
     writeFileSync(gap, [...lines.slice(0, 10), ...lines.slice(11)].join('\n'));
     const gapReport = JSON.parse(await runHistoryCommand(['verify', gap], deps()));
     expect(gapReport.firstBroken).toMatchObject({ verdictId: rows[11]!.verdict_id });
+    expect(gapReport).toMatchObject({ rows: 39, rowsWalked: 11 });
 
     // The real command line (npm run history's tsx, as node's loader: npx and tsx's launcher would
     // add two Node processes per run): exit code 1 on a broken chain, usage errors exit 2.
@@ -501,9 +505,11 @@ describe('npm run history', () => {
       [...lines.slice(0, 7), JSON.stringify({ ...victim, position: -926 }), ...lines.slice(8)].join('\n'),
     );
     const report = JSON.parse(await runHistoryCommand(['verify', malformed], deps()));
+    // Every line of the file is a row read, the malformed one too; the walk checked the 7 before it.
     expect(report).toMatchObject({
       ok: false,
-      rows: 7,
+      rows: lines.length,
+      rowsWalked: 7,
       firstBroken: { at: 'line 8', position: -926, verdictId: victim.verdict_id, stream: victim.stream },
     });
     expect(report.firstBroken.reason).toMatch(/^line 8: malformed position -926 \(/);

@@ -240,10 +240,14 @@ describe('outcomes in the chain', () => {
       const report = await verify(await write(`live-${name}`, 'ndjson', forged));
       expect(report.ok, name).toBe(false);
       expect(report.firstBroken, name).toMatchObject({ position: moved.position, reason });
-      // The rows read end at the one out of order (the row after the moved one, or the moved one):
-      // those after it, read to find its stream's next row, are not counted.
+      // The rows walked end at the one out of order (the row after the moved one, or the moved one):
+      // those after it, read to find its stream's next row, are not counted as walked. The file's
+      // rows are every row it holds.
       const outOfOrder = stream[at + 1]!;
-      expect(report.rows, name).toBe(forged.findIndex((r) => r.verdict_id === outOfOrder.verdict_id) + 1);
+      expect(report.rowsWalked, name).toBe(
+        forged.findIndex((r) => r.verdict_id === outOfOrder.verdict_id) + 1,
+      );
+      expect(report.rows, name).toBe(forged.length);
     }
   });
 

@@ -6,30 +6,40 @@ import {
   RegimeShiftData,
   RiskShiftData,
   ScanDigestData,
+  ScanDigestDataV1,
   SubscriptionDisabledData,
   TradeCallData,
   WebhookEnvelope,
 } from './webhooks.ts';
 
 /**
- * Versioned webhook payloads. A subscription pins `event_version` at creation (the current one
- * unless it asks otherwise) and keeps receiving that version's payloads: a new version is added
- * here beside the old ones, never in place of them. Today every event type has one version, 1.
+ * Versioned webhook payloads. A subscription pins one `event_version` at creation (the current one
+ * unless it asks otherwise) for all its event types, and keeps receiving that version's payloads:
+ * a new version is added here beside the old ones, never in place of them, and covers every event
+ * type (a type it does not change keeps the earlier version's data), so any version a subscription
+ * may pin holds for whichever events it takes, at creation or after a PATCH of `events`.
  */
-export const CURRENT_EVENT_VERSION = 1;
+export const CURRENT_EVENT_VERSION = 2;
 
 export const WEBHOOK_PAYLOADS = {
-  trade_call: { 1: TradeCallData },
-  regime_shift: { 1: RegimeShiftData },
-  scan_digest: { 1: ScanDigestData },
-  subscription_disabled: { 1: SubscriptionDisabledData },
-  risk_shift: { 1: RiskShiftData },
+  trade_call: { 1: TradeCallData, 2: TradeCallData },
+  regime_shift: { 1: RegimeShiftData, 2: RegimeShiftData },
+  scan_digest: { 1: ScanDigestDataV1, 2: ScanDigestData },
+  subscription_disabled: { 1: SubscriptionDisabledData, 2: SubscriptionDisabledData },
+  risk_shift: { 1: RiskShiftData, 2: RiskShiftData },
 } as const satisfies Record<WebhookEventType, Record<number, z.ZodType>>;
 
-/** Every version some event type has. */
-export const EVENT_VERSIONS: readonly number[] = [
-  ...new Set(Object.values(WEBHOOK_PAYLOADS).flatMap((versions) => Object.keys(versions).map(Number))),
-].sort((a, b) => a - b);
+/** What each version changed, as the `webhooks` section says it. */
+export const VERSION_CHANGES: Readonly<Record<number, string>> = {
+  1: 'The first published version.',
+  2: 'Version 1, with `candle_close_time` (Unix seconds) on every scan_digest row; the other event types carry the data of version 1.',
+};
+
+/** The payload versions a subscription may pin: those every event type has. */
+export const EVENT_VERSIONS: readonly number[] = Object.values(WEBHOOK_PAYLOADS)
+  .map((versions) => Object.keys(versions).map(Number))
+  .reduce((common, versions) => common.filter((v) => versions.includes(v)))
+  .sort((a, b) => a - b);
 
 /** The signed delivery body of one event type at one version. */
 export function envelopeSchema(event: WebhookEventType, version: number): z.ZodType {
@@ -101,7 +111,7 @@ export function webhookOpenApi(): Record<string, unknown> {
       webhooks[`${event}.v${version}`] = {
         post: {
           summary: `${event}, payload version ${version}`,
-          description: `Sent to subscriptions of ${event} pinned to event_version ${version}. Signed: X-Service-Signature (hex HMAC-SHA256 of {timestamp}.{rawBody}) and Standard Webhooks headers.`,
+          description: `Sent to subscriptions of ${event} pinned to event_version ${version}${version === CURRENT_EVENT_VERSION ? ' (the default of a new subscription)' : ''}. ${VERSION_CHANGES[version]} Signed: X-Service-Signature (hex HMAC-SHA256 of {timestamp}.{rawBody}) and Standard Webhooks headers.`,
           parameters: DELIVERY_HEADERS.map(({ name, required, description }) => ({
             name,
             in: 'header',

@@ -2,7 +2,13 @@ import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { canonicalJson } from './canonical-json.ts';
-import { webhookOpenApi } from './webhook-schemas.ts';
+import {
+  CURRENT_EVENT_VERSION,
+  EVENT_VERSIONS,
+  VERSION_CHANGES,
+  WEBHOOK_PAYLOADS,
+  webhookOpenApi,
+} from './webhook-schemas.ts';
 
 /**
  * "A receiver never sees its payload change" (services/webhooks/README.md, Versions): a receiver
@@ -24,7 +30,8 @@ function shapeOf(value: unknown): unknown {
   );
 }
 
-function servedShapes(): Record<string, string> {
+/** Each served `<event>.v<version>`'s shape. */
+function servedSchemas(): Record<string, unknown> {
   const { webhooks } = webhookOpenApi() as {
     webhooks: Record<
       string,
@@ -34,9 +41,16 @@ function servedShapes(): Record<string, string> {
   return Object.fromEntries(
     Object.entries(webhooks).map(([name, op]) => [
       name,
-      createHash('sha256')
-        .update(canonicalJson(shapeOf(op.post.requestBody.content['application/json'].schema)))
-        .digest('hex'),
+      shapeOf(op.post.requestBody.content['application/json'].schema),
+    ]),
+  );
+}
+
+function servedShapes(): Record<string, string> {
+  return Object.fromEntries(
+    Object.entries(servedSchemas()).map(([name, shape]) => [
+      name,
+      createHash('sha256').update(canonicalJson(shape)).digest('hex'),
     ]),
   );
 }
@@ -59,6 +73,41 @@ describe('published webhook payload versions', () => {
 
   it('has every served version recorded', () => {
     expect(Object.keys(served).sort()).toEqual(Object.keys(recorded).sort());
+  });
+
+  it('has every version for every event type, so the one a subscription pins covers all its events', () => {
+    for (const versions of Object.values(WEBHOOK_PAYLOADS)) {
+      expect(Object.keys(versions).map(Number)).toEqual([...EVENT_VERSIONS]);
+    }
+    expect(CURRENT_EVENT_VERSION).toBe(Math.max(...EVENT_VERSIONS));
+    for (const version of EVENT_VERSIONS) expect(VERSION_CHANGES[version]).toBeTruthy();
+  });
+
+  it('version 2 is version 1 but for candle_close_time on each scan_digest row', () => {
+    type Shape = {
+      properties: Record<string, Shape> & { event_version: unknown };
+      items?: Shape;
+      required?: string[];
+    };
+    const schemas = servedSchemas() as Record<string, Shape>;
+    for (const event of Object.keys(WEBHOOK_PAYLOADS)) {
+      const v1 = schemas[`${event}.v1`]!;
+      const v2 = structuredClone(schemas[`${event}.v2`]!);
+      expect(v2.properties.event_version).toEqual({ type: 'number', const: 2 });
+      v2.properties.event_version = v1.properties.event_version;
+      if (event === 'scan_digest') {
+        const row = v2.properties.data!.properties.calls!.items!;
+        expect(row.properties.candle_close_time).toEqual({
+          type: 'integer',
+          minimum: expect.any(Number),
+          maximum: expect.any(Number),
+        });
+        expect(row.required).toContain('candle_close_time');
+        delete (row.properties as Record<string, unknown>).candle_close_time;
+        row.required = row.required!.filter((key) => key !== 'candle_close_time');
+      }
+      expect(v2, event).toEqual(v1);
+    }
   });
 
   it('sees a field added to a version (the words alone do not count)', () => {

@@ -109,7 +109,14 @@ export const CreateWebhookRequest = z
   .strictObject({
     ...SUBSCRIPTION_FIELDS,
     /** The payload version to receive, pinned for the subscription's life; the current one by default. */
-    event_version: z.number().int().positive().optional(),
+    event_version: z
+      .number()
+      .int()
+      .positive()
+      .optional()
+      .describe(
+        "The payload version to receive, for every event type of the subscription, pinned for its life: one of GET /api/webhooks/schemas's `<event>.v<version>` (the highest by default); any other is refused (400 INVALID_FIELD)",
+      ),
   })
   .superRefine(settingsRules);
 export type CreateWebhookRequest = z.infer<typeof CreateWebhookRequest>;
@@ -355,6 +362,7 @@ export const RiskShiftData = z.object({
   verify_url: z.url(),
 });
 
+/** One row of a digest (payload version 2 on): a market's latest verdict, ranked. */
 export const DigestCall = z.object({
   rank: z.number().int().positive(),
   coin: z.string(),
@@ -362,6 +370,8 @@ export const DigestCall = z.object({
   confidence: z.number().int(),
   regime: Regime,
   price: z.number(),
+  /** Close time (Unix seconds) of the candle this row's verdict is for, as a trade_call's. */
+  candle_close_time: CandleCloseSeconds,
   /** The VerdictRecorded event behind the call. */
   verdict_id: z.string(),
   /** Forecast σ of the log return over the verdict horizon, percent. */
@@ -388,6 +398,13 @@ export const ScanDigestData = z.object({
   /** Present when `calls` is empty: why, in words. */
   note: z.string().optional(),
 });
+
+/**
+ * Payload version 1 of a digest: its rows carry no `candle_close_time` (the shape published as
+ * `scan_digest.v1`, pinned in webhook-payload-shapes.json).
+ */
+export const DigestCallV1 = DigestCall.omit({ candle_close_time: true });
+export const ScanDigestDataV1 = ScanDigestData.extend({ calls: z.array(DigestCallV1) });
 
 /** One of the key's subscriptions was disabled; delivered to its other subscriptions that ask for it. */
 export const SubscriptionDisabledData = z.object({

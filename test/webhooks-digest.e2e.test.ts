@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { MarketFeed } from '../adapters/market/port.ts';
+import { CURRENT_EVENT_VERSION, envelopeSchema } from '../contracts/webhook-schemas.ts';
 import { verifyWebhook } from '../contracts/webhook-verify.ts';
 import { WebhookEnvelope } from '../contracts/webhooks.ts';
 import { rankMarkets } from '../services/engine/engine.ts';
@@ -213,5 +214,67 @@ describe.runIf(reachable)('a digest’s top-N', () => {
     expect(envelope.data.period_start).toBe(new Date(first + hour).toISOString());
     expect(envelope.data.calls.map((row) => row.verdict_id).sort()).toEqual(fresh.sort());
     expect(envelope.data.skipped).toEqual([]);
+  });
+});
+
+describe.runIf(reachable)('scan digests at the payload version each subscription pinned', () => {
+  let shift = 0;
+  const env = digestStack(() => Date.now() + shift);
+
+  it('version 2 rows name their verdict’s candle close; version 1 rows are the same without it', async () => {
+    const { stack, receiver } = env;
+    const key = await stack.issue();
+    const hour = 3_600_000;
+    const close = Math.floor((Date.now() + hour) / hour) * hour;
+    // Each market's verdict of its own close: the digest's, or a later one.
+    const closeOf = new Map<string, number>();
+    for (const [coin, at] of [
+      ['ETH', close],
+      ['BTC', close + hour],
+      ['SOL', close + 2 * hour],
+    ] as const) {
+      closeOf.set(
+        await appendVerdict(stack.store, { coin, call: 'BUY', confidence: 70, candleCloseTime: at }),
+        at,
+      );
+    }
+    const v1Receiver = await startReceiver(tls);
+    try {
+      const v1 = await stack.request('POST', '/api/webhooks', key, {
+        url: v1Receiver.url,
+        ...HOURLY_DIGEST,
+        event_version: 1,
+      });
+      expect(v1).toMatchObject({ status: 201, body: { event_version: 1 } });
+      const v2 = await createDigest(env, key);
+      expect(v2.body.event_version).toBe(CURRENT_EVENT_VERSION);
+      expect(CURRENT_EVENT_VERSION).toBe(2);
+      shift = hour;
+      await receiver.waitFor(1, 40_000);
+      await v1Receiver.waitFor(1, 40_000);
+
+      const atV2 = receiver.received[0]!;
+      expect(atV2.headers['x-service-event-version']).toBe('2');
+      const body2 = JSON.parse(atV2.body);
+      expect(envelopeSchema('scan_digest', 2).safeParse(body2).success).toBe(true);
+      expect(body2.data.calls).toHaveLength(3);
+      for (const row of body2.data.calls) {
+        expect(row.candle_close_time, row.coin).toBe(closeOf.get(row.verdict_id)! / 1000);
+      }
+
+      const atV1 = v1Receiver.received[0]!;
+      expect(atV1.headers['x-service-event-version']).toBe('1');
+      const body1 = JSON.parse(atV1.body);
+      expect(body1.event_version).toBe(1);
+      expect(envelopeSchema('scan_digest', 1).safeParse(body1).success).toBe(true);
+      expect(body1.data.calls).toHaveLength(3);
+      for (const row of body1.data.calls) expect(row).not.toHaveProperty('candle_close_time');
+      // The same rows: version 1's are version 2's without the close.
+      expect(body1.data.calls).toEqual(
+        body2.data.calls.map(({ candle_close_time: _, ...row }: { candle_close_time: number }) => row),
+      );
+    } finally {
+      await v1Receiver.close();
+    }
   });
 });

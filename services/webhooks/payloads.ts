@@ -1,18 +1,31 @@
+import type { z } from 'zod';
 import { deterministicId } from '../../contracts/deterministic-id.ts';
 import type { EventData } from '../../contracts/events.ts';
 import type { TrackRecordBrief } from '../../contracts/history.ts';
 import type { ScanTradeCallsOutput } from '../../contracts/tools.ts';
-import type { Cadence, WebhookEnvelope } from '../../contracts/webhooks.ts';
+import { EVENT_VERSIONS } from '../../contracts/webhook-schemas.ts';
+import type { Cadence, ScanDigestDataV1, WebhookEnvelope } from '../../contracts/webhooks.ts';
 import { recordedVolatility } from '../engine/recorded-volatility.ts';
 import { defaultCalibration, recordedMeaning } from '../engine/signals/index.ts';
 
+/** A delivery body at a pinned version: the current one's, or version 1's digest (rows without the close). */
+export type PinnedEnvelope =
+  | WebhookEnvelope
+  | (Omit<WebhookEnvelope, 'data'> & { data: z.infer<typeof ScanDigestDataV1> });
+
 /**
- * The envelope in the payload version the subscription pinned. Only version 1 exists; a later
- * version maps `envelope.data` here, per event type, and version 1 subscribers keep theirs.
+ * The envelope in the payload version the subscription pinned (1 for one recorded before versions
+ * were). The builders here make the current version's; an earlier version is the same data with
+ * what it lacks taken out: version 1 has no `candle_close_time` on a digest's rows.
  */
-export function pinnedEnvelope(envelope: WebhookEnvelope, eventVersion: number | undefined): WebhookEnvelope {
+export function pinnedEnvelope(envelope: WebhookEnvelope, eventVersion: number | undefined): PinnedEnvelope {
   const version = eventVersion ?? 1;
-  if (version !== 1) throw new Error(`no payload version ${version} of ${envelope.event}`);
+  if (!EVENT_VERSIONS.includes(version))
+    throw new Error(`no payload version ${version} of ${envelope.event}`);
+  if (version === 1 && envelope.data.type === 'scan_digest') {
+    const calls = envelope.data.calls.map(({ candle_close_time: _v2, ...row }) => row);
+    return { ...envelope, data: { ...envelope.data, calls }, event_version: version };
+  }
   return { ...envelope, event_version: version };
 }
 
@@ -173,6 +186,7 @@ export function scanDigestEnvelope(input: {
         confidence: c.confidence,
         regime: c.regime,
         price: c.price,
+        candle_close_time: c.timestamp,
         verdict_id: c.verdictId,
         expected_move_pct: c.expectedMovePct,
         lean: c.lean,

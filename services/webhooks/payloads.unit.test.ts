@@ -1,10 +1,20 @@
+import { Ajv2020 } from 'ajv/dist/2020.js';
+import addFormats from 'ajv-formats';
 import { describe, expect, it } from 'vitest';
 import type { EventData } from '../../contracts/events.ts';
-import { DELIVERY_HEADERS, envelopeSchema, webhookOpenApi } from '../../contracts/webhook-schemas.ts';
+import {
+  DELIVERY_HEADERS,
+  EVENT_VERSIONS,
+  envelopeSchema,
+  webhookOpenApi,
+} from '../../contracts/webhook-schemas.ts';
 import { EVENT_VERSION_HEADER, SEQUENCE_HEADER, signedHeaders } from '../../contracts/webhook-verify.ts';
 import { WebhookEnvelope } from '../../contracts/webhooks.ts';
+import type { LatestVerdict } from '../../projections/latest-verdicts.ts';
 import { defaultCalibration, ENGINE_VERSION, recordedMeaning } from '../engine/signals/index.ts';
+import { projectedScan } from './digest-scan.ts';
 import {
+  pinnedEnvelope,
   regimeShiftEnvelope,
   riskShiftEnvelope,
   scanDigestEnvelope,
@@ -244,6 +254,98 @@ describe('risk_shift webhook payload', () => {
   });
 });
 
+describe('scan_digest at each payload version', () => {
+  const hour = 3_600_000;
+  const close = Date.UTC(2025, 9, 25, 10);
+  const latest = (coin: string, candleCloseTime: number): LatestVerdict => ({
+    exchange: 'BINANCE',
+    coin,
+    timeframe: '1h',
+    verdictId: crypto.randomUUID(),
+    call: 'HOLD',
+    confidence: 60,
+    score: 0.1,
+    regime: 'ranging',
+    price: 100,
+    candleCloseTime,
+    feed: 'replay',
+    hash: 'a'.repeat(64),
+    expectedMovePct: 1.2,
+    engineVersion: ENGINE_VERSION,
+    regimeShifts: 0,
+  });
+  // Each market's verdict of its own close (the digest's, or a later one): a row's close is its own.
+  const verdicts = [latest('BTC', close), latest('ETH', close + hour), latest('SOL', close + 2 * hour)];
+  const envelope = scanDigestEnvelope({
+    deliveryId: 'd',
+    createdAt: new Date(0).toISOString(),
+    cadence: '1h',
+    periodStart: close,
+    scan: projectedScan(
+      { exchange: 'BINANCE', timeframe: '1h', topN: 3 },
+      {
+        verdicts: Object.fromEntries(verdicts.map((v) => [`BINANCE:${v.coin}:1h`, v])),
+        ranked: verdicts.map((v) => v.coin),
+        volumeOf: () => null,
+        feed: 'replay',
+        now: close + 3 * hour,
+        close,
+      },
+    ),
+  });
+  // The JSON Schema a receiver downloads (GET /api/webhooks/schemas), objects closed to other keys.
+  const published = (version: number) => {
+    const op = (webhookOpenApi() as { webhooks: Record<string, { post: Operation }> }).webhooks[
+      `scan_digest.v${version}`
+    ]!;
+    const ajv = new Ajv2020({ strict: false });
+    addFormats.default(ajv);
+    return ajv.compile(op.post.requestBody.content['application/json'].schema);
+  };
+  const wire = (version: number) => JSON.parse(JSON.stringify(pinnedEnvelope(envelope, version)));
+
+  it('version 2: every row carries the close time of its own verdict, in Unix seconds', () => {
+    const body = wire(2);
+    expect(body.event_version).toBe(2);
+    const validate = published(2);
+    expect(validate(body), JSON.stringify(validate.errors)).toBe(true);
+    expect(body.data.calls).toHaveLength(3);
+    for (const row of body.data.calls as { verdict_id: string; candle_close_time: number }[]) {
+      const of = verdicts.find((v) => v.verdictId === row.verdict_id)!;
+      expect(row.candle_close_time).toBe(of.candleCloseTime / 1000);
+    }
+  });
+
+  it('version 1: the same rows without candle_close_time, valid against the published v1 shape', () => {
+    const body = wire(1);
+    expect(body.event_version).toBe(1);
+    const validate = published(1);
+    expect(validate(body), JSON.stringify(validate.errors)).toBe(true);
+    for (const row of body.data.calls) expect(row).not.toHaveProperty('candle_close_time');
+    // Version 1 refuses a row with the field: a v1 receiver would not accept the v2 body.
+    expect(published(1)(wire(2))).toBe(false);
+    // Only the field differs: the rest of each row, and of the digest, is version 2's.
+    const v2 = wire(2);
+    for (const row of v2.data.calls) delete row.candle_close_time;
+    expect({ ...body, event_version: 2 }).toEqual(v2);
+  });
+
+  it('every other event type is the same at both versions; a version that does not exist is refused', () => {
+    const call = tradeCallEnvelope({
+      deliveryId: 'd',
+      createdAt: new Date(0).toISOString(),
+      verifyUrl: 'https://s.example/v',
+      verdict: verdict({}),
+    });
+    expect(EVENT_VERSIONS).toEqual([1, 2]);
+    expect(pinnedEnvelope(call, 1)).toEqual({ ...call, event_version: 1 });
+    expect(pinnedEnvelope(call, 2)).toEqual({ ...call, event_version: 2 });
+    // A subscription recorded before versions existed receives version 1.
+    expect(pinnedEnvelope(envelope, undefined)).toEqual(pinnedEnvelope(envelope, 1));
+    expect(() => pinnedEnvelope(envelope, 3)).toThrow(/no payload version 3/);
+  });
+});
+
 describe('withSeq', () => {
   const body = JSON.stringify({ event: 'trade_call', delivery_id: 'd-1', created_at: 't', data: { x: 1 } });
 
@@ -263,24 +365,35 @@ type Operation = {
   parameters?: { name: string; in: string; required: boolean; description: string }[];
   requestBody: { content: { 'application/json': { schema: JsonSchema } } };
 };
-type JsonSchema = { properties?: Record<string, JsonSchema>; description?: string; type?: string };
+type JsonSchema = {
+  properties?: Record<string, JsonSchema>;
+  items?: JsonSchema;
+  description?: string;
+  type?: string;
+};
 const operations = () =>
   Object.entries((webhookOpenApi() as { webhooks: Record<string, { post: Operation }> }).webhooks);
 
 describe('the webhooks section of the OpenAPI document', () => {
   it('says candle_close_time is Unix seconds in every payload that carries it', () => {
-    let carried = 0;
+    const carried: string[] = [];
     for (const [name, { post }] of operations()) {
       const data = post.requestBody.content['application/json'].schema.properties!.data!;
-      const rows = [data, ...Object.values(data.properties ?? {}).flatMap((p) => [p])];
+      // The data, its objects, and the rows of its arrays (a digest's calls).
+      const rows = [data, ...Object.values(data.properties ?? {}).flatMap((p) => [p, p.items ?? {}])];
       for (const schema of rows) {
         const close = schema.properties?.candle_close_time;
         if (!close) continue;
-        carried++;
+        carried.push(name);
         expect(close.description, name).toMatch(/Unix seconds/);
       }
     }
-    expect(carried).toBeGreaterThanOrEqual(3);
+    expect(carried.sort()).toEqual(
+      ['regime_shift', 'risk_shift', 'trade_call']
+        .flatMap((e) => [`${e}.v1`, `${e}.v2`])
+        .concat('scan_digest.v2')
+        .sort(),
+    );
   });
 
   it("says whose confidence a regime_shift carries: the verdict's, not the regime label's", () => {

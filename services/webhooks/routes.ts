@@ -207,7 +207,7 @@ const DOCS = {
       201: { description: 'The subscription, with its secret', schema: CreatedWebhook },
       400: fail(
         ['INVALID_FIELD', 'INVALID_URL'],
-        'INVALID_FIELD names the field (a scan_digest venue or timeframe the engine does not record too); INVALID_URL: refused by the SSRF guard',
+        `INVALID_FIELD names the field (a scan_digest venue or timeframe the engine does not record too; an event_version that is no payload version, ${EVENT_VERSIONS.join(' or ')}); INVALID_URL: refused by the SSRF guard`,
       ),
       404: fail(['unknown_coin'], 'A coin in `assets` that no venue the service reads lists'),
       422: fail(

@@ -4,7 +4,7 @@ import { TRADE_CALL_TRACK_RECORD_WINDOW } from '../../contracts/history.ts';
 import type { FeedKind } from '../../contracts/market.ts';
 import type { TradeCallData, WebhookEnvelope } from '../../contracts/webhooks.ts';
 import { periodStart } from './digest-schedule.ts';
-import { pinnedEnvelope } from './payloads.ts';
+import { type PinnedEnvelope, pinnedEnvelope } from './payloads.ts';
 import type { SubscriptionRecord } from './subscription-fold.ts';
 
 /**
@@ -24,7 +24,7 @@ export function sampleEnvelope(
   sub: SubscriptionRecord,
   verifyBaseUrl: string,
   feed: FeedKind,
-): WebhookEnvelope {
+): PinnedEnvelope {
   return pinnedEnvelope(sampleV1(sub, verifyBaseUrl, feed), sub.eventVersion);
 }
 
@@ -132,6 +132,7 @@ function sampleData(
             confidence: 72,
             regime: 'trending-up',
             price: 65_000,
+            candle_close_time: base.candle_close_time,
             verdict_id: '00000000-0000-4000-8000-000000000000',
             expected_move_pct: SAMPLE_EXPECTED_MOVE.expected_move_pct,
             ...SAMPLE_MEANING,

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { EventData } from '../../contracts/events.ts';
+import { CURRENT_EVENT_VERSION, envelopeSchema } from '../../contracts/webhook-schemas.ts';
 import { WebhookEnvelope } from '../../contracts/webhooks.ts';
 import { defaultCalibration, ENGINE_VERSION, recordedMeaning } from '../engine/signals/index.ts';
 import { trackRecordBrief } from '../history/track-record.ts';
@@ -8,7 +9,13 @@ import { sampleEnvelope } from './sample.ts';
 import type { SubscriptionRecord } from './subscription-fold.ts';
 
 const sub = (events: SubscriptionRecord['events'], extra: Partial<SubscriptionRecord> = {}) =>
-  ({ id: 's-1', url: 'https://h.example/x', events, ...extra }) as SubscriptionRecord;
+  ({
+    id: 's-1',
+    url: 'https://h.example/x',
+    events,
+    eventVersion: CURRENT_EVENT_VERSION,
+    ...extra,
+  }) as SubscriptionRecord;
 
 const sample = (s: SubscriptionRecord) =>
   WebhookEnvelope.parse(sampleEnvelope(s, 'https://s.example', 'replay'));
@@ -106,6 +113,7 @@ describe('test deliveries carry every field the real payload carries', () => {
             score: 0.4,
             regime: 'trending-up',
             price: 65_000,
+            timestamp: verdict.candleCloseTime / 1000,
             quoteVolume24h: null,
             verdictId: crypto.randomUUID(),
             expectedMovePct: 1.9,
@@ -121,6 +129,21 @@ describe('test deliveries carry every field the real payload carries', () => {
     if (got.data.type !== 'scan_digest' || real.data.type !== 'scan_digest') throw new Error('not a digest');
     expect(keys(got.data)).toEqual(keys(real.data));
     expect(keys(got.data.calls[0]!)).toEqual(keys(real.data.calls[0]!));
+  });
+
+  it('scan_digest at version 1: rows without candle_close_time, valid against scan_digest.v1', () => {
+    const digest = { exchange: 'BINANCE_SPOT', timeframe: '1h', cadence: '1h', topN: 5 } as const;
+    const v1 = sampleEnvelope(
+      sub(['scan_digest'], { ...digest, eventVersion: 1 }),
+      'https://s.example',
+      'replay',
+    );
+    expect(envelopeSchema('scan_digest', 1).safeParse(v1).success).toBe(true);
+    if (v1.data.type !== 'scan_digest') throw new Error('not a digest');
+    expect(v1.data.calls[0]).not.toHaveProperty('candle_close_time');
+    const v2 = sample(sub(['scan_digest'], digest)).data;
+    if (v2.type !== 'scan_digest') throw new Error('not a digest');
+    expect(v2.calls[0]!.candle_close_time).toEqual(expect.any(Number));
   });
 
   it('every other event type is schema-valid', () => {

@@ -108,7 +108,6 @@ function settingsRules(body: SubscriptionSettings, ctx: z.RefinementCtx): void {
 export const CreateWebhookRequest = z
   .strictObject({
     ...SUBSCRIPTION_FIELDS,
-    /** The payload version to receive, pinned for the subscription's life; the current one by default. */
     event_version: z
       .number()
       .int()

@@ -133,7 +133,8 @@ export function projectedScan(
      * named in skipped, not listed. The engine records every close only for the markets it
      * schedules (SCHEDULE_TOP_N of them), so a wider top_n, or an engine behind or stopped, would
      * otherwise list a verdict days old beside the current ones, its price, call and expected move
-     * read as now: a row's own close (`candle_close_time`) is in payload version 2 only.
+     * read as now (a payload version 1 row names no close of its own; from version 2 on its
+     * `candle_close_time` is that close).
      */
     close?: number;
   },

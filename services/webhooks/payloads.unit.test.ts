@@ -322,8 +322,16 @@ describe('scan_digest at each payload version', () => {
     const validate = published(1);
     expect(validate(body), JSON.stringify(validate.errors)).toBe(true);
     for (const row of body.data.calls) expect(row).not.toHaveProperty('candle_close_time');
-    // Version 1 refuses a row with the field: a v1 receiver would not accept the v2 body.
-    expect(published(1)(wire(2))).toBe(false);
+    // Version 1 refuses a row with the field (the v2 rows under a v1 envelope): a v1 receiver's
+    // validator would not accept it.
+    const validateV1 = published(1);
+    expect(validateV1({ ...wire(2), event_version: 1 })).toBe(false);
+    expect(validateV1.errors).toContainEqual(
+      expect.objectContaining({
+        keyword: 'additionalProperties',
+        params: { additionalProperty: 'candle_close_time' },
+      }),
+    );
     // Only the field differs: the rest of each row, and of the digest, is version 2's.
     const v2 = wire(2);
     for (const row of v2.data.calls) delete row.candle_close_time;

@@ -25,10 +25,15 @@ export function sampleEnvelope(
   verifyBaseUrl: string,
   feed: FeedKind,
 ): PinnedEnvelope {
-  return pinnedEnvelope(sampleV1(sub, verifyBaseUrl, feed), sub.eventVersion);
+  return pinnedEnvelope(sampleAtCurrentVersion(sub, verifyBaseUrl, feed), sub.eventVersion);
 }
 
-function sampleV1(sub: SubscriptionRecord, verifyBaseUrl: string, feed: FeedKind): WebhookEnvelope {
+/** The sample at the current payload version; `sampleEnvelope` pins it to the subscription's. */
+function sampleAtCurrentVersion(
+  sub: SubscriptionRecord,
+  verifyBaseUrl: string,
+  feed: FeedKind,
+): WebhookEnvelope {
   const deliveryId = `test_${randomUUID()}`;
   const created = new Date().toISOString();
   const verify = `${verifyBaseUrl}${SAMPLE_VERIFY_PATH}`;

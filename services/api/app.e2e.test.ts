@@ -174,6 +174,12 @@ describe('HTTP app', () => {
     const long = await fetch(`${url}/${'a'.repeat(8_000)}?q=${'b'.repeat(4_000)}`);
     expect(long.status).toBe(404);
     expect(await long.json()).toEqual({ code: 'NOT_FOUND', message: `no route GET /${'a'.repeat(199)}…` });
+    // Cut inside the escapes of one character (an emoji, 12 characters encoded): it is left out whole,
+    // so the message's path decodes.
+    const emoji = encodeURIComponent('😀');
+    const escaped = await fetch(`${url}/${'a'.repeat(193)}${emoji}`);
+    expect(escaped.status).toBe(404);
+    expect(await escaped.json()).toEqual({ code: 'NOT_FOUND', message: `no route GET /${'a'.repeat(193)}…` });
     // A path it serves with another method: 405, its path echoed as far.
     const wrong = await fetch(`${url}/files/${'c'.repeat(8_000)}`, { method: 'DELETE' });
     expect(wrong.status).toBe(405);

@@ -49,15 +49,42 @@ export const ECHOED_PATH_CHARS = 200;
 /**
  * A request target's path as a refusal echoes it: the query left out (it may carry a token, and
  * names no route), and a path longer than ECHOED_PATH_CHARS cut there with `…` after it, never
- * between the halves of a surrogate pair.
+ * inside a character: not between the halves of a surrogate pair, nor inside a percent-escape or
+ * the escapes of one UTF-8 character (a request line is ASCII, so a path's other characters come
+ * percent-encoded), so the part echoed decodes as the path's first characters.
  */
 export function echoedPath(url: string): string {
   const query = url.indexOf('?');
   const path = query === -1 ? url : url.slice(0, query);
   if (path.length <= ECHOED_PATH_CHARS) return path;
-  const lead = path.charCodeAt(ECHOED_PATH_CHARS - 1);
-  const end = lead >= 0xd800 && lead <= 0xdbff ? ECHOED_PATH_CHARS - 1 : ECHOED_PATH_CHARS;
-  return `${path.slice(0, end)}…`;
+  return `${path.slice(0, echoCut(path))}…`;
+}
+
+/** The byte a percent-escape starting at `at` stands for, or -1 when there is none there. */
+function escapedByte(path: string, at: number): number {
+  if (at < 0 || path[at] !== '%') return -1;
+  const hex = path.slice(at + 1, at + 3);
+  return /^[0-9A-Fa-f]{2}$/.test(hex) ? Number.parseInt(hex, 16) : -1;
+}
+
+/** Where echoedPath cuts a path longer than ECHOED_PATH_CHARS (see there). */
+function echoCut(path: string): number {
+  let end = ECHOED_PATH_CHARS;
+  const last = path.charCodeAt(end - 1);
+  if (last >= 0xd800 && last <= 0xdbff) return end - 1;
+  // A percent-escape the cut would split: cut before its `%`.
+  const percent = path.lastIndexOf('%', end - 1);
+  if (percent !== -1 && percent > end - 3) end = percent;
+  // The escapes of a UTF-8 character the cut would split: cut before its first byte.
+  let at = end - 3;
+  let continuations = 0;
+  while ((escapedByte(path, at) & 0xc0) === 0x80) {
+    continuations++;
+    at -= 3;
+  }
+  const lead = escapedByte(path, at);
+  const length = lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : lead >= 0xc0 ? 2 : 1;
+  return continuations + 1 < length ? at : end;
 }
 
 /** NOT_FOUND's `{detail}` for a request that matches no route: the catalog's words, its path echoed. */

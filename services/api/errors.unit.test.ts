@@ -27,4 +27,26 @@ describe('the path a refusal echoes', () => {
       `/${'a'.repeat(ECHOED_PATH_CHARS - 3)}😀…`,
     );
   });
+
+  it('is never cut inside a percent-escape or the escapes of one UTF-8 character', () => {
+    const pad = (n: number) => `/${'a'.repeat(n - 1)}`;
+    // '%2F' with its '%' or '%2' last before the cut: the escape goes whole.
+    expect(echoedPath(`${pad(ECHOED_PATH_CHARS - 1)}%2Fz`)).toBe(`${pad(ECHOED_PATH_CHARS - 1)}…`);
+    expect(echoedPath(`${pad(ECHOED_PATH_CHARS - 2)}%2Fz`)).toBe(`${pad(ECHOED_PATH_CHARS - 2)}…`);
+    expect(echoedPath(`${pad(ECHOED_PATH_CHARS - 3)}%2Fz`)).toBe(`${pad(ECHOED_PATH_CHARS - 3)}%2F…`);
+    // An emoji's four escapes (12 characters), the cut anywhere inside them: the emoji goes whole.
+    const emoji = encodeURIComponent('😀');
+    for (let inside = 1; inside < emoji.length; inside++) {
+      const before = pad(ECHOED_PATH_CHARS - inside);
+      const echoed = echoedPath(`${before}${emoji}tail`);
+      expect(echoed, `${inside} characters of it before the cut`).toBe(`${before}…`);
+      expect(() => decodeURIComponent(echoed)).not.toThrow();
+    }
+    // Its last escape the last before the cut: it is kept.
+    const kept = pad(ECHOED_PATH_CHARS - emoji.length);
+    expect(echoedPath(`${kept}${emoji}tail`)).toBe(`${kept}${emoji}…`);
+    // A two-byte character (é, %C3%A9) cut after its first byte.
+    const e = pad(ECHOED_PATH_CHARS - 3);
+    expect(echoedPath(`${e}%C3%A9z`)).toBe(`${e}…`);
+  });
 });

@@ -353,7 +353,7 @@ export type ErrorParams = Record<string, string | number>;
 
 /**
  * NOT_FOUND's `{detail}` for a request that matches no route: its method and its path, as far as
- * a refusal echoes it (the query left out, a long path cut: services/api/errors.ts, noRouteMessage).
+ * a refusal echoes it (the query left out, a long path cut: services/api/errors.ts, noRouteDetail).
  */
 export const NO_ROUTE_DETAIL = 'no route {method} {path}';
 

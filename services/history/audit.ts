@@ -23,17 +23,21 @@ export interface BrokenLink {
 }
 
 /**
- * What `verify` found. `rows` is every row the export holds, read to its end; the figures after
- * `rowsWalked` are of the rows the chain walk checked, which stops at the first broken link.
+ * What `verify` found. `rows` is every row the export holds, read to its end; `rowsWalked` and the
+ * figures after it are of the rows the chain walk checked, which stops at the first broken link it
+ * meets.
  */
 export interface ChainReport {
   ok: boolean;
   /** The rows read from the export, to its end: those after a broken link or a malformed row too. */
   rows: number;
   /**
-   * The rows the chain walk checked: every row when the chains hold; else the rows before the first
-   * broken link and that link's own row (not a malformed one's), the rows after it checked only by
-   * what `verify --anchors` and `--data` check, which read every row.
+   * The rows the chain walk checked, in file order. Every row when it met no broken link: the chains
+   * hold, or a link is found open only once the file has been read (an outcome the file lacks, a
+   * split outcome chain). Else the rows up to the one it stopped at: the broken link's own row (not
+   * a malformed one's), or for a recorded_at out of order the row whose stamp fell behind, which is
+   * the moved row or the one after it. The rows after it are checked only by what `verify --anchors`
+   * and `--data` check, which read every row.
    */
   rowsWalked: number;
   streams: number;

@@ -214,6 +214,17 @@ describe('outcomes in the chain', () => {
     });
   }
 
+  it('walks every row when the break is a link found open only at the end of the file (an outcome dropped)', async () => {
+    const victim = middle();
+    const forged = rows.map((r) => (r === victim ? { ...r, ...NO_OUTCOME } : r));
+    const report = await verify(await write('dropped-outcome-counts', 'ndjson', forged));
+    expect(report.firstBroken).toMatchObject({ verdictId: victim.verdict_id });
+    expect(report.firstBroken.reason).toContain('outcome missing');
+    // No row the walk read broke a link: it read them all, those after the row it names too.
+    expect(report).toMatchObject({ ok: false, rows: forged.length, rowsWalked: forged.length });
+    expect(rows.indexOf(victim)).toBeLessThan(rows.length - 1);
+  });
+
   // The fixture's verdicts are a backfill's, recorded within milliseconds of each other; a live
   // stream's are recorded a few seconds after each close, an hour apart on 1h candles.
   it('names the moved row of a live stream, whether its stamp moved later or back', async () => {

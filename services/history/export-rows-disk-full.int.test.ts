@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import { mountSmallDisk } from '../../test/disk-full.ts';
 import { recordHistory } from '../../test/history-harness.ts';
+import { HANG_MS } from '../../test/waits.ts';
 import { ExportRowStore, openVerdictsDb } from './export-row-store.ts';
 
 const disk = mountSmallDisk(4);
@@ -48,7 +49,7 @@ describe.runIf(typeof disk !== 'string' || process.env.CI === 'true')(
       expect(rows.running).toBe(true);
 
       disk.free();
-      await rows.waitFor(head, 60_000);
+      await rows.waitFor(head, HANG_MS);
       expect(rows.error).toBeNull();
       const verdicts = (await store.readAll()).filter((e) => e.type === 'VerdictRecorded').length;
       expect(verdicts).toBeGreaterThan(0);

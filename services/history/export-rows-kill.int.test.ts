@@ -11,6 +11,7 @@ import { deterministicId } from '../../contracts/deterministic-id.ts';
 import { newEvent } from '../../contracts/events.ts';
 import { outcomeStream } from '../../contracts/history.ts';
 import { syntheticMarket, syntheticOutcome, syntheticVerdict } from '../../test/history-harness.ts';
+import { HANG_MS } from '../../test/waits.ts';
 import { verdictStream } from '../engine/verdict-recorder.ts';
 import { ExportRowStore, OUTCOMES_DB, openVerdictsDb } from './export-row-store.ts';
 import { F_ID, fieldOf } from './export-rows.ts';
@@ -143,8 +144,8 @@ describe('export rows in the log environment, killed mid-fold', () => {
       expect(committed(refEnv)).toBeNull();
       await rows.start();
       await ref.start();
-      await rows.waitFor(head, 60_000);
-      await ref.waitFor(head, 60_000);
+      await rows.waitFor(head, HANG_MS);
+      await ref.waitFor(head, HANG_MS);
       expect(rows.checkpoint).toBe(head);
       expect(rows.checkpointId).toBe(ref.checkpointId);
 

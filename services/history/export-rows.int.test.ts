@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { type LmdbEventStore, openLmdbEventStore } from '../../adapters/event-store/lmdb.ts';
 import { HistoryTrailer } from '../../contracts/history.ts';
 import { recordHistory, startHistoryServer } from '../../test/history-harness.ts';
+import { HANG_MS } from '../../test/waits.ts';
 import { ExportRowStore, OLD_DBS, openVerdictsDb, VERDICTS_DB } from './export-row-store.ts';
 import {
   F_ID,
@@ -303,7 +304,7 @@ describe('export rows (stored bytes of each revealed row)', () => {
     raw.putSync(damaged.key, wrong);
     expect(rows.verdictsAfter(0, Number.MAX_SAFE_INTEGER, 1e6)).not.toEqual(before);
     await rows.rebuild();
-    await rows.waitFor(await store.headPosition(), 30_000);
+    await rows.waitFor(await store.headPosition(), HANG_MS);
     const after = rows.verdictsAfter(0, Number.MAX_SAFE_INTEGER, 1e6);
     expect(after).toEqual(before);
     expect(after.map((e) => rows.outcome(fieldOf(e.value, F_ID)) ?? null)).toEqual(outcomes);
@@ -368,7 +369,7 @@ describe('export rows (stored bytes of each revealed row)', () => {
 
     const upgraded = new ExportRowStore(store, store.root);
     await upgraded.start();
-    await upgraded.waitFor(await store.headPosition(), 30_000);
+    await upgraded.waitFor(await store.headPosition(), HANG_MS);
     expect(upgraded.verdictsAfter(0, Number.MAX_SAFE_INTEGER, 1e6)).toEqual(before);
     expect(before.map((e) => upgraded.outcome(fieldOf(e.value, F_ID)) ?? null)).toEqual(outcomes);
     for (const db of old) expect(entries(db)).toBe(0);

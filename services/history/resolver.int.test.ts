@@ -10,6 +10,7 @@ import { OUTCOME_AFTER_CANDLES, outcomeStream } from '../../contracts/history.ts
 import type { Exchange } from '../../contracts/market.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
 import { FIXTURE_START, HOUR, MARKETS, recordHistory, syntheticVerdict } from '../../test/history-harness.ts';
+import { HANG_MS } from '../../test/waits.ts';
 import { resolveOutcome } from './outcome.ts';
 import { type PendingOutcomes, pendingOutcomesProjection } from './projections.ts';
 import { OutcomeResolver } from './resolver.ts';
@@ -72,9 +73,8 @@ async function pendingView(store: EventStore, snapshots = new MemoryProjectionSt
   const runner = new ProjectionRunner(store, snapshots, pendingOutcomesProjection, { logger });
   runners.push(runner);
   await runner.start();
-  // A bound for a hang, not a figure: a view over 50,000 pending verdicts can fold for longer than
-  // waitFor's default 5 s beside other work on 2 cores.
-  await runner.waitFor(await store.headPosition(), 60_000);
+  // A view over 50,000 pending verdicts can fold for longer than waitFor's default 5 s.
+  await runner.waitFor(await store.headPosition(), HANG_MS);
   return runner;
 }
 
@@ -240,16 +240,15 @@ describe('outcome resolver', () => {
       expect(reads).toEqual({ listed: 0, read: 0 });
       for (const m of MARKETS) await engine.getTradeCall(m);
       feed.clock.advance(25 * HOUR);
-      // A bound for a hang, not a figure: the view folds 50,000 pending verdicts here, which can
-      // take longer than waitFor's default 5 s beside other work on 2 cores.
-      await pending.waitFor(await store.headPosition(), 60_000);
+      // The view folds 50,000 pending verdicts here.
+      await pending.waitFor(await store.headPosition(), HANG_MS);
       expect(Object.keys(pending.state.pending)).toHaveLength(50_000 + MARKETS.length);
       Object.assign(reads, { listed: 0, read: 0 });
       expect(await resolver.resolveDue()).toBe(MARKETS.length);
       // None listed; read only by the fold of the outcomes appended meanwhile (one each).
       expect(reads.listed).toBe(0);
       expect(reads.read).toBeLessThanOrEqual(MARKETS.length);
-      await pending.waitFor(await store.headPosition(), 60_000);
+      await pending.waitFor(await store.headPosition(), HANG_MS);
       expect(Object.keys(record)).toHaveLength(50_000);
     } finally {
       pending.state.pending = record;

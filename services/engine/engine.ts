@@ -31,6 +31,7 @@ import {
   type TradeCall,
 } from '../../contracts/tools.ts';
 import { verdictVerifyUrl } from '../../contracts/verify-url.ts';
+import { beforeAbort, WorkSlices } from '../shared/stoppable-work.ts';
 import { keptAnswer } from './answer-revisions.ts';
 import { forEachLimited } from './for-each-limited.ts';
 import { isFresh } from './funding-arb.ts';
@@ -307,9 +308,10 @@ export class SignalEngine implements EngineOperations {
    * not re-read) and say so in their inputs. They are this engine's verdicts, labelled with its
    * version, whichever version recorded the last one on record: after an upgrade the closes missed
    * while no engine ran are recorded by the new engine, so the chain has no hole at the upgrade
-   * and shows it at its first verdict of the new version. Returns how many were recorded. An
-   * aborted `signal` stops it between two records (it throws the signal's reason): what it
-   * recorded is an unbroken run after the last verdict, and the next backfill goes on from there.
+   * and shows it at its first verdict of the new version. Returns how many were recorded. The
+   * candles are fed a slice of work at a time (WorkSlices), and an aborted `signal` stops it at
+   * the next candle, in the warm-up or between two records (it throws the signal's reason): what
+   * it recorded is an unbroken run after the last verdict, and the next backfill goes on from there.
    */
   async backfill(
     market: { exchange: Exchange; coin: string; timeframe: Timeframe },
@@ -326,21 +328,23 @@ export class SignalEngine implements EngineOperations {
     const take = Math.min(missed, MAX_BACKFILL_CANDLES);
     // The feed hands out the newest candles: reach back past the closes after `before` as well.
     const beyond = Math.max(0, Math.round((nowClose - latestClose) / tfMs));
-    const candles = await this.feed.candles(exchange, coin, timeframe, {
-      limit: warmupCandles(timeframe) + take + 1 + beyond,
-    });
+    const candles = await beforeAbort(
+      this.feed.candles(exchange, coin, timeframe, { limit: warmupCandles(timeframe) + take + 1 + beyond }),
+      options.signal,
+    );
     const state = createMarketState({ exchange, coin, timeframe });
     // The band scales the engine saved (at its last run or stop, before the closes missed) go on
     // here too, as in a rebuilt state: the backfilled verdicts' bands are not ones started at 1.
     const saved = await this.states.loadBandScales(marketKey(exchange, coin, timeframe));
     let recorded = 0;
+    const slices = new WorkSlices(options.signal);
     for (const candle of candles) {
+      if (slices.due()) await slices.turn();
       state.update(candle);
       const closeTime = candle.openTime + tfMs;
       if (saved !== null && closeTime === saved.closeTime) state.resumeBandScales(saved);
       if (closeTime <= last.data.candleCloseTime || closeTime >= latestClose) continue;
       if (state.missingForVerdict().length > 0) continue;
-      options.signal?.throwIfAborted();
       const verdict = computeVerdict(state, undefined, this.calibration, { includeReasoning: false });
       await recordVerdict(this.store, verdictDraft(market, verdict, this.feed, 'schedule', true));
       recorded++;
@@ -381,7 +385,8 @@ export class SignalEngine implements EngineOperations {
     signal?: AbortSignal,
   ): Promise<UnsizedTradeCall> {
     const key = marketKey(input.exchange, input.coin, input.timeframe);
-    const state = await this.states.advance(input.exchange, input.coin, input.timeframe);
+    // Stopped during the state's warm-up: it ends at the next candle, and nothing is recorded.
+    const state = await this.states.advance(input.exchange, input.coin, input.timeframe, signal);
     const closeTime = state.lastCloseTime!;
     const cached = this.calls.get(key);
     if (cached && cached.closeTime === closeTime) {

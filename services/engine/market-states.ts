@@ -11,6 +11,7 @@ import {
   TIMEFRAME_MS,
   type Timeframe,
 } from '../../contracts/market.ts';
+import { beforeAbort, WorkSlices } from '../shared/stoppable-work.ts';
 import { createMarketState, ENGINE_VERSION, type MarketState } from './signals/index.ts';
 import type { SavedBandScales } from './signals/market-state.ts';
 import { longestVarianceHalfLife } from './signals/volatility.ts';
@@ -110,8 +111,20 @@ export class MarketStates {
     return this.states.size;
   }
 
-  /** The state advanced to the last candle closed at the feed's now(). */
-  advance(exchange: Exchange, coin: string, timeframe: Timeframe): Promise<MarketState> {
+  /**
+   * The state advanced to the last candle closed at the feed's now(). The candles are fed a slice
+   * of work at a time (WorkSlices), the event loop given its turn between slices. An aborted
+   * `signal` (the scheduler's stop) ends the advance at once, without waiting for the feed's read
+   * under way, or at the next candle: a new state (a warm-up of up to 4,320 candles) is then
+   * dropped, never kept, served or saved, and the next advance builds it again; a kept state stays
+   * at the last candle fed, as if advanced then, and the next advance feeds it from there.
+   */
+  advance(
+    exchange: Exchange,
+    coin: string,
+    timeframe: Timeframe,
+    signal?: AbortSignal,
+  ): Promise<MarketState> {
     const key = marketKey(exchange, coin, timeframe);
     // Already at the last close and nothing advancing it: the state as it is, without a turn of
     // the lock (four promises and a task per call, on every keyed call of a market between its
@@ -147,9 +160,10 @@ export class MarketStates {
       const warmup = warmupCandles(timeframe);
       const fresh = !existing || behind > warmup || reread !== null;
       const state = fresh ? createMarketState({ exchange, coin, timeframe }) : existing;
-      const candles = await this.feed.candles(exchange, coin, timeframe, {
-        limit: fresh ? warmup : behind + 1,
-      });
+      const candles = await beforeAbort(
+        this.feed.candles(exchange, coin, timeframe, { limit: fresh ? warmup : behind + 1 }),
+        signal,
+      );
       // A state on 2h…1d also reads the same market's 1h candles (its fine variance), each fed
       // before the candle holding its close; its earlier candles count their own squared return.
       // Only the risk forecast's next-candle and day rows read them: a venue that fails the 1h
@@ -160,19 +174,22 @@ export class MarketStates {
       // rows stayed unavailable), so the next request builds it again with them.
       let hoursMissing = false;
       const hours = state.readsHours
-        ? await this.hoursOf(
-            exchange,
-            coin,
-            Math.min(FINE_WARMUP_HOURS, fresh ? FINE_WARMUP_HOURS : (behind + 1) * (tfMs / HOUR_MS) + 1),
-          ).catch((err: unknown) => {
-            this.logger?.warn(
-              { err, exchange, coin, timeframe },
-              'market state: 1h candles unavailable, advancing without them',
-            );
-            hoursMissing = true;
-            if (fresh && err instanceof MarketDataError) this.withoutHours.set(state, err);
-            return [];
-          })
+        ? await beforeAbort(
+            this.hoursOf(
+              exchange,
+              coin,
+              Math.min(FINE_WARMUP_HOURS, fresh ? FINE_WARMUP_HOURS : (behind + 1) * (tfMs / HOUR_MS) + 1),
+            ).catch((err: unknown) => {
+              this.logger?.warn(
+                { err, exchange, coin, timeframe },
+                'market state: 1h candles unavailable, advancing without them',
+              );
+              hoursMissing = true;
+              if (fresh && err instanceof MarketDataError) this.withoutHours.set(state, err);
+              return [];
+            }),
+            signal,
+          )
         : [];
       // A new state goes on with the band scales saved at a close of its warm-up, from that close.
       // Saved scales that could not be read (the store out of reach) leave the state kept with
@@ -186,7 +203,9 @@ export class MarketStates {
       let resumed = false;
       let h = 0;
       const seen = fresh ? null : last;
+      const slices = new WorkSlices(signal);
       for (const candle of candles) {
+        if (slices.due()) await slices.turn();
         if (seen === null || candle.openTime + tfMs > seen) {
           h = state.updateHours(hours, h, candle.openTime + tfMs);
           state.update(candle);

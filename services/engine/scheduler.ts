@@ -3,6 +3,7 @@ import type { MarketFeed } from '../../adapters/market/port.ts';
 import type { Config } from '../../contracts/config.ts';
 import { type Exchange, marketKey, type Timeframe } from '../../contracts/market.ts';
 import type { RunFailure } from '../shared/run-failure.ts';
+import { beforeAbort } from '../shared/stoppable-work.ts';
 import { defaultExchange, type SignalEngine, scheduledCoins } from './engine.ts';
 import { forEachLimited } from './for-each-limited.ts';
 import { describeFailure } from './operation-errors.ts';
@@ -77,7 +78,11 @@ export class VerdictScheduler {
   private readonly busy = new Map<Timeframe, Promise<void>>();
   private readonly again = new Set<Timeframe>();
   private stopped = false;
-  /** Aborted by stop(): a run's backfills give way between records instead of finishing. */
+  /**
+   * Aborted by stop(): a run gives way instead of finishing. It stops waiting for the venue's
+   * listing and for a market's candles, and its warm-ups and backfills end at the candle they are
+   * on (MarketStates.advance, SignalEngine.backfill): no verdict of a market cut short is recorded.
+   */
   private stopping = new AbortController();
   /** A failed run (the store away, say) is retried on a timer, not left to the next candle close. */
   private retryTimer: NodeJS.Timeout | null = null;
@@ -138,10 +143,15 @@ export class VerdictScheduler {
     this.stats.lastRunAt = feed.now();
     try {
       const exchanges = this.options.exchanges ?? [this.options.exchange];
-      const lists = await Promise.all(
-        exchanges.map(async (exchange) =>
-          scheduledCoins(await feed.markets(exchange), topN).map((m) => ({ exchange, coin: m.coin })),
+      // The listing can take seconds (the replay reads each coin's finest candle file to rank
+      // them): a stop does not wait for it.
+      const lists = await beforeAbort(
+        Promise.all(
+          exchanges.map(async (exchange) =>
+            scheduledCoins(await feed.markets(exchange), topN).map((m) => ({ exchange, coin: m.coin })),
+          ),
         ),
+        this.stopping.signal,
       );
       await forEachLimited(lists.flat(), this.options.concurrency ?? 16, async ({ exchange, coin }) => {
         if (this.stopped) return;
@@ -180,6 +190,8 @@ export class VerdictScheduler {
       this.lastFailure = null;
       this.retryDelay = this.options.retryMs ?? 1000;
     } catch (err) {
+      // Stopped: no failure of the run, and nothing to retry.
+      if (this.stopping.signal.aborted) return;
       this.lastFailure = { error: err };
       logger?.error({ err, timeframe }, 'scheduled run failed');
       // Closes that pass while the store is away are backfilled, in order, by the retry's calls.

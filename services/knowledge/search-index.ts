@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
-import { setImmediate as turn } from 'node:timers/promises';
 import MiniSearch from 'minisearch';
 import type { SearchResult } from '../../contracts/knowledge.ts';
+import { WorkSlices } from '../shared/stoppable-work.ts';
 import type { Passage } from './passages.ts';
 import { contentTerms, termOf, words } from './text.ts';
 
@@ -46,9 +46,6 @@ export function miniSearchOptions() {
 
 const EXCERPT_WORDS = 40;
 
-/** How long KnowledgeIndex.build works before the event loop has its turn. */
-const BUILD_SLICE_MS = 20;
-
 function requireUniqueIds(passages: Passage[]): void {
   const unique = new Set(passages.map((p) => p.id));
   if (unique.size !== passages.length) throw new Error('knowledge corpus: passage ids must be unique');
@@ -78,22 +75,18 @@ export class KnowledgeIndex {
 
   /**
    * The same index, built a passage at a time with the event loop given its turn every
-   * BUILD_SLICE_MS: the service's corpus takes seconds of CPU on a loaded machine (2.8 s beside
-   * other work), and built in one go it held off every timer, request and signal meanwhile (a
-   * SIGTERM's shutdown timeout fired only once it ended). Aborted by `signal` between passages.
+   * WORK_SLICE_MS (WorkSlices): the service's corpus takes seconds of CPU on a loaded machine (2.8 s
+   * beside other work), and built in one go it held off every timer, request and signal meanwhile
+   * (a SIGTERM's shutdown timeout fired only once it ended). Aborted by `signal` between passages.
    */
   static async build(passages: Passage[], signal?: AbortSignal): Promise<KnowledgeIndex> {
     requireUniqueIds(passages);
     const built = new KnowledgeIndex([]);
-    let sliceStart = performance.now();
+    const slices = new WorkSlices(signal);
     for (const passage of passages) {
-      signal?.throwIfAborted();
+      if (slices.due()) await slices.turn();
       built.hold(passage);
       built.index.add(passage);
-      if (performance.now() - sliceStart >= BUILD_SLICE_MS) {
-        await turn();
-        sliceStart = performance.now();
-      }
     }
     signal?.throwIfAborted();
     built.updateDigest();

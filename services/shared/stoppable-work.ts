@@ -1,0 +1,72 @@
+import { setImmediate as nextTurn } from 'node:timers/promises';
+
+/** How long a long computation works before the event loop has its turn. */
+export const WORK_SLICE_MS = 20;
+
+/**
+ * A long synchronous computation (the knowledge index's build, a market state's warm-up) cut into
+ * slices of WORK_SLICE_MS, the event loop given its turn between them: done in one go, it holds
+ * off every timer, request and signal meanwhile (a SIGTERM's shutdown timeout fired only once the
+ * index was built; a stop during the engine's first round waited for every warm-up under way).
+ * `signal` is checked before every step, so an abort ends the work at the step it finds it at.
+ *
+ *     const slices = new WorkSlices(signal);
+ *     for (const item of items) {
+ *       if (slices.due()) await slices.turn();
+ *       step(item);
+ *     }
+ */
+export class WorkSlices {
+  private since = performance.now();
+
+  /** Throws the signal's reason if it is already aborted: the work does not begin. */
+  constructor(
+    private readonly signal?: AbortSignal,
+    private readonly sliceMs = WORK_SLICE_MS,
+  ) {
+    signal?.throwIfAborted();
+  }
+
+  /**
+   * Before each step: throws the signal's reason once aborted; true once the slice is used up,
+   * when the caller awaits turn() before the step.
+   */
+  due(): boolean {
+    this.signal?.throwIfAborted();
+    return performance.now() - this.since >= this.sliceMs;
+  }
+
+  /** The event loop's turn, then a new slice; throws the signal's reason if it was aborted meanwhile. */
+  async turn(): Promise<void> {
+    await nextTurn();
+    this.signal?.throwIfAborted();
+    this.since = performance.now();
+  }
+}
+
+/**
+ * `work`'s outcome, or the signal's reason once it is aborted first: a stop need not wait for a
+ * read whose answer nothing would use (a venue listing, a market's candles). The read goes on
+ * and its outcome is dropped. Without a signal, `work` itself.
+ */
+export function beforeAbort<T>(work: Promise<T>, signal?: AbortSignal): Promise<T> {
+  if (signal === undefined) return work;
+  if (signal.aborted) {
+    work.catch(() => undefined);
+    return Promise.reject(signal.reason);
+  }
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    work.then(
+      (value) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(value);
+      },
+      (err: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(err);
+      },
+    );
+  });
+}

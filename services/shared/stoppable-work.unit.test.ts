@@ -1,0 +1,63 @@
+import { describe, expect, it } from 'vitest';
+import { beforeAbort, WorkSlices } from './stoppable-work.ts';
+
+describe('WorkSlices', () => {
+  it('does not begin once aborted, and throws at the first step after an abort', () => {
+    const stop = new AbortController();
+    const slices = new WorkSlices(stop.signal);
+    expect(slices.due()).toBe(false);
+    stop.abort();
+    expect(() => slices.due()).toThrow(expect.objectContaining({ name: 'AbortError' }));
+    expect(() => new WorkSlices(stop.signal)).toThrow(expect.objectContaining({ name: 'AbortError' }));
+  });
+
+  it('is due once its slice is used up, and a turn starts the next slice', async () => {
+    const slices = new WorkSlices(undefined, 0);
+    expect(slices.due()).toBe(true);
+    await slices.turn();
+    const long = new WorkSlices(undefined, 60_000);
+    expect(long.due()).toBe(false);
+  });
+
+  it('throws after the turn an abort came in', async () => {
+    const stop = new AbortController();
+    const slices = new WorkSlices(stop.signal, 0);
+    setImmediate(() => stop.abort());
+    const turns = (async () => {
+      for (;;) if (slices.due()) await slices.turn();
+    })();
+    await expect(turns).rejects.toMatchObject({ name: 'AbortError' });
+  });
+});
+
+describe('beforeAbort', () => {
+  it("is the work's outcome while not aborted", async () => {
+    const stop = new AbortController();
+    await expect(beforeAbort(Promise.resolve(7), stop.signal)).resolves.toBe(7);
+    await expect(beforeAbort(Promise.reject(new Error('venue down')), stop.signal)).rejects.toThrow(
+      'venue down',
+    );
+  });
+
+  it('is the abort once aborted first, and the work failing after it is no unhandled rejection', async () => {
+    const stop = new AbortController();
+    let fail!: (err: Error) => void;
+    const work = new Promise<number>((_, reject) => {
+      fail = reject;
+    });
+    const given = beforeAbort(work, stop.signal);
+    stop.abort();
+    await expect(given).rejects.toMatchObject({ name: 'AbortError' });
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      fail(new Error('late'));
+      await expect(beforeAbort(work, stop.signal)).rejects.toMatchObject({ name: 'AbortError' });
+      await new Promise((resolve) => setImmediate(resolve));
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
+    expect(unhandled).toEqual([]);
+  });
+});

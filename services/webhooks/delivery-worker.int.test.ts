@@ -482,6 +482,29 @@ describe('DeliveryWorker', () => {
     receiver.behave = () => ({ status: 200 });
   });
 
+  it("records a 410's disable with the failed deliveries in a row its own outcome closed, not those failing beside it", async () => {
+    const { store, runner, receiver, worker, claim, sub } = await setup(4);
+    receiver.behave = () => ({ status: 410 });
+    const jobs = [];
+    for (let n = 1; n <= 4; n++) jobs.push((await claim(n))!);
+    // The four answered 410 at their one attempt, and their outcomes are recorded together: all
+    // are folded before the first one's disable is written.
+    store.hold();
+    const sent = Promise.all(jobs.map((job) => worker.submit(job)));
+    await receiver.waitFor(4);
+    store.release();
+    await sent;
+    await worker.drained();
+    await runner.waitFor(await store.headPosition());
+    expect(findSubscription(runner.state.subscriptions, sub.id)!.failedDeliveries).toBe(4);
+    const disables = (await store.readStream('webhooks-key-1')).filter(
+      (e) => e.type === 'SubscriptionDisabled',
+    );
+    expect(disables.map((e) => e.data)).toMatchObject([
+      { reason: 'the receiver answered 410 Gone', consecutiveFailures: 1 },
+    ]);
+  });
+
   it('records a delivery whose subscription was disabled before its turn as held: unnumbered, unsent, never retried', async () => {
     const { store, runner, receiver, worker, claim, sub } = await setup(1, new MemoryEventStore());
     const job = (await claim(1))!;

@@ -1192,15 +1192,16 @@ export class DeliveryWorker {
     if (nextAttemptAt !== null) this.onRetryScheduled?.(Date.parse(nextAttemptAt));
     // Held for the master key: nothing was sent, so nothing is said of the endpoint.
     if (result.ok || result.error === SECRET_UNREADABLE) return;
-    // Both judgements read the projection's failed deliveries in a row (a 410's disable records
-    // them as the notice's consecutive_failures): read once this attempt is folded, so it counts.
+    // Both judgements read the projection's failed deliveries in a row: read once this attempt is
+    // folded, so it counts. A 410's disable records them as its fold left them (the notice's
+    // consecutive_failures), not with the deliveries beside it that failed after it.
     await this.deps.runner.waitFor(position, 5_000).catch(() => undefined);
+    const sub = findSubscription(this.deps.runner.state.subscriptions, job.subscription.id);
     const gone = goneReason(result);
     if (gone) {
-      await this.disable(job.subscription, gone);
+      await this.disable(job.subscription, gone, sub?.failedDeliveriesAtGone);
       return;
     }
-    const sub = findSubscription(this.deps.runner.state.subscriptions, job.subscription.id);
     const cause = persistentFailureReason(sub, this.deps.settings, now);
     if (sub && cause) await this.disable(sub, cause.reason, cause.consecutiveFailures);
   }

@@ -1,6 +1,7 @@
 import type { z } from 'zod';
 import type { DomainEvent, EncryptedSecret } from '../../contracts/events.ts';
 import type { WebhookView } from '../../contracts/webhooks.ts';
+import { classifyFailure } from './retry-policy.ts';
 import { EVENT_FILTERS, type EventFilter, heldFilters, wireFiltersOf } from './subscription-filters.ts';
 
 type CreatedData = Extract<DomainEvent, { type: 'SubscriptionCreated' }>['data'];
@@ -28,6 +29,12 @@ export interface SubscriptionRecord extends Omit<CreatedData, 'secret' | 'subscr
   generation: number;
   /** Deliveries in a row that failed every attempt since the last success. */
   failedDeliveries: number;
+  /**
+   * `failedDeliveries` as the first 410 Gone since the last success (or re-enable) left it, that
+   * one counted: what its disable records. Deliveries in flight beside it, failing after it in
+   * the log before the disable is written, are not in it. Absent while no 410 was folded.
+   */
+  failedDeliveriesAtGone?: number;
   /** First failed attempt since the last success (null while healthy). */
   failingSince: string | null;
   lastSuccessAt: string | null;
@@ -219,6 +226,7 @@ export function applySubscriptionEvent(state: SubscriptionState, event: DomainEv
         sub.disabledAt = null;
         sub.disabledReason = null;
         sub.failedDeliveries = 0;
+        delete sub.failedDeliveriesAtGone;
         sub.failingSince = null;
       }
       break;
@@ -227,6 +235,7 @@ export function applySubscriptionEvent(state: SubscriptionState, event: DomainEv
       const sub = findSubscription(state, event.data.subscriptionId);
       if (sub) {
         sub.failedDeliveries = 0;
+        delete sub.failedDeliveriesAtGone;
         sub.failingSince = null;
         sub.lastSuccessAt = event.recordedAt;
       }
@@ -242,6 +251,9 @@ export function applySubscriptionEvent(state: SubscriptionState, event: DomainEv
         // One held for its disabled subscription is not a failed delivery: a re-enable sends it.
         if (event.data.nextAttemptAt === null && event.data.error !== SUBSCRIPTION_DISABLED) {
           sub.failedDeliveries++;
+          if (!event.data.held && classifyFailure(event.data.status) === 'gone') {
+            sub.failedDeliveriesAtGone ??= sub.failedDeliveries;
+          }
         }
       }
       break;

@@ -53,6 +53,23 @@ describe('the subscription fold of delivery outcomes', () => {
     const afterLast = applySubscriptionEvent(state(), final(failed(false), 'timeout after 1000 ms'));
     expect(afterLast.subs['s-1']).toMatchObject({ failingSince: at, failedDeliveries: 1 });
   });
+
+  it('keeps the failed deliveries in a row at the first 410 Gone, that one counted, until a success', () => {
+    const last = (status: number | null) =>
+      ({
+        ...failed(false),
+        data: { ...(failed(false).data as object), nextAttemptAt: null, status },
+      }) as DomainEvent;
+    const fold = (events: DomainEvent[], from = state()) => events.reduce(applySubscriptionEvent, from);
+    const gone = fold([last(500), last(null), last(410), last(410), last(500)]);
+    expect(gone.subs['s-1']).toMatchObject({ failedDeliveries: 5, failedDeliveriesAtGone: 3 });
+    const healed = fold([event('DeliverySucceeded', { deliveryId: 'd-2', subscriptionId: 's-1' })], gone);
+    expect(healed.subs['s-1']!.failedDeliveriesAtGone).toBeUndefined();
+    expect(fold([last(410)], healed).subs['s-1']).toMatchObject({
+      failedDeliveries: 1,
+      failedDeliveriesAtGone: 1,
+    });
+  });
 });
 
 const later = '2031-06-10T13:00:00.000Z';

@@ -81,6 +81,15 @@ export const ERRORS = {
     message:
       "another rotate-secret of this subscription was recorded first: nothing changed and this request holds no new secret (the other request's caller holds the current one); rotate again for a secret of your own, which ends the secret before it at once",
   },
+  // A rotate-secret that lost its append to other changes of the key's subscriptions (an edit, a
+  // disable, another subscription's create) on each of its tries: nothing changed. Retryable: no
+  // other rotation holds a secret it would end.
+  SECRET_ROTATION_RACED: {
+    status: 409,
+    retryable: true,
+    message:
+      "other changes to this key's webhook subscriptions were recorded while this rotate-secret was being recorded: nothing changed, the current secret still signs and this request holds no new secret; send rotate-secret again",
+  },
   SUBSCRIPTION_LIMIT: {
     status: 409,
     retryable: false,

@@ -306,8 +306,8 @@ const DOCS = {
       400: fail(['INVALID_FIELD']),
       404: fail(['NOT_FOUND']),
       409: fail(
-        ['SECRET_ROTATION_CONFLICT', 'CONFLICT'],
-        'Another rotation of this subscription was recorded while this one was made: nothing changed, and that request’s caller holds the newest secret. Rotate again only to get a secret of your own (it ends the secret before it at once). Or another change to the key’s subscriptions won the race (retryable)',
+        ['SECRET_ROTATION_CONFLICT', 'SECRET_ROTATION_RACED'],
+        'Another rotation of this subscription was recorded while this one was made: nothing changed, and that request’s caller holds the newest secret. Rotate again only to get a secret of your own (it ends the secret before it at once). Or other changes to the key’s subscriptions won the race past its retries (SECRET_ROTATION_RACED, retryable): nothing changed, the current secret still signs',
       ),
     },
   }),

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { handleCommand } from '../../adapters/event-store/command.ts';
-import type { EventStore } from '../../adapters/event-store/port.ts';
+import { type EventStore, WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
 import type { EventData } from '../../contracts/events.ts';
 import { CURRENT_EVENT_VERSION } from '../../contracts/webhook-schemas.ts';
 import type { CreateWebhookRequest } from '../../contracts/webhooks.ts';
@@ -87,7 +87,9 @@ export async function reEnableSubscription(
 /**
  * A new secret for the subscription; the previous one keeps signing for `overlapMs` beside it.
  * The new secret is returned once, like at creation. `expected` is the sealed secret read as
- * current: when another rotation was recorded since, nothing is written (SecretRotatedError).
+ * current: when another rotation was recorded since, nothing is written (SecretRotatedError);
+ * when other changes of the key's subscriptions win its append past the retries, nothing is
+ * written either (SECRET_ROTATION_RACED).
  */
 export async function rotateSecret(
   store: EventStore,
@@ -102,7 +104,7 @@ export async function rotateSecret(
 ): Promise<{ secret: string; previousValidUntil: string; position: number }> {
   const secret = generateWebhookSecret();
   const previousValidUntil = new Date((input.now ?? Date.now()) + input.overlapMs).toISOString();
-  const position = await execute(store, input.keyId, {
+  const command: SubscriptionCommand = {
     kind: 'rotate',
     data: {
       subscriptionId: input.subscriptionId,
@@ -110,8 +112,16 @@ export async function rotateSecret(
       previousValidUntil,
     },
     expected: input.expected,
-  });
-  return { secret, previousValidUntil, position };
+  };
+  try {
+    return { secret, previousValidUntil, position: await execute(store, input.keyId, command) };
+  } catch (error) {
+    // Lost to other changes of the key's subscriptions past the retries: told as a rotation's loss
+    // (nothing changed, the current secret still signs), not as a bare race.
+    if (error instanceof WrongExpectedRevisionError)
+      throw new SubscriptionChangedError('SECRET_ROTATION_RACED');
+    throw error;
+  }
 }
 
 /**

@@ -1,12 +1,14 @@
 import { describe, expect, it } from 'vitest';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
+import { ERRORS } from '../../contracts/errors.ts';
 import { SecretBox } from './secret-box.ts';
 import {
   createSubscription,
   rotateSecret,
   SubscriptionChangedError,
   SubscriptionLimitError,
+  updateSubscription,
 } from './subscription-commands.ts';
 import { subscriptionStream } from './subscription-fold.ts';
 
@@ -90,5 +92,65 @@ describe('subscription commands', () => {
     expect(rotations).toHaveLength(1);
     const current = (rotations[0]!.data as { secret: Parameters<SecretBox['open']>[0] }).secret;
     expect(secrets.open(current, created.subscriptionId)).toBe(rival);
+  });
+
+  it('tells a rotation that lost its append to other changes past its retries what happened: nothing changed, send it again', async () => {
+    const store = new MemoryEventStore();
+    const created = await createSubscription(store, {
+      keyId: 'key_d',
+      request,
+      url: 'https://hooks.example.com/a',
+      secrets,
+      maxPerKey: 5,
+    });
+    const [createdEvent] = await store.readStream(subscriptionStream('key_d'));
+    const original = (createdEvent!.data as { secret: Parameters<SecretBox['open']>[0] }).secret;
+    // Before each of the rotation's appends, another request edits the subscription's filters.
+    const racer = Object.create(store) as MemoryEventStore;
+    let edits = 0;
+    racer.append = async (...args: Parameters<MemoryEventStore['append']>) => {
+      const confidence = 50 + edits;
+      edits++;
+      await updateSubscription(
+        store,
+        'key_d',
+        {
+          subscriptionId: created.subscriptionId,
+          url: 'https://hooks.example.com/a',
+          events: ['trade_call'],
+          minConfidence: confidence + 1,
+        },
+        edits === 1
+          ? {
+              subscriptionId: created.subscriptionId,
+              url: 'https://hooks.example.com/a',
+              events: ['trade_call'],
+            }
+          : {
+              subscriptionId: created.subscriptionId,
+              url: 'https://hooks.example.com/a',
+              events: ['trade_call'],
+              minConfidence: confidence,
+            },
+      );
+      return store.append(...args);
+    };
+    const refused = await rotateSecret(racer, {
+      keyId: 'key_d',
+      subscriptionId: created.subscriptionId,
+      secrets,
+      overlapMs: 60_000,
+      expected: original,
+    }).catch((error: unknown) => error);
+    expect(refused).toBeInstanceOf(SubscriptionChangedError);
+    expect(refused).toMatchObject({
+      code: 'SECRET_ROTATION_RACED',
+      statusCode: 409,
+      retryable: true,
+      message: ERRORS.SECRET_ROTATION_RACED.message,
+    });
+    const events = await store.readStream(subscriptionStream('key_d'));
+    expect(events.filter((e) => e.type === 'SubscriptionSecretRotated')).toHaveLength(0);
+    expect(edits).toBeGreaterThan(1);
   });
 });

@@ -56,4 +56,23 @@ describe.runIf(reachable)('scan digests on the replay clock across a dispatcher 
     await receiver.waitFor(3, 40_000);
     expect(periods(receiver)).toEqual([0, 1, 2].map((i) => new Date(next + i * HOUR).toISOString()));
   });
+
+  it('back after several boundaries passed while it was stopped: the current period once, the ones passed meanwhile counted, not sent', async () => {
+    const { stack, receiver, pool } = setup;
+    const clock = (stack.engine.feed as ReplayFeed).clock;
+    const before = periods(receiver);
+    const last = Date.parse(before.at(-1)!);
+    await pool.stopAll();
+    // Stopped across three boundaries (last + 1 h, + 2 h, + 3 h); back within the third one's period.
+    clock.setTime(last + 3 * HOUR + 10 * 60_000);
+    const back = await pool.start();
+    await receiver.waitFor(before.length + 1, 40_000);
+    // Further passes in the same period add nothing: one digest, the current period's.
+    await digestPassed(back);
+    await back.runner.waitFor(await stack.store.headPosition());
+    const digests = Object.values(back.runner.state.log.deliveries).filter((d) => d.event === 'scan_digest');
+    expect(digests).toHaveLength(before.length + 1);
+    expect(periods(receiver)).toEqual([...before, new Date(last + 3 * HOUR).toISOString()]);
+    expect(back.digestPeriodsSkipped()).toBe(2);
+  });
 });

@@ -124,6 +124,8 @@ export function dispatcherComponent(deps: {
   digestsTracked(): { seen: number; fired: number };
   /** Digest passes the running dispatcher has run to their end (see WebhookDispatcher.digestPasses). */
   digestPasses(): number;
+  /** Digest periods the running dispatcher found passed unsent (see WebhookDispatcher.digestPeriodsSkipped). */
+  digestPeriodsSkipped(): number;
 } {
   const { config, adapters, logger } = deps;
   const { settings, runner, agent, worker } = parts(
@@ -151,6 +153,7 @@ export function dispatcherComponent(deps: {
     runner,
     digestsTracked: () => dispatcher?.digestsTracked ?? { seen: 0, fired: 0 },
     digestPasses: () => dispatcher?.digestPasses ?? 0,
+    digestPeriodsSkipped: () => dispatcher?.digestPeriodsSkipped ?? 0,
     async start() {
       if (settings.urlPolicy.addresses.allow.length > 0) {
         logger.warn(

@@ -11,17 +11,19 @@ import type { ProjectionRunner } from '../../projections/runner.ts';
 import type { Trigger } from './delivery-decider.ts';
 import {
   type AttemptRecord,
+  type DeliveryLogState,
   type DeliveryRecord,
   findDelivery,
   heldForDisable,
 } from './delivery-log-fold.ts';
 import type { DeliveryJob, DeliveryWorker } from './delivery-worker.ts';
-import { dueDigests } from './digest-schedule.ts';
+import { dueDigests, skippedPeriods } from './digest-schedule.ts';
 import { type Candidate, largestTopN, matches, recordedAfter } from './matching.ts';
 import { claimNextAttempt } from './next-attempt.ts';
 import {
   deliveryIdFor,
   digestEventId,
+  digestPeriodOf,
   pinnedEnvelope,
   regimeShiftEnvelope,
   riskShiftEnvelope,
@@ -87,11 +89,13 @@ export class WebhookDispatcher {
   private scanned = { checkpoint: -1, nextDue: 0 };
   private digesting: Promise<void> | null = null;
   /**
-   * The delivery id of the latest digest fired per subscription, until the projection has it: only
-   * the current period's digest can be due, so an older one's id need not be kept.
+   * The delivery id and period of the latest digest fired per subscription, until the projection
+   * has it: only the current period's digest can be due, so an older one's need not be kept.
    */
-  private readonly digestsFired = new Map<string, string>();
+  private readonly digestsFired = new Map<string, { deliveryId: string; periodStart: number }>();
   private digestPassCount = 0;
+  /** Digest periods passed unsent (counted as skippedPeriods counts them) before the digests fired. */
+  private digestPeriodsSkippedCount = 0;
   /**
    * Feed time at which each digest subscription was first seen taking digests on its cadence (its
    * `digestSincePosition`: created, or edited to add scan_digest or change the cadence), replay
@@ -580,10 +584,11 @@ export class WebhookDispatcher {
           return first.at;
         }
       : undefined;
-    for (const { sub, periodStart } of dueDigests(Object.values(subscriptions.subs), now, seen)) {
+    for (const { sub, periodStart, since } of dueDigests(Object.values(subscriptions.subs), now, seen)) {
       const eventId = digestEventId(sub.id, periodStart);
       const deliveryId = deliveryIdFor(eventId, sub.id);
-      if (this.digestsFired.get(sub.id) === deliveryId || findDelivery(log, deliveryId)) continue;
+      const fired = this.digestsFired.get(sub.id);
+      if (fired?.deliveryId === deliveryId || findDelivery(log, deliveryId)) continue;
       const input: ScanTradeCallsInput = {
         timeframe: sub.timeframe!,
         exchange: sub.exchange!,
@@ -622,7 +627,27 @@ export class WebhookDispatcher {
         trigger: 'digest',
         body: JSON.stringify(pinnedEnvelope(envelope, sub.eventVersion)),
       });
-      this.digestsFired.set(sub.id, deliveryId);
+      this.digestsFired.set(sub.id, { deliveryId, periodStart });
+      // Periods whose boundary passed while no dispatcher ran, or past a long pass, are not sent
+      // late (dueDigests): said here, for the operator; the subscriber sees `period_start` skip.
+      const skipped = skippedPeriods(
+        sub.cadence!,
+        periodStart,
+        since,
+        fired?.periodStart ?? lastDigestOf(log, sub.id),
+      );
+      if (skipped) {
+        this.digestPeriodsSkippedCount += skipped;
+        this.logger.warn(
+          {
+            subscriptionId: sub.id,
+            cadence: sub.cadence,
+            periodStart: new Date(periodStart).toISOString(),
+            skipped,
+          },
+          'digest periods passed unsent (the dispatcher was stopped or starting, or a pass ran past them); only the current one is sent',
+        );
+      }
       if (job) this.submit(job);
     }
     // A deleted subscription's entries go with it: over a long run of creates and deletes they
@@ -638,10 +663,31 @@ export class WebhookDispatcher {
     return this.digestPassCount;
   }
 
+  /** Digest periods passed unsent before the digests this dispatcher fired, where that is known. */
+  get digestPeriodsSkipped(): number {
+    return this.digestPeriodsSkippedCount;
+  }
+
   /** Subscriptions the digest bookkeeping holds an entry for: first seen (replay clocks), fired. */
   get digestsTracked(): { seen: number; fired: number } {
     return { seen: this.firstSeen.size, fired: this.digestsFired.size };
   }
+}
+
+/**
+ * The period of the subscription's latest digest delivery the log remembers; -Infinity when it
+ * remembers none and keeps every delivery the subscription had (none, or its oldest kept is its
+ * `seq` 1), undefined when older ones may have been dropped.
+ */
+function lastDigestOf(log: DeliveryLogState, subscriptionId: string): number | undefined {
+  const ids = log.bySub[subscriptionId] ?? [];
+  for (let i = ids.length - 1; i >= 0; i--) {
+    const record = findDelivery(log, ids[i]!);
+    const period = record?.event === 'scan_digest' ? digestPeriodOf(subscriptionId, record.eventId) : null;
+    if (period !== null) return period;
+  }
+  const oldest = ids.length === 0 ? undefined : findDelivery(log, ids[0]!);
+  return ids.length === 0 || oldest?.seq === 1 ? Number.NEGATIVE_INFINITY : undefined;
 }
 
 /**

@@ -53,6 +53,12 @@ export function digestEventId(subscriptionId: string, periodStart: number): stri
   return `digest:${subscriptionId}:${new Date(periodStart).toISOString()}`;
 }
 
+/** The period start of one of the subscription's digest event ids (digestEventId); null for another id. */
+export function digestPeriodOf(subscriptionId: string, eventId: string): number | null {
+  const prefix = `digest:${subscriptionId}:`;
+  return eventId.startsWith(prefix) ? Date.parse(eventId.slice(prefix.length)) : null;
+}
+
 export function tradeCallEnvelope(input: {
   deliveryId: string;
   createdAt: string;

@@ -36,7 +36,7 @@ import {
 } from './errors.ts';
 import { intervalsFromGaps } from './funding-series.ts';
 import { LIVE_VENUES, type LiveVenue, parseIntervalHours, unifiedSymbol } from './live-venues.ts';
-import type { CandleQuery, FundingQuery, MarketFeed } from './port.ts';
+import type { CandleQuery, FundingQuery, ListingQuery, MarketFeed } from './port.ts';
 
 /** A WHATWG-style fetch, as ccxt calls a user-supplied `fetchImplementation`. */
 export type FetchImplementation = (
@@ -250,6 +250,8 @@ export class LiveFeed implements MarketFeed {
       let since = end - needed * fromMs;
       const raw: OHLCV[] = [];
       while (since < end) {
+        // Stopped: no page is asked for after it.
+        options.signal?.throwIfAborted();
         const chunk = Math.min(perRequest, Math.ceil((end - since) / fromMs) + 1);
         const page = await this.#call(exchange, `fetchOHLCV ${symbol} ${from}`, () =>
           client.fetchOHLCV(symbol, from, since, chunk),
@@ -367,10 +369,13 @@ export class LiveFeed implements MarketFeed {
     };
   }
 
-  async markets(exchange: Exchange): Promise<MarketInfo[]> {
+  async markets(exchange: Exchange, options: ListingQuery = {}): Promise<MarketInfo[]> {
     const client = this.#client(exchange);
     const venue = LIVE_VENUES[exchange];
+    // Stopped: neither the markets nor the tickers are asked for after it.
+    options.signal?.throwIfAborted();
     const markets = (await this.#markets(exchange)).filter((m) => isServiceMarket(m, venue));
+    options.signal?.throwIfAborted();
     const symbols = markets.map((m) => m.symbol);
     const tickers = await this.#call(exchange, 'fetchTickers', () =>
       // Spot venues list thousands of pairs: ask for all and keep ours rather than a URL that long.

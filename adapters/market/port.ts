@@ -37,7 +37,8 @@ export interface MarketFeed {
    * The last `limit` CLOSED candles (close time = openTime + TIMEFRAME_MS <= `until`, default
    * now()), oldest first. Fewer are returned when less history exists; fewer than `min`
    * (default 1) throws InsufficientHistoryError, as does data that ends before `until`.
-   * `coin` is the base symbol (BTC).
+   * `coin` is the base symbol (BTC). An aborted `options.signal` ends the read at the next file or
+   * request it would start (it throws the signal's reason).
    */
   candles(exchange: Exchange, coin: string, timeframe: Timeframe, options: CandleQuery): Promise<Candle[]>;
 
@@ -50,8 +51,14 @@ export interface MarketFeed {
   /** The next settlement after now() and its interval. */
   nextFunding(exchange: Exchange, coin: string): Promise<NextFunding>;
 
-  /** The venue's markets with 24 h quote volume (feed time) for ranking top-N. */
-  markets(exchange: Exchange): Promise<MarketInfo[]>;
+  /**
+   * The venue's markets with 24 h quote volume (feed time) for ranking top-N. An aborted
+   * `options.signal` ends the listing at the next file or request it would start (it throws the
+   * signal's reason): the replay reads each coin's finest candle file to rank them, and a listing
+   * nobody waits for any more reads no further. A listing cut short answers nothing and keeps
+   * nothing of its own: the next one lists every market again.
+   */
+  markets(exchange: Exchange, options?: ListingQuery): Promise<MarketInfo[]>;
 
   /**
    * Health per venue, as last seen. The live feed also asks a venue that is not up again in the
@@ -73,6 +80,13 @@ export interface CandleQuery {
   limit: number;
   until?: number;
   min?: number;
+  /** Aborted: the read stops before the next file or request (a stop does not wait for it). */
+  signal?: AbortSignal;
+}
+
+export interface ListingQuery {
+  /** Aborted: the listing stops before the next file or request (a stop does not wait for it). */
+  signal?: AbortSignal;
 }
 
 export interface FundingQuery {

@@ -331,6 +331,49 @@ describe('replay feed: funding and markets', () => {
     const early = await manualFeed(HOURLY_START + 2 * H);
     expect((await early.markets('BINANCE'))[0]!.quoteVolume24h).toBeNull();
   });
+
+  it('stops a listing at an abort: no coin file is read past the one under way, and nothing of it is kept', async () => {
+    const dir = await tempCopy(['candles']);
+    const feed = await manualFeed(T, dir);
+    const spot = () => feed.venues().find((v) => v.exchange === 'BINANCE_SPOT')!;
+    const stop = new AbortController();
+    const listing = feed.markets('BINANCE_SPOT', { signal: stop.signal });
+    // Aborted once the first coin's file is read (the venue's last good read is set by it).
+    while (spot().lastOkAt === undefined) await new Promise((resolve) => setImmediate(resolve));
+    stop.abort(new Error('stopping'));
+    const outcome = await listing.then(
+      () => 'listed',
+      (err: unknown) => err,
+    );
+    // Which files the listing read: with the files gone, only a coin whose file was read (and
+    // kept) still answers. The first, and at most the one under way at the abort.
+    await rm(join(dir, 'candles', 'binance-spot'), { recursive: true });
+    const read: string[] = [];
+    for (const coin of COINS) {
+      const answered = await feed.candles('BINANCE_SPOT', coin, '5m', { limit: 1 }).then(
+        () => true,
+        (err: unknown) => {
+          expect(err).toBeInstanceOf(VenueUnavailableError);
+          return false;
+        },
+      );
+      if (answered) read.push(coin);
+    }
+    expect(read.length).toBeGreaterThanOrEqual(1);
+    expect(read.length).toBeLessThanOrEqual(2);
+    expect(outcome).toEqual(new Error('stopping'));
+    // The next listing lists every coin, with the figures of a listing never cut short.
+    await cp(join(SHIPPED_MARKET_DIR, 'candles', 'binance-spot'), join(dir, 'candles', 'binance-spot'), {
+      recursive: true,
+    });
+    const again = await feed.markets('BINANCE_SPOT');
+    expect(again).toEqual(await (await manualFeed()).markets('BINANCE_SPOT'));
+    expect(again.map((m) => m.coin)).toEqual(COINS);
+    // Aborted before it begins, a listing reads nothing.
+    await expect(
+      feed.markets('BINANCE_SPOT', { signal: AbortSignal.abort(new Error('stopped')) }),
+    ).rejects.toThrow('stopped');
+  });
 });
 
 describe('replay clock', () => {

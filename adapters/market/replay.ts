@@ -1,5 +1,6 @@
 import { readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import type { Logger } from 'pino';
 import { OUTCOME_AFTER_CANDLES } from '../../contracts/history.ts';
@@ -28,7 +29,7 @@ import {
   VenueUnavailableError,
 } from './errors.ts';
 import { firstAfter, HOUR_MS, mergeFundingSources, roundToMinute } from './funding-series.ts';
-import type { CandleQuery, FundingQuery, MarketFeed } from './port.ts';
+import type { CandleQuery, FundingQuery, ListingQuery, MarketFeed } from './port.ts';
 import type { ReplayAnchor } from './replay-anchor.ts';
 import { ReplayClock } from './replay-clock.ts';
 import {
@@ -350,13 +351,19 @@ export class ReplayFeed implements MarketFeed {
     const min = options.min ?? 1;
     const until = Math.min(options.until ?? this.now(), this.now());
     const path = files.get(from)!;
+    // Stopped (options.signal): no file is read, series built or seam factor read after it. A
+    // read under way finishes (another caller may share it) and is kept whole.
+    const signal = options.signal;
+    signal?.throwIfAborted();
     const source = await this.#load(exchange, this.#candleCache, path, () => readCandleColumns(path));
+    signal?.throwIfAborted();
     const series =
       from === tf
         ? source
         : await this.#load(exchange, this.#candleCache, `${path}#${tf}`, async () =>
             CandleColumns.from(aggregateCandles(source.slice(), from, tf)),
           );
+    signal?.throwIfAborted();
     const what = `${tf} candles`;
     const sourceEnd =
       source.length === 0
@@ -429,7 +436,17 @@ export class ReplayFeed implements MarketFeed {
     };
   }
 
-  async markets(exchange: Exchange): Promise<MarketInfo[]> {
+  /**
+   * Ranks the coins by their last day's volume, read from each coin's finest candle file (gunzip
+   * and parse, up to some 100 ms a file on the full data set, all of it on the event loop). Before
+   * each file not read yet the event loop has its turn, and an aborted `options.signal` ends the
+   * listing there (it throws the signal's reason): a listing nobody waits for any more (a stopping
+   * scheduler's) reads no further file. The file under way is read whole and kept, as any read is;
+   * the listing itself keeps nothing, so the next one lists every coin.
+   */
+  async markets(exchange: Exchange, options: ListingQuery = {}): Promise<MarketInfo[]> {
+    const signal = options.signal;
+    signal?.throwIfAborted();
     const venue = this.#venue(exchange);
     const coins = [...new Set([...venue.candles.keys(), ...venue.funding.keys()])].sort();
     const now = this.now();
@@ -440,7 +457,13 @@ export class ReplayFeed implements MarketFeed {
       if (files !== undefined) {
         const from = [...files.keys()].sort((a, b) => TIMEFRAME_MS[a] - TIMEFRAME_MS[b])[0]!;
         const path = files.get(from)!;
+        if (!this.#candleCache.has(path)) {
+          await nextTurn();
+          signal?.throwIfAborted();
+        }
         const candles = await this.#load(exchange, this.#candleCache, path, () => readCandleColumns(path));
+        // Past the end of the data, the day's candles need the coin's seam factor (another file).
+        signal?.throwIfAborted();
         const perDay = DAY_MS / TIMEFRAME_MS[from];
         const day = await this.#closed(exchange, coin, candles, from, now, perDay);
         // Estimated as volume × close per candle: the files carry base volume only. A day not

@@ -329,7 +329,10 @@ export class SignalEngine implements EngineOperations {
     // The feed hands out the newest candles: reach back past the closes after `before` as well.
     const beyond = Math.max(0, Math.round((nowClose - latestClose) / tfMs));
     const candles = await beforeAbort(
-      this.feed.candles(exchange, coin, timeframe, { limit: warmupCandles(timeframe) + take + 1 + beyond }),
+      this.feed.candles(exchange, coin, timeframe, {
+        limit: warmupCandles(timeframe) + take + 1 + beyond,
+        signal: options.signal,
+      }),
       options.signal,
     );
     const state = createMarketState({ exchange, coin, timeframe });

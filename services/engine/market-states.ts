@@ -161,7 +161,7 @@ export class MarketStates {
       const fresh = !existing || behind > warmup || reread !== null;
       const state = fresh ? createMarketState({ exchange, coin, timeframe }) : existing;
       const candles = await beforeAbort(
-        this.feed.candles(exchange, coin, timeframe, { limit: fresh ? warmup : behind + 1 }),
+        this.feed.candles(exchange, coin, timeframe, { limit: fresh ? warmup : behind + 1, signal }),
         signal,
       );
       // A state on 2h…1d also reads the same market's 1h candles (its fine variance), each fed

@@ -144,14 +144,18 @@ export class VerdictScheduler {
     try {
       const exchanges = this.options.exchanges ?? [this.options.exchange];
       // The listing can take seconds (the replay reads each coin's finest candle file to rank
-      // them): a stop does not wait for it.
+      // them): a stop does not wait for it, and the listing reads no file past the stop.
+      const signal = this.stopping.signal;
       const lists = await beforeAbort(
         Promise.all(
           exchanges.map(async (exchange) =>
-            scheduledCoins(await feed.markets(exchange), topN).map((m) => ({ exchange, coin: m.coin })),
+            scheduledCoins(await feed.markets(exchange, { signal }), topN).map((m) => ({
+              exchange,
+              coin: m.coin,
+            })),
           ),
         ),
-        this.stopping.signal,
+        signal,
       );
       await forEachLimited(lists.flat(), this.options.concurrency ?? 16, async ({ exchange, coin }) => {
         if (this.stopped) return;

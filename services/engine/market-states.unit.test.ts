@@ -88,6 +88,66 @@ describe('MarketStates.advance', () => {
     expect(f.asked).toHaveLength(2);
   });
 
+  it.each(['1h', '4h'] as const)(
+    'leaves a kept %s state stopped mid-advance at the last candle fed, and the next advance feeds it from there',
+    async (tf) => {
+      const ms = TIMEFRAME_MS[tf];
+      const start = 3_000 * ms + 10;
+      // The same candles, advanced without a stop: what the stopped state must end up as.
+      const whole = candleFeed(start);
+      const reference = new MarketStates(whole.feed);
+      await reference.advance('BINANCE', 'BTC', tf);
+      whole.advanceClock(300 * ms);
+      const expected = await reference.advance('BINANCE', 'BTC', tf);
+
+      const f = candleFeed(start);
+      const stop = new AbortController();
+      // Once counting, the candles of `tf` read then, each counted as the state is fed it (its
+      // close read, the first time): the 100th stops the advance.
+      let counting = false;
+      let fed = 0;
+      const feed = new Proxy(f.feed, {
+        get(target, property) {
+          if (property !== 'candles') return Reflect.get(target, property);
+          return async (...args: Parameters<MarketFeed['candles']>) => {
+            const candles = await target.candles(...args);
+            if (args[2] !== tf || !counting) return candles;
+            return candles.map((candle) => {
+              let read = false;
+              return {
+                ...candle,
+                get close() {
+                  if (!read) {
+                    read = true;
+                    if (++fed === 100) stop.abort();
+                  }
+                  return candle.close;
+                },
+              };
+            });
+          };
+        },
+      });
+      const states = new MarketStates(feed);
+      const kept = await states.advance('BINANCE', 'BTC', tf);
+      const before = kept.candleCount;
+      f.advanceClock(300 * ms);
+      counting = true;
+      await expect(states.advance('BINANCE', 'BTC', tf, stop.signal)).rejects.toMatchObject({
+        name: 'AbortError',
+      });
+      // Stopped while fed its 100th new candle: that one fed whole, none after it.
+      expect(kept.candleCount - before).toBe(100);
+      expect(kept.lastCloseTime).toBe(3_100 * ms);
+      const after = await states.advance('BINANCE', 'BTC', tf);
+      expect(after).toBe(kept);
+      expect(after.lastCloseTime).toBe(expected.lastCloseTime);
+      expect(after.candleCount).toBe(expected.candleCount);
+      expect(after.snapshot()).toEqual(expected.snapshot());
+      expect(after.savedBandScales()).toEqual(expected.savedBandScales());
+    },
+  );
+
   it('advances a 4h state without its 1h candles when the venue fails them, logging why', async () => {
     const H4 = TIMEFRAME_MS['4h'];
     const f = candleFeed(1_000 * H4 + 10, '1h');

@@ -27,10 +27,33 @@ describe("the knowledge index's build", () => {
 
   it('ends at the next passage once aborted', async () => {
     const corpus = await staticCorpus(loadConfig({ NODE_ENV: 'test' }));
+    // Each passage counted the first time the build reads its title (as it indexes it).
+    let indexed = 0;
+    const counted = corpus.map((passage) => {
+      let read = false;
+      return {
+        ...passage,
+        get title() {
+          if (!read) {
+            read = true;
+            indexed++;
+          }
+          return passage.title;
+        },
+      };
+    });
     const stop = new AbortController();
-    const building = KnowledgeIndex.build(corpus, stop.signal);
-    setImmediate(() => stop.abort());
+    let atAbort = -1;
+    const building = KnowledgeIndex.build(counted, stop.signal);
+    setImmediate(() => {
+      atAbort = indexed;
+      stop.abort();
+    });
     await expect(building).rejects.toMatchObject({ name: 'AbortError' });
+    // Built through to its end, it would be refused only then, past every passage.
+    expect(atAbort).toBeGreaterThan(0);
+    expect(indexed).toBe(atAbort);
+    expect(indexed).toBeLessThan(corpus.length);
   });
 
   it("is not waited for by the slice's stop, and a stop during it is no failure of the index", async () => {

@@ -1,3 +1,4 @@
+import { getEventListeners } from 'node:events';
 import { describe, expect, it } from 'vitest';
 import { beforeAbort, WorkSlices } from './stoppable-work.ts';
 
@@ -37,6 +38,15 @@ describe('beforeAbort', () => {
     await expect(beforeAbort(Promise.reject(new Error('venue down')), stop.signal)).rejects.toThrow(
       'venue down',
     );
+  });
+
+  it("leaves no listener on the signal once the work settles: one signal serves a process's every read", async () => {
+    const stop = new AbortController();
+    for (let i = 0; i < 50; i++) {
+      await beforeAbort(Promise.resolve(i), stop.signal);
+      await beforeAbort(Promise.reject(new Error('venue down')), stop.signal).catch(() => undefined);
+    }
+    expect(getEventListeners(stop.signal, 'abort')).toHaveLength(0);
   });
 
   it('is the abort once aborted first, and the work failing after it is no unhandled rejection', async () => {

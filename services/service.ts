@@ -163,9 +163,15 @@ export async function startService(config: Config, roles: Role[], logger: Logger
     const signalEngine = engine;
     let stopping: Promise<void> | null = null;
     let progress: { step: string; since: number; done: string[] } | null = null;
+    // Each step's milliseconds, in the order done: the 'service stopped' line says what a stop waited on.
+    const stepsMs: Record<string, number> = {};
     const step = (name: string) => {
-      if (progress) progress.done.push(progress.step);
-      progress = { step: name, since: performance.now(), done: progress?.done ?? [] };
+      const now = performance.now();
+      if (progress) {
+        progress.done.push(progress.step);
+        stepsMs[progress.step] = Math.round(now - progress.since);
+      }
+      progress = { step: name, since: now, done: progress?.done ?? [] };
     };
     void settleMemory({
       ready: async () => (await readiness.run()).ready,
@@ -201,7 +207,7 @@ export async function startService(config: Config, roles: Role[], logger: Logger
           step('adapters');
           await adapters.close();
           step('done');
-          logger.info('service stopped');
+          logger.info({ stepsMs }, 'service stopped');
         })();
         return stopping;
       },

@@ -123,7 +123,18 @@ describe('the service process', () => {
 
     r.child.kill('SIGTERM');
     expect(await r.exit).toBe(0);
-    expect(r.lines.some((l) => l.msg === 'service stopped')).toBe(true);
+    const stopped = r.lines.find((l) => l.msg === 'service stopped');
+    // Each stop step's milliseconds, in the order done: the listener, the slices in reverse of
+    // their start, the engine, the adapters (no drain: SHUTDOWN_DRAIN_MS is 0).
+    const slices = r.lines.find((l) => l.msg === 'service started')!.slices as string[];
+    const stepsMs = stopped?.stepsMs as Record<string, number>;
+    expect(Object.keys(stepsMs)).toEqual([
+      'http',
+      ...[...slices].reverse().map((name) => `slice:${name}`),
+      'engine',
+      'adapters',
+    ]);
+    for (const ms of Object.values(stepsMs)) expect(ms).toBeGreaterThanOrEqual(0);
 
     // Whatever the scheduler added at start, every projection drained to the head and saved it.
     const reopened = await openLmdbEventStore({ path: join(dataDir, 'events') });

@@ -27,6 +27,13 @@ export interface SubscriptionRecord extends Omit<CreatedData, 'secret' | 'subscr
   disabledReason: string | null;
   /** Re-enables so far: makes each disable a distinct, idempotent fact. */
   generation: number;
+  /**
+   * Since when (recording time and log position) it is active again after its latest disable;
+   * absent while it was never re-enabled. The digest periods it spent disabled were not due, so
+   * they are not counted as skipped (skippedPeriods).
+   */
+  enabledSince?: string;
+  enabledSincePosition?: number;
   /** Deliveries in a row that failed every attempt since the last success. */
   failedDeliveries: number;
   /**
@@ -221,7 +228,11 @@ export function applySubscriptionEvent(state: SubscriptionState, event: DomainEv
       // A revoked key's subscription is not re-enabled by anything (its key cannot ask, and an
       // enable that raced the revocation must not revive it).
       if (sub && revokedAtOf(state, sub.keyId) === undefined) {
-        if (sub.status === 'disabled') sub.generation++;
+        if (sub.status === 'disabled') {
+          sub.generation++;
+          sub.enabledSince = event.recordedAt;
+          sub.enabledSincePosition = event.position;
+        }
         sub.status = 'active';
         sub.disabledAt = null;
         sub.disabledReason = null;

@@ -35,8 +35,10 @@ export function webhookProjectionWith(retention: number): Projection<WebhookStat
     // 7: an edited subscription keeps the filters of its earlier settings (earlierFilters), which a
     // snapshot folded before lacks. 8: a subscription keeps since when it takes digests on its
     // cadence (digestSince, set by a create and by an edit that adds scan_digest or changes the
-    // cadence), which a snapshot folded before lacks.
-    version: 8,
+    // cadence), which a snapshot folded before lacks. 9: a subscription keeps its failed
+    // deliveries in a row at the first 410 Gone (failedDeliveriesAtGone) and since when a
+    // re-enable made it active again (enabledSince), which a snapshot folded before lacks.
+    version: 9,
     eventTypes: [
       ...SUBSCRIPTION_EVENT_TYPES,
       'DeliveryAttempted',

@@ -20,17 +20,21 @@ describe.runIf(reachable)('scan digests on the replay clock across a dispatcher 
   // No digestNow: the dispatchers read the replay feed's own clock, as `npm start` does; the
   // test steps it by hand (the harness opens it stopped). Each dispatcher is started by the test.
   const setup = pooledDispatcherStack('restart', { startDispatcher: false });
+  // The subscription the first case creates, and its key: the cases after it go on with it.
+  let key = '';
+  let subscriptionId = '';
 
   it('a subscription from before the restart gets the digest of the period the restart falls in', async () => {
     const { stack, receiver, pool } = setup;
     const clock = (stack.engine.feed as ReplayFeed).clock;
     const first = await pool.start();
-    const key = await stack.issue();
+    key = await stack.issue();
     const created = await stack.request('POST', '/api/webhooks', key, {
       url: receiver.url,
       ...HOURLY_DIGEST,
     });
     expect(created.status, JSON.stringify(created.body)).toBe(201);
+    subscriptionId = (created.body as { id: string }).id;
     // Seen by the running dispatcher in the period it was created in: its first digest is the next
     // one. Folded first (however slow the host), then a digest pass to note it.
     await first.runner.waitFor(await stack.store.headPosition());
@@ -74,5 +78,25 @@ describe.runIf(reachable)('scan digests on the replay clock across a dispatcher 
     expect(digests).toHaveLength(before.length + 1);
     expect(periods(receiver)).toEqual([...before, new Date(last + 3 * HOUR).toISOString()]);
     expect(back.digestPeriodsSkipped()).toBe(2);
+  });
+
+  it('paused across boundaries and enabled again: the current period at once, the paused ones not counted as skipped', async () => {
+    const { stack, receiver, pool } = setup;
+    const clock = (stack.engine.feed as ReplayFeed).clock;
+    await pool.stopAll();
+    const running = await pool.start();
+    const before = periods(receiver);
+    const last = Date.parse(before.at(-1)!);
+    const paused = await stack.request('POST', `/api/webhooks/${subscriptionId}/disable`, key);
+    expect(paused.status, JSON.stringify(paused.body)).toBe(200);
+    await running.runner.waitFor(await stack.store.headPosition());
+    // Paused across three boundaries, with the dispatcher running: none of them was due.
+    clock.setTime(last + 3 * HOUR + 10 * 60_000);
+    await digestPassed(running);
+    const resumed = await stack.request('POST', `/api/webhooks/${subscriptionId}/enable`, key);
+    expect(resumed.status, JSON.stringify(resumed.body)).toBe(200);
+    await receiver.waitFor(before.length + 1, 40_000);
+    expect(periods(receiver)).toEqual([...before, new Date(last + 3 * HOUR).toISOString()]);
+    expect(running.digestPeriodsSkipped()).toBe(0);
   });
 });

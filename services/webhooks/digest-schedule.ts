@@ -49,20 +49,25 @@ export function dueDigests(
  * The periods of a series (begun at `since`) that passed unsent before the digest of the period
  * at `start`: its boundaries after `lastSent`, the period of the subscription's last digest
  * delivery (-Infinity: it had none), and before `start`. A digest at or before `since` is of an
- * earlier series (another cadence): the count runs from `since` then. Null when it cannot be told:
- * the last digest delivery is not known (undefined), or neither bound is (a subscription from
- * before the dispatcher started, on a replay clock, with no digest delivery).
+ * earlier series (another cadence): the count runs from `since` then. The periods it spent
+ * disabled were not due: after a re-enable at `enabledSince` (-Infinity: never re-enabled) the
+ * count runs from the period the re-enable falls in, which is due at once. Null when it cannot be
+ * told: the last digest delivery is not known (undefined), nor the re-enable's time (null), or no
+ * bound is (a subscription from before the dispatcher started, on a replay clock, with no digest
+ * delivery).
  */
 export function skippedPeriods(
   cadence: Cadence,
   start: number,
   since: number,
   lastSent: number | undefined,
+  enabledSince: number | null = Number.NEGATIVE_INFINITY,
 ): number | null {
-  if (lastSent === undefined) return null;
-  const from = Math.max(since, lastSent);
-  if (!Number.isFinite(from)) return null;
+  if (lastSent === undefined || enabledSince === null) return null;
   const ms = CADENCE_MS[cadence];
+  const beforeEnabled = periodStart(cadence, enabledSince) - ms;
+  const from = Math.max(since, lastSent, beforeEnabled);
+  if (!Number.isFinite(from)) return null;
   const firstAfter = Math.floor(from / ms) * ms + ms;
   return Math.max(0, (start - firstAfter) / ms);
 }

@@ -63,6 +63,13 @@ describe('digest schedule on the feed clock', () => {
     expect(skippedPeriods('4h', t('12:00'), t('10:20'), t('10:00'))).toBe(0);
     expect(skippedPeriods('4h', t('20:00'), t('10:20'), t('10:00'))).toBe(2);
     expect(skippedPeriods('1d', Date.parse('2026-11-25T00:00:00.000Z'), t('10:20'), t('10:20'))).toBe(2);
+    // Disabled from before 11:00 until 14:20: 11:00 to 13:00 were not due, and the 14:00 digest
+    // goes out at the re-enable, so none passed unsent; with no dispatcher from the re-enable
+    // until 17:10, 14:00 to 16:00 did.
+    expect(skippedPeriods('1h', t('14:00'), t('08:00'), t('10:00'), t('14:20'))).toBe(0);
+    expect(skippedPeriods('1h', t('17:00'), t('08:00'), t('10:00'), t('14:20'))).toBe(3);
+    expect(skippedPeriods('1h', t('17:00'), t('08:00'), t('14:00'), t('14:20'))).toBe(2);
+    expect(skippedPeriods('1h', t('17:00'), t('08:00'), t('10:00'), null)).toBeNull();
     // Not known: the last digest delivery is not on record, or neither bound is finite.
     expect(skippedPeriods('1h', t('13:00'), t('10:20'), undefined)).toBeNull();
     expect(skippedPeriods('1h', t('13:00'), Number.NEGATIVE_INFINITY, Number.NEGATIVE_INFINITY)).toBeNull();

@@ -102,6 +102,11 @@ export class WebhookDispatcher {
    * clocks only.
    */
   private readonly firstSeen = new Map<string, { since: number; at: number }>();
+  /**
+   * Feed time at which each re-enabled digest subscription was first seen active again (its
+   * `enabledSincePosition`), replay clocks only: null for a re-enable from before the start.
+   */
+  private readonly enabledSeen = new Map<string, { position: number; at: number | null }>();
   /** The log's head when this dispatcher started: a subscription at or below it predates the start. */
   private headAtStart = Number.POSITIVE_INFINITY;
   private readonly digestScans = new Map<string, Promise<ScanTradeCallsOutput>>();
@@ -588,6 +593,7 @@ export class WebhookDispatcher {
       const eventId = digestEventId(sub.id, periodStart);
       const deliveryId = deliveryIdFor(eventId, sub.id);
       const fired = this.digestsFired.get(sub.id);
+      const enabledSince = this.enabledSince(sub, now);
       if (fired?.deliveryId === deliveryId || findDelivery(log, deliveryId)) continue;
       const input: ScanTradeCallsInput = {
         timeframe: sub.timeframe!,
@@ -630,11 +636,13 @@ export class WebhookDispatcher {
       this.digestsFired.set(sub.id, { deliveryId, periodStart });
       // Periods whose boundary passed while no dispatcher ran, or past a long pass, are not sent
       // late (dueDigests): said here, for the operator; the subscriber sees `period_start` skip.
+      // Those it spent disabled were not due: not counted.
       const skipped = skippedPeriods(
         sub.cadence!,
         periodStart,
         since,
         fired?.periodStart ?? lastDigestOf(log, sub.id),
+        enabledSince,
       );
       if (skipped) {
         this.digestPeriodsSkippedCount += skipped;
@@ -655,7 +663,28 @@ export class WebhookDispatcher {
     const live = this.options.runner.state.subscriptions.subs;
     for (const id of this.firstSeen.keys()) if (!Object.hasOwn(live, id)) this.firstSeen.delete(id);
     for (const id of this.digestsFired.keys()) if (!Object.hasOwn(live, id)) this.digestsFired.delete(id);
+    for (const id of this.enabledSeen.keys()) if (!Object.hasOwn(live, id)) this.enabledSeen.delete(id);
     this.digestPassCount++;
+  }
+
+  /**
+   * Since when the subscription is active again after its latest disable, on the digests' clock
+   * (-Infinity: never re-enabled): its recording time, or on a replay clock the feed time this
+   * dispatcher first saw the re-enable at; null for one recorded before it started there (its
+   * feed time is not known).
+   */
+  private enabledSince(sub: SubscriptionRecord, now: number): number | null {
+    if (sub.enabledSince === undefined || sub.enabledSincePosition === undefined) {
+      return Number.NEGATIVE_INFINITY;
+    }
+    if (!this.options.feedClock) return Date.parse(sub.enabledSince);
+    const position = sub.enabledSincePosition;
+    let seen = this.enabledSeen.get(sub.id);
+    if (seen?.position !== position) {
+      seen = { position, at: position <= this.headAtStart ? null : now };
+      this.enabledSeen.set(sub.id, seen);
+    }
+    return seen.at;
   }
 
   /** Digest passes run to their end (each reads the subscriptions and the feed clock once). */

@@ -388,6 +388,40 @@ describe('live feed: a flaky venue (local server)', () => {
     expect(hits('klines')).toBe(2);
   });
 
+  it('asks nothing after an abort: no markets, page or tickers past it, and its reason thrown', async () => {
+    const { feed } = flakyFeed();
+    const stopped = () => AbortSignal.abort(new Error('stopped'));
+    // Aborted before the read: not even the markets' load its symbol needs.
+    await expect(feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 3, signal: stopped() })).rejects.toThrow(
+      'stopped',
+    );
+    await expect(feed.markets('BINANCE_SPOT', { signal: stopped() })).rejects.toThrow('stopped');
+    expect([...venue.hits.keys()]).toEqual([]);
+    // Aborted while its first page is asked: the second page is never asked for.
+    const stop = new AbortController();
+    venue.fault = (req) => {
+      if (req.path === '/api/v3/klines') stop.abort(new Error('stopping'));
+      return false;
+    };
+    await expect(
+      feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 1800, signal: stop.signal }),
+    ).rejects.toThrow('stopping');
+    expect(hits('klines')).toBe(1);
+    // Aborted while the markets load: the tickers are never asked for.
+    const { feed: other } = flakyFeed();
+    const listing = new AbortController();
+    venue.fault = (req) => {
+      if (req.path === '/api/v3/exchangeInfo') listing.abort(new Error('stopping'));
+      return false;
+    };
+    await expect(other.markets('BINANCE_SPOT', { signal: listing.signal })).rejects.toThrow('stopping');
+    expect(hits('ticker/24hr')).toBe(0);
+    // Without a signal, the same reads answer whole.
+    venue.fault = undefined;
+    expect(await feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 1800 })).toHaveLength(1800);
+    expect((await other.markets('BINANCE_SPOT')).map((m) => m.coin)).toEqual(['BTC', 'ETH', 'SOL']);
+  });
+
   it('asks for the markets again after a failed load, within the retries and after the venue heals', async () => {
     venue.fault = (req, res) =>
       req.path === '/api/v3/exchangeInfo' && (req.n <= 4 || req.n === 6) && reply(res, 503, '{}');

@@ -237,6 +237,8 @@ export class LiveFeed implements MarketFeed {
         `${client.id} has no candles ${target} can be built from`,
       );
     }
+    // Stopped: no request at all, the markets' load (for the symbol) included.
+    options.signal?.throwIfAborted();
     const symbol = await this.#symbol(exchange, coin);
     const now = this.#now();
     const until = Math.min(options.until ?? now, now);

@@ -376,6 +376,34 @@ describe('replay feed: funding and markets', () => {
   });
 });
 
+describe('replay feed: candles given a stop signal', () => {
+  it('reads no file once aborted, and a read cut short leaves what another caller shares whole', async () => {
+    const dir = await tempCopy(['candles']);
+    const feed = await manualFeed(T, dir);
+    const spot = () => feed.venues().find((v) => v.exchange === 'BINANCE_SPOT')!;
+    // Aborted before it begins: no file read.
+    await expect(
+      feed.candles('BINANCE_SPOT', 'BTC', '1h', {
+        limit: 3,
+        signal: AbortSignal.abort(new Error('stopped')),
+      }),
+    ).rejects.toThrow('stopped');
+    expect(spot().lastOkAt).toBeUndefined();
+    // Aborted while its file is read, beside a caller without a signal sharing that read: the
+    // stopped one throws the reason, the other gets the candles a read never stopped gives.
+    const stop = new AbortController();
+    const stopped = feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 3, signal: stop.signal });
+    const shared = feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 3 });
+    stop.abort(new Error('stopping'));
+    await expect(stopped).rejects.toThrow('stopping');
+    const fresh = await (await manualFeed()).candles('BINANCE_SPOT', 'BTC', '1h', { limit: 3 });
+    expect(await shared).toEqual(fresh);
+    // The file read under way at the abort was kept whole: with the files gone, it still answers.
+    await rm(join(dir, 'candles', 'binance-spot'), { recursive: true });
+    expect(await feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 3 })).toEqual(fresh);
+  });
+});
+
 describe('replay clock', () => {
   let wall = 0;
   const wallNow = () => wall;

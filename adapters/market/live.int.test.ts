@@ -416,6 +416,19 @@ describe('live feed: a flaky venue (local server)', () => {
     };
     await expect(other.markets('BINANCE_SPOT', { signal: listing.signal })).rejects.toThrow('stopping');
     expect(hits('ticker/24hr')).toBe(0);
+    // Aborted while a page fails: no retry of it is sent.
+    venue.hits.clear();
+    const retried = new AbortController();
+    venue.fault = (req, res) => {
+      if (req.path !== '/api/v3/klines') return false;
+      retried.abort(new Error('stopping'));
+      return reply(res, 503, '{}');
+    };
+    const { feed: third } = flakyFeed({ retries: 3 });
+    await expect(
+      third.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 3, signal: retried.signal }),
+    ).rejects.toThrow('stopping');
+    expect(hits('klines')).toBe(1);
     // Without a signal, the same reads answer whole.
     venue.fault = undefined;
     expect(await feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 1800 })).toHaveLength(1800);

@@ -252,11 +252,14 @@ export class LiveFeed implements MarketFeed {
       let since = end - needed * fromMs;
       const raw: OHLCV[] = [];
       while (since < end) {
-        // Stopped: no page is asked for after it.
+        // Stopped: no page (nor a retry of one) is asked for after it.
         options.signal?.throwIfAborted();
         const chunk = Math.min(perRequest, Math.ceil((end - since) / fromMs) + 1);
-        const page = await this.#call(exchange, `fetchOHLCV ${symbol} ${from}`, () =>
-          client.fetchOHLCV(symbol, from, since, chunk),
+        const page = await this.#call(
+          exchange,
+          `fetchOHLCV ${symbol} ${from}`,
+          () => client.fetchOHLCV(symbol, from, since, chunk),
+          options.signal,
         );
         const last = page[page.length - 1]?.[0];
         raw.push(...page);
@@ -374,14 +377,17 @@ export class LiveFeed implements MarketFeed {
   async markets(exchange: Exchange, options: ListingQuery = {}): Promise<MarketInfo[]> {
     const client = this.#client(exchange);
     const venue = LIVE_VENUES[exchange];
-    // Stopped: neither the markets nor the tickers are asked for after it.
+    // Stopped: neither the markets nor the tickers (nor a retry of them) are asked for after it.
     options.signal?.throwIfAborted();
     const markets = (await this.#markets(exchange)).filter((m) => isServiceMarket(m, venue));
     options.signal?.throwIfAborted();
     const symbols = markets.map((m) => m.symbol);
-    const tickers = await this.#call(exchange, 'fetchTickers', () =>
+    const tickers = await this.#call(
+      exchange,
+      'fetchTickers',
       // Spot venues list thousands of pairs: ask for all and keep ours rather than a URL that long.
-      venue.kind === 'spot' ? client.fetchTickers() : client.fetchTickers(symbols),
+      () => (venue.kind === 'spot' ? client.fetchTickers() : client.fetchTickers(symbols)),
+      options.signal,
     );
     return markets
       .map((m) => {
@@ -468,8 +474,16 @@ export class LiveFeed implements MarketFeed {
     };
   }
 
-  /** Runs one venue request with retries, records the venue's health and maps ccxt errors. */
-  async #call<T>(exchange: Exchange, what: string, request: () => Promise<T>): Promise<T> {
+  /**
+   * Runs one venue request with retries, records the venue's health and maps ccxt errors. An
+   * aborted `signal` (a read nobody waits for any more) sends no retry: it throws the reason.
+   */
+  async #call<T>(
+    exchange: Exchange,
+    what: string,
+    request: () => Promise<T>,
+    signal?: AbortSignal,
+  ): Promise<T> {
     const endpoint = `${exchange} ${what.split(' ')[0]}`;
     let retries: number | undefined;
     for (let attempt = 0; ; attempt++) {
@@ -530,6 +544,7 @@ export class LiveFeed implements MarketFeed {
           // Lifts only its own pause: a longer one another request met meanwhile (a 418) stays.
           if (paused !== undefined && this.#pausedUntil.get(exchange) === paused)
             this.#pausedUntil.delete(exchange);
+          signal?.throwIfAborted();
           continue;
         }
         if (transient) {

@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import { describe, expect, it } from 'vitest';
 import type { MarketFeed } from '../../adapters/market/port.ts';
 import { type Candle, TIMEFRAME_MS, type Timeframe } from '../../contracts/market.ts';
+import { onFirstRead } from '../../test/first-read.ts';
 import { MarketStates } from './market-states.ts';
 
 const HOUR = TIMEFRAME_MS['1h'];
@@ -112,19 +113,11 @@ describe('MarketStates.advance', () => {
           return async (...args: Parameters<MarketFeed['candles']>) => {
             const candles = await target.candles(...args);
             if (args[2] !== tf || !counting) return candles;
-            return candles.map((candle) => {
-              let read = false;
-              return {
-                ...candle,
-                get close() {
-                  if (!read) {
-                    read = true;
-                    if (++fed === 100) stop.abort();
-                  }
-                  return candle.close;
-                },
-              };
-            });
+            return candles.map((candle) =>
+              onFirstRead(candle, 'close', () => {
+                if (++fed === 100) stop.abort();
+              }),
+            );
           };
         },
       });

@@ -4,6 +4,7 @@ import { openReplayFeed, type ReplayFeed } from '../../adapters/market/replay.ts
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import type { EventData } from '../../contracts/events.ts';
 import { type Candle, marketKey } from '../../contracts/market.ts';
+import { onFirstRead } from '../../test/first-read.ts';
 import { SignalEngine } from './engine.ts';
 import { bandScalesName } from './market-states.ts';
 import { VerdictScheduler } from './scheduler.ts';
@@ -58,37 +59,20 @@ describe('VerdictScheduler over the replayed real data', () => {
     let total = 0;
     let fedAtStop: number | null = null;
     let stopped: Promise<void> | undefined;
-    const counted = (market: string, candle: Candle): Candle => {
-      let read = false;
-      return {
-        ...candle,
-        get close() {
-          if (!read) {
-            read = true;
-            fed.get(market)!.read += 1;
-            // The stop comes in the middle of the first warm-up.
-            if (++total === 100) {
-              fedAtStop = total;
-              stopped = scheduler.stop();
-            }
-          }
-          return candle.close;
-        },
-      };
-    };
-    const counting = new Proxy(replay, {
-      get(target, property) {
-        if (property === 'candles') {
-          return async (...args: Parameters<ReplayFeed['candles']>) => {
-            const market = marketKey(args[0], args[1], args[2]);
-            const candles = await target.candles(...args);
-            fed.set(market, { read: 0, of: candles.length });
-            return candles.map((c) => counted(market, c));
-          };
+    const counted = (market: string, candle: Candle): Candle =>
+      onFirstRead(candle, 'close', () => {
+        fed.get(market)!.read += 1;
+        // The stop comes in the middle of the first warm-up.
+        if (++total === 100) {
+          fedAtStop = total;
+          stopped = scheduler.stop();
         }
-        const value = Reflect.get(target, property);
-        return typeof value === 'function' ? value.bind(target) : value;
-      },
+      });
+    const counting = overriding(replay, 'candles', async (...args) => {
+      const market = marketKey(args[0], args[1], args[2]);
+      const candles = await replay.candles(...args);
+      fed.set(market, { read: 0, of: candles.length });
+      return candles.map((c) => counted(market, c));
     });
     const store = new MemoryEventStore();
     const bandScales = new MemoryProjectionStore();
@@ -144,18 +128,10 @@ describe('VerdictScheduler over the replayed real data', () => {
     feed = await openReplayFeed({ run: false });
     const replay = feed;
     let listed = 0;
-    const counting = new Proxy(replay, {
-      get(target, property) {
-        if (property === 'markets') {
-          return async (...args: Parameters<ReplayFeed['markets']>) => {
-            const markets = await target.markets(...args);
-            listed += 1;
-            return markets;
-          };
-        }
-        const value = Reflect.get(target, property);
-        return typeof value === 'function' ? value.bind(target) : value;
-      },
+    const counting = overriding(replay, 'markets', async (...args) => {
+      const markets = await replay.markets(...args);
+      listed += 1;
+      return markets;
     });
     const store = new MemoryEventStore();
     const engine = new SignalEngine({ feed: counting, store });
@@ -180,3 +156,18 @@ describe('VerdictScheduler over the replayed real data', () => {
     expect(next.stats).toMatchObject({ verdicts: 3, skipped: 0, lastError: null });
   });
 });
+
+/** The replay feed with one of its methods replaced, the others its own (bound to it). */
+function overriding<K extends 'candles' | 'markets'>(
+  replay: ReplayFeed,
+  name: K,
+  method: ReplayFeed[K],
+): ReplayFeed {
+  return new Proxy(replay, {
+    get(target, property) {
+      if (property === name) return method;
+      const value = Reflect.get(target, property);
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
+}

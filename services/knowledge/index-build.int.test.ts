@@ -4,6 +4,7 @@ import { MemoryCache } from '../../adapters/cache/memory.ts';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import { loadConfig } from '../../contracts/config.ts';
+import { onFirstRead } from '../../test/first-read.ts';
 import type { KeyedAccess } from '../metering/caller.ts';
 import { staticCorpus } from './corpus.ts';
 import { knowledgeModule } from './module.ts';
@@ -29,19 +30,11 @@ describe("the knowledge index's build", () => {
     const corpus = await staticCorpus(loadConfig({ NODE_ENV: 'test' }));
     // Each passage counted the first time the build reads its title (as it indexes it).
     let indexed = 0;
-    const counted = corpus.map((passage) => {
-      let read = false;
-      return {
-        ...passage,
-        get title() {
-          if (!read) {
-            read = true;
-            indexed++;
-          }
-          return passage.title;
-        },
-      };
-    });
+    const counted = corpus.map((passage) =>
+      onFirstRead(passage, 'title', () => {
+        indexed++;
+      }),
+    );
     const stop = new AbortController();
     let atAbort = -1;
     const building = KnowledgeIndex.build(counted, stop.signal);

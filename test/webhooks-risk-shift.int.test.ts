@@ -2,7 +2,7 @@ import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openReplayFeed } from '../adapters/market/replay.ts';
 import type { Timeframe } from '../contracts/market.ts';
-import { envelopeSchema } from '../contracts/webhook-schemas.ts';
+import { CURRENT_EVENT_VERSION, envelopeSchema } from '../contracts/webhook-schemas.ts';
 import { verifyWebhook } from '../contracts/webhook-verify.ts';
 import { rankMarkets, SignalEngine } from '../services/engine/engine.ts';
 import { volatilityDecile } from '../services/engine/risk-shift.ts';
@@ -110,7 +110,7 @@ describe.runIf(reachable)('risk_shift webhooks', () => {
 
     const envelopes = byCoin.r.received.map((got) => {
       const body = JSON.parse(got.body);
-      expect(envelopeSchema('risk_shift', 1).safeParse(body).success).toBe(true);
+      expect(envelopeSchema('risk_shift', CURRENT_EVENT_VERSION).safeParse(body).success).toBe(true);
       expect(verifyWebhook({ secret: byCoin.secret, headers: got.headers, rawBody: got.body }).ok).toBe(true);
       expect(() =>
         new Webhook(byCoin.secret.slice('whsec_'.length)).verify(got.body, got.headers),
@@ -118,7 +118,7 @@ describe.runIf(reachable)('risk_shift webhooks', () => {
       expect(got.headers['x-service-event']).toBe('risk_shift');
       expect(got.headers['x-service-delivery']).toBe(body.delivery_id);
       expect(got.headers['x-service-sequence']).toBe(String(body.seq));
-      expect(got.headers['x-service-event-version']).toBe('1');
+      expect(got.headers['x-service-event-version']).toBe(String(CURRENT_EVENT_VERSION));
       return body;
     });
     expect(envelopes.map((e) => e.seq).sort()).toEqual([1, 2, 3]);
@@ -236,7 +236,7 @@ describe.runIf(reachable)('risk_shift webhooks', () => {
     const body = JSON.parse(got.body);
     expect(body).toMatchObject({ event: 'risk_shift', test: true, data: { type: 'risk_shift', to: 'top' } });
     expect(body.seq).toBeUndefined();
-    expect(envelopeSchema('risk_shift', 1).safeParse(body).success).toBe(true);
+    expect(envelopeSchema('risk_shift', CURRENT_EVENT_VERSION).safeParse(body).success).toBe(true);
     expect(verifyWebhook({ secret, headers: got.headers, rawBody: got.body }).ok).toBe(true);
   });
 });

@@ -101,7 +101,7 @@ export class WebhookDispatcher {
    * `digestSincePosition`: created, or edited to add scan_digest or change the cadence), replay
    * clocks only.
    */
-  private readonly firstSeen = new Map<string, { since: number; at: number }>();
+  private readonly firstSeen = new Map<string, { position: number; at: number }>();
   /**
    * Feed time at which each re-enabled digest subscription was first seen active again (its
    * `enabledSincePosition`), replay clocks only: null for a re-enable from before the start.
@@ -579,15 +579,8 @@ export class WebhookDispatcher {
     // the feed time it first saw that. One recorded before this dispatcher started existed before it: a restart (the replay
     // clock runs on meanwhile, anchored in the log) must not skip the period it comes back in.
     const seen = this.options.feedClock
-      ? (sub: { id: string; digestSincePosition: number }) => {
-          const since = sub.digestSincePosition;
-          let first = this.firstSeen.get(sub.id);
-          if (first?.since !== since) {
-            first = { since, at: since <= this.headAtStart ? Number.NEGATIVE_INFINITY : now };
-            this.firstSeen.set(sub.id, first);
-          }
-          return first.at;
-        }
+      ? (sub: { id: string; digestSincePosition: number }) =>
+          this.feedTimeSeen(this.firstSeen, sub.id, sub.digestSincePosition, now, Number.NEGATIVE_INFINITY)
       : undefined;
     for (const { sub, periodStart, since } of dueDigests(Object.values(subscriptions.subs), now, seen)) {
       const eventId = digestEventId(sub.id, periodStart);
@@ -678,13 +671,27 @@ export class WebhookDispatcher {
       return Number.NEGATIVE_INFINITY;
     }
     if (!this.options.feedClock) return Date.parse(sub.enabledSince);
-    const position = sub.enabledSincePosition;
-    let seen = this.enabledSeen.get(sub.id);
-    if (seen?.position !== position) {
-      seen = { position, at: position <= this.headAtStart ? null : now };
-      this.enabledSeen.set(sub.id, seen);
+    return this.feedTimeSeen(this.enabledSeen, sub.id, sub.enabledSincePosition, now, null);
+  }
+
+  /**
+   * On a replay clock, the feed time this dispatcher first saw a subscription's record at
+   * `position` (a digest series' start, a re-enable) in `seen`; `beforeStart` for a record from
+   * before this dispatcher started, whose feed time is not known.
+   */
+  private feedTimeSeen<T>(
+    seen: Map<string, { position: number; at: number | T }>,
+    id: string,
+    position: number,
+    now: number,
+    beforeStart: T,
+  ): number | T {
+    let first = seen.get(id);
+    if (first?.position !== position) {
+      first = { position, at: position <= this.headAtStart ? beforeStart : now };
+      seen.set(id, first);
     }
-    return seen.at;
+    return first.at;
   }
 
   /** Digest passes run to their end (each reads the subscriptions and the feed clock once). */

@@ -13,6 +13,16 @@ import { maskUrlCredentials } from './mask-url.ts';
  */
 /** Whole numbers are written in decimal digits: `0x50` or `1e3` is refused, not read as 80 or 1000. */
 const decimal = z.string().regex(/^\d+$/, 'a whole number in decimal digits').transform(Number);
+/** A fraction or a rate, in decimal digits with an optional point (`0.5`, `.5`, `600`): not `0x1`, `1e0` or blank. */
+const decimalNumber = z
+  .string()
+  .regex(/^(\d+(\.\d*)?|\.\d+)$/, 'a number in decimal digits, such as 0.5')
+  .transform(Number);
+/** A time as Unix ms in decimal digits, or an ISO 8601 date-time. */
+const instant = z.union(
+  [decimal.pipe(z.number().int().positive()), z.iso.datetime().transform((s) => Date.parse(s))],
+  { error: 'an ISO 8601 date-time such as 2025-10-01T00:00:00Z, or Unix milliseconds in decimal digits' },
+);
 const port = decimal.pipe(z.number().int().min(0).max(65_535));
 const positiveInt = decimal.pipe(z.number().int().positive());
 const nonNegativeInt = decimal.pipe(z.number().int().min(0));
@@ -59,6 +69,31 @@ function urlSetting(
   });
 }
 const httpUrl = urlSetting(['http', 'https'], 'https://host.example');
+
+/**
+ * A comma-separated list whose entries must each match `entry` (or be `*`): ALLOWED_HOSTS and
+ * ALLOWED_ORIGINS are compared as written with what a request sends, so an entry that can never
+ * match one (`https://signals.example.com` as a host, `https://app.example.com/` as an origin)
+ * stops the start naming the variable instead of refusing every request 403 later.
+ */
+function listSetting(entry: RegExp, expected: string) {
+  return z.string().superRefine((raw, ctx) => {
+    const entries = raw
+      .split(',')
+      .map((e) => e.trim())
+      .filter((e) => e.length > 0);
+    const bad = entries.filter((e) => e !== '*' && !entry.test(e));
+    if (bad.length > 0) {
+      ctx.addIssue({
+        code: 'custom',
+        message:
+          entries.length === 1
+            ? expected
+            : `${expected}; ${bad.map((e) => JSON.stringify(e)).join(', ')} ${bad.length === 1 ? 'is' : 'are'} not`,
+      });
+    }
+  });
+}
 
 /**
  * OAUTH_JWKS: the authorization server's private signing keys, read when its first request comes.
@@ -342,9 +377,9 @@ export const ConfigSchema = z
      * Copies of the bus stream across a JetStream cluster (1 on a lone server; 3 survives the loss
      * of any one node). Used when the stream is created; an existing stream with fewer is raised.
      */
-    NATS_STREAM_REPLICAS: z.coerce.number().int().min(1).max(5).default(1),
+    NATS_STREAM_REPLICAS: decimal.pipe(z.number().int().min(1).max(5)).default(1),
     /** Copies of each durable consumer's state; 0 inherits the stream's replicas. */
-    NATS_CONSUMER_REPLICAS: z.coerce.number().int().min(0).max(5).default(0),
+    NATS_CONSUMER_REPLICAS: decimal.pipe(z.number().int().min(0).max(5)).default(0),
     /**
      * How long a start waits for NATS (servers down, a cluster electing its leader) before it
      * gives up with the last error; meanwhile it logs each retry.
@@ -379,19 +414,15 @@ export const ConfigSchema = z
      * Replay acceleration: feed milliseconds per wall millisecond (3600 = an hour a second). 0
      * holds the replay clock still (tests that want fixed figures); refused in production.
      */
-    REPLAY_SPEED: z.coerce.number().nonnegative().default(600),
+    REPLAY_SPEED: decimalNumber.default(600),
     /** Replay start, ISO time or Unix ms; default 31 days before the data ends (1d outcomes due before it ends). */
-    REPLAY_START: z
-      .union([z.coerce.number().int().positive(), z.iso.datetime().transform((s) => Date.parse(s))])
-      .optional(),
+    REPLAY_START: instant.optional(),
     /**
      * Wall time (ISO or Unix ms) at which the replay clock stood at REPLAY_START: every process
      * of a deployment then shares one clock. Unset, the first process records it in the event
      * log and the others (and every restart) adopt it.
      */
-    REPLAY_ANCHOR: z
-      .union([z.coerce.number().int().positive(), z.iso.datetime().transform((s) => Date.parse(s))])
-      .optional(),
+    REPLAY_ANCHOR: instant.optional(),
     LIVE_EXCHANGES: z
       .string()
       .transform((s) => s.split(',').map((x) => x.trim().toUpperCase()))
@@ -414,7 +445,7 @@ export const ConfigSchema = z
       .pipe(z.array(Exchange).min(1))
       .optional(),
     /** The scheduled markets: the venue's top N by open interest or volume. */
-    SCHEDULE_TOP_N: z.coerce.number().int().min(1).max(100).default(20),
+    SCHEDULE_TOP_N: decimal.pipe(z.number().int().min(1).max(100)).default(20),
 
     /**
      * Pay-per-call (x402): the receiving address. Unset outside production, quotes are served on
@@ -533,7 +564,7 @@ export const ConfigSchema = z
     RATE_LIMIT_FREE: positiveInt.default(300),
     RATE_LIMIT_STARTER: positiveInt.default(1_200),
     RATE_LIMIT_PRO: positiveInt.default(6_000),
-    RATE_LIMIT_TOOL_SHARE: z.coerce.number().gt(0).max(1).default(0.5),
+    RATE_LIMIT_TOOL_SHARE: decimalNumber.pipe(z.number().gt(0).max(1)).default(0.5),
     /**
      * The OAuth sign-in paths and their discovery documents, per caller (a client address) and
      * window, counted apart from the product budgets above.
@@ -579,9 +610,15 @@ export const ConfigSchema = z
     /** An MCP session with no request for this long is closed (clients often never send DELETE). */
     MCP_SESSION_IDLE_MS: positiveInt.default(15 * 60_000),
     /** DNS-rebinding guard: Host names (port ignored) the API answers on; `*` turns the check off. */
-    ALLOWED_HOSTS: z.string().default('localhost,127.0.0.1,[::1]'),
+    ALLOWED_HOSTS: listSetting(
+      /^([A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\.?|\[[0-9A-Fa-f:.]+\])$/,
+      'host names as a Host header names them, without scheme, port or path (such as signals.example.com,localhost), comma-separated, or *',
+    ).default('localhost,127.0.0.1,[::1]'),
     /** Browser origins allowed to call /mcp and /api/keys (CORS); empty = none, `*` = any. */
-    ALLOWED_ORIGINS: z.string().default(''),
+    ALLOWED_ORIGINS: listSetting(
+      /^[A-Za-z][A-Za-z0-9+.-]*:\/\/([A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*|\[[0-9A-Fa-f:.]+\])(:\d{1,5})?$/,
+      'browser origins as a browser sends them, scheme://host[:port] without a path or trailing slash (such as https://app.example.com), comma-separated, or *',
+    ).default(''),
     /**
      * The domain (host[:port]) a Sign-In with Ethereum message must name to get a free key. When
      * unset, the host of PUBLIC_BASE_URL, else it follows PORT (`localhost:<PORT>`), see loadConfig.
@@ -640,6 +677,17 @@ export const ConfigSchema = z
     WEBHOOK_ALLOWED_PORTS: z
       .string()
       .regex(/^(\*|\d{1,5}(-\d{1,5})?(,\d{1,5}(-\d{1,5})?)*)$/, 'ports and ranges, comma-separated, or *')
+      // The pattern lets 99999 or 9000-8000 through: refused here naming the variable, not by the
+      // webhooks slice's start with a line that does not name it.
+      .refine(
+        (spec) =>
+          spec === '*' ||
+          spec.split(',').every((part) => {
+            const [lo, hi = lo] = part.split('-').map(Number);
+            return lo !== undefined && hi !== undefined && lo >= 1 && hi <= 65_535 && lo <= hi;
+          }),
+        'ports 1-65535, and each range low-high, comma-separated, or *',
+      )
       .default('443'),
     /**
      * TEST ONLY: CIDRs webhooks may reach despite the SSRF guard (e.g. 127.0.0.1/32 for a local
@@ -652,7 +700,7 @@ export const ConfigSchema = z
       .regex(/^\d+(ms|s|m|h|d)?(,\d+(ms|s|m|h|d)?)*$/, 'durations such as 0,5s,5m,30m,2h')
       .default('0,5s,5m,30m,2h,5h,10h,10h'),
     /** Each retry delay is varied by up to this fraction either way. */
-    WEBHOOK_RETRY_JITTER: z.coerce.number().min(0).max(1).default(0.2),
+    WEBHOOK_RETRY_JITTER: decimalNumber.pipe(z.number().min(0).max(1)).default(0.2),
     /** A receiver's Retry-After is honoured up to this many ms. */
     WEBHOOK_RETRY_AFTER_MAX_MS: positiveInt.default(3_600_000),
     /** A subscription is disabled after this many consecutive deliveries failed every attempt... */

@@ -62,6 +62,26 @@ describe('loadConfig', () => {
     [{ PORT: '0x50' }, 'PORT'],
     [{ PORT: '8e3' }, 'PORT'],
     [{ BODY_LIMIT_BYTES: '0x400' }, 'BODY_LIMIT_BYTES'],
+    // Every number is read in decimal digits: no hex, exponent or blank read as a number (a blank
+    // REPLAY_SPEED was 0, the replay clock held still).
+    [{ NATS_STREAM_REPLICAS: '0x3' }, 'NATS_STREAM_REPLICAS'],
+    [{ NATS_STREAM_REPLICAS: ' 2' }, 'NATS_STREAM_REPLICAS'],
+    [{ NATS_CONSUMER_REPLICAS: '0x0' }, 'NATS_CONSUMER_REPLICAS'],
+    [{ SCHEDULE_TOP_N: '1e1' }, 'SCHEDULE_TOP_N'],
+    [{ REPLAY_SPEED: ' ' }, 'REPLAY_SPEED'],
+    [{ REPLAY_SPEED: '0x10' }, 'REPLAY_SPEED'],
+    [{ REPLAY_START: '1e12' }, 'REPLAY_START'],
+    [{ REPLAY_ANCHOR: '0x10' }, 'REPLAY_ANCHOR'],
+    [{ RATE_LIMIT_TOOL_SHARE: '5e-1' }, 'RATE_LIMIT_TOOL_SHARE'],
+    [{ WEBHOOK_RETRY_JITTER: '0x1' }, 'WEBHOOK_RETRY_JITTER'],
+    // A port no URL can name, a range upside down: refused here, not by the webhooks slice's start.
+    [{ WEBHOOK_ALLOWED_PORTS: '99999' }, 'WEBHOOK_ALLOWED_PORTS'],
+    [{ WEBHOOK_ALLOWED_PORTS: '443,9000-8000' }, 'WEBHOOK_ALLOWED_PORTS'],
+    // Entries no request's Host or Origin can ever equal: every /mcp call refused 403 otherwise.
+    [{ ALLOWED_HOSTS: 'https://signals.example.com' }, 'ALLOWED_HOSTS'],
+    [{ ALLOWED_HOSTS: 'localhost,signals.example.com:443' }, 'ALLOWED_HOSTS'],
+    [{ ALLOWED_ORIGINS: 'https://app.example.com/' }, 'ALLOWED_ORIGINS'],
+    [{ ALLOWED_ORIGINS: 'app.example.com' }, 'ALLOWED_ORIGINS'],
     [{ NODE_ENV: 'production', REPLAY_SPEED: '0' }, 'REPLAY_SPEED'],
     [{ REPLAY_SPEED: '-1' }, 'REPLAY_SPEED'],
     [{ EVENT_STORE: 'postgres', POSTGRES_URL: 'not-a-url' }, 'POSTGRES_URL'],
@@ -90,6 +110,40 @@ describe('loadConfig', () => {
   ])('rejects %o naming %s', (env, variable) => {
     expect(() => loadConfig(env)).toThrow(ConfigError);
     expect(() => loadConfig(env)).toThrow(new RegExp(`^invalid configuration:\\n  ${variable}:`, 'm'));
+  });
+
+  it('reads decimal numbers, times, port lists, host names and origins written as documented', () => {
+    const config = loadConfig({
+      NATS_STREAM_REPLICAS: '3',
+      NATS_CONSUMER_REPLICAS: '0',
+      SCHEDULE_TOP_N: '6',
+      REPLAY_SPEED: '0.5',
+      REPLAY_START: '2025-10-20T00:00:00Z',
+      REPLAY_ANCHOR: '1761000000000',
+      RATE_LIMIT_TOOL_SHARE: '.25',
+      WEBHOOK_RETRY_JITTER: '0',
+      WEBHOOK_ALLOWED_PORTS: '443,8000-8999',
+      ALLOWED_HOSTS: 'signals.example.com, localhost,127.0.0.1,[::1],api_1',
+      ALLOWED_ORIGINS: 'https://app.example.com,http://localhost:3000,http://[::1]:8080',
+    });
+    expect(config).toMatchObject({
+      NATS_STREAM_REPLICAS: 3,
+      SCHEDULE_TOP_N: 6,
+      REPLAY_SPEED: 0.5,
+      REPLAY_START: Date.parse('2025-10-20T00:00:00Z'),
+      REPLAY_ANCHOR: 1_761_000_000_000,
+      RATE_LIMIT_TOOL_SHARE: 0.25,
+      WEBHOOK_RETRY_JITTER: 0,
+    });
+    expect(
+      loadConfig({ ALLOWED_HOSTS: '*', ALLOWED_ORIGINS: '*', WEBHOOK_ALLOWED_PORTS: '*' }),
+    ).toBeDefined();
+  });
+
+  it('names the entries of a list that no request can match', () => {
+    expect(() => loadConfig({ ALLOWED_HOSTS: 'localhost,https://signals.example.com' })).toThrow(
+      /^ {2}ALLOWED_HOSTS: host names .*; "https:\/\/signals\.example\.com" is not \(got /m,
+    );
   });
 
   it('refuses a value that fails several checks of its variable in one line', () => {

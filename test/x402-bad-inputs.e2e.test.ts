@@ -515,6 +515,12 @@ describe('a POST without payment is quoted whatever its body; the body is judged
   it('a body over the limit → 413', async () => {
     const res = await post(PATH, { coin: 'ETH', pad: 'x'.repeat(9000) });
     expect(res.status).toBe(413);
+    // The message names the route's limit (X402_BODY_LIMIT_BYTES), so the caller knows how far to cut.
+    expect(await res.json()).toMatchObject({
+      code: 'BODY_TOO_LARGE',
+      message: 'the body is larger than this route accepts (at most 8192 bytes)',
+      retryable: false,
+    });
   });
 });
 

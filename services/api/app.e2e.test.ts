@@ -116,7 +116,11 @@ describe('HTTP app', () => {
     const { url } = await start();
     const res = await postJson(`${url}/echo`, JSON.stringify({ pad: 'x'.repeat(2000) }));
     expect(res.status).toBe(413);
-    expect(await res.json()).toMatchObject({ code: 'BODY_TOO_LARGE' });
+    // The message names the limit, so the caller knows how far to cut the body.
+    expect(await res.json()).toMatchObject({
+      code: 'BODY_TOO_LARGE',
+      message: 'the body is larger than this route accepts (at most 1024 bytes)',
+    });
   });
 
   it('answers malformed JSON with 400 in the error shape', async () => {

@@ -227,6 +227,12 @@ function toServiceError(
     const limit = bodyLimit === undefined ? 'this route’s limit' : `this route’s limit of ${bodyLimit} bytes`;
     return new WordedRefusal(codes.tooLarge, known.statusCode, `the request body is over ${limit}`);
   }
+  // Every other route's 413 names its limit too, so the caller knows how far to cut the body.
+  if (known?.code === 'BODY_TOO_LARGE' && bodyLimit !== undefined) {
+    return new ServiceError('BODY_TOO_LARGE', {}, undefined, {
+      message: `${known.message} (at most ${bodyLimit} bytes)`,
+    });
+  }
   if (error instanceof RepeatedHeaderError && codes.repeated) {
     return new ServiceError(codes.repeated, {}, undefined, {
       message: `the ${error.header} header was sent more than once; send it exactly once`,

@@ -261,6 +261,21 @@ describe('malformed MCP params', () => {
     expect(body.result!.content[0]!.text).not.toMatch(DUMP);
   });
 
+  it('a body over the limit is 413 -32600 BODY_TOO_LARGE naming the limit, on every path', async () => {
+    for (const path of PATHS) {
+      const { status, body } = await post(
+        path,
+        call({ name: 'get_market_regime', arguments: { coin: 'BTC', pad: 'x'.repeat(70_000) } }),
+      );
+      expect(status, path).toBe(413);
+      expect(body.error, path).toMatchObject({
+        code: -32600,
+        message: 'the body is larger than this route accepts (at most 65536 bytes)',
+        data: { code: 'BODY_TOO_LARGE' },
+      });
+    }
+  });
+
   it('a well-formed call still answers on every path', async () => {
     for (const path of PATHS) {
       const { body } = await post(

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { queryInt } from './http.ts';
 import { issueText } from './issue-text.ts';
+import { Coin } from './market.ts';
 
 /** The words of the first issue zod raises for `input` under `schema`. */
 function said(schema: z.ZodType, input: unknown): string {
@@ -38,12 +39,27 @@ describe('issueText: what the field must be and what was sent, from the schema',
       'l must be a list of at most 1 item, each a number; got [1,2]',
     ],
     [z.object({ s: z.string() }), {}, 's is required: it must be a string'],
-    [z.object({ s: z.string().regex(/^x/, 'starts with x') }), { s: 'y' }, 's: starts with x'],
+    [
+      z.object({ s: z.string().regex(/^x/, 'text starting with x') }),
+      { s: 'y' },
+      's must be text starting with x; got "y"',
+    ],
+    [
+      z.object({ coin: Coin }),
+      { coin: 'BTC-USDT' },
+      'coin must be letters and digits only, a coin symbol such as BTC (the market is its USDT pair); got "BTC-USDT"',
+    ],
+    [z.object({ n: z.number().refine((v) => v !== 3, 'anything but 3') }), { n: 3 }, 'n: anything but 3'],
     [z.strictObject({}), { a: 1 }, 'unknown field "a"'],
   ])('%#: %j', (schema, input, message) => {
     const text = said(schema, input);
     expect(text).toBe(message);
     expect(text).not.toMatch(/NaN|received|expected|Invalid input/);
+  });
+
+  it("without the input, a pattern's words stand alone, never showing what was sent", () => {
+    const parsed = z.object({ s: z.string().regex(/^0x/, '0x-prefixed hex') }).safeParse({ s: 'secret' });
+    expect(issueText(parsed.error!.issues[0]!, 's')).toBe('s: 0x-prefixed hex');
   });
 
   it('without the schema or the input, words the issue alone', () => {

@@ -39,7 +39,7 @@ export const Coin = z
   .trim()
   .min(1)
   .max(20)
-  .regex(/^[A-Za-z0-9]+$/, 'coin symbols are letters and digits only')
+  .regex(/^[A-Za-z0-9]+$/, 'letters and digits only, a coin symbol such as BTC (the market is its USDT pair)')
   .transform((s) => s.toUpperCase());
 
 /** A closed OHLCV candle; openTime in Unix ms UTC, volume in base units. */

@@ -326,7 +326,7 @@ describe('a refused payment moves no money and reserves nothing', () => {
     [
       'JSON of the wrong shape',
       toBase64Json({ x402Version: 1, scheme: 'exact', network: 'base', payload: { signature: 'x' } }),
-      'X-PAYMENT: payload.signature: hex; payload.authorization is required: it must be an object',
+      'X-PAYMENT: payload.signature must be hex; got "x"; payload.authorization is required: it must be an object',
     ],
     ['oversized', 'A'.repeat(13_000), 'X-PAYMENT is 13000 characters; at most 12288 are accepted'],
     [

@@ -74,7 +74,7 @@ describe('decodePaymentHeader', () => {
         network: 'base',
         payload: { ...payload, authorization: { ...payload.authorization, nonce: '0x01' } },
       }),
-      'X-PAYMENT: payload.authorization.nonce: a bytes32 hex nonce',
+      'X-PAYMENT: payload.authorization.nonce must be a bytes32 hex nonce; got "0x01"',
     ],
   ])('refuses %s', (_name, value, message) => {
     const result = decodePaymentHeader({ paymentSignature: undefined, xPayment: value });

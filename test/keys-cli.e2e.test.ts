@@ -155,7 +155,11 @@ async function readyzServer(
     const reply = replies[Math.min(probes, replies.length - 1)]!;
     probes += 1;
     if (reply === 'stall') return;
-    if (typeof reply === 'string') return void res.writeHead(502, { 'content-type': 'text/html' }).end(reply);
+    if (typeof reply === 'string') {
+      // `403:<html>…` answers with that status; a bare page is a proxy's 502.
+      const [, status = '502', page = reply] = /^(\d{3}):(.*)$/s.exec(reply) ?? [];
+      return void res.writeHead(Number(status), { 'content-type': 'text/html' }).end(page);
+    }
     res
       .writeHead(200, { 'content-type': 'application/json' })
       .end(JSON.stringify({ checks: { 'projection:key-registry': { ok: true, checkpoint: reply } } }));
@@ -188,6 +192,22 @@ describe('waiting for the running service to apply a key change', () => {
       expect(await serviceApplied(proxied.url, 7, 10_000, null, 200)).toBeNull();
     } finally {
       await proxied.close();
+    }
+  });
+
+  it('says at once, with what to set, when a proxy in front refuses /readyz (403) rather than polling it', async () => {
+    const denied = await readyzServer(['403:<html>403 Forbidden</html>', 7]);
+    try {
+      const note = await serviceApplied(denied.url, 7, 10_000, null, 200);
+      expect(note).toBe(
+        `${denied.url}/readyz answered 403: the readiness of the service there cannot be read from here ` +
+          '(a proxy in front that refuses /readyz?). The change is on the event log, and every service ' +
+          "reading that log applies it; set PUBLIC_BASE_URL to an api's own address (http://<host>:<PORT>) " +
+          'to wait for it',
+      );
+      expect(denied.probes()).toBe(1);
+    } finally {
+      await denied.close();
     }
   });
 

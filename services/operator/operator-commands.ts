@@ -290,12 +290,22 @@ export async function runOperatorCommand(
 }
 
 /**
+ * An answer that polling will not change: a client error other than a timeout or a rate limit
+ * (401, 403, 404 from a proxy or another server at that address). A 5xx (a proxy's 502 while the
+ * service restarts) and 408/429 are polled again.
+ */
+function refusedForGood(status: number): boolean {
+  return status >= 400 && status < 500 && status !== 408 && status !== 429;
+}
+
+/**
  * Waits until the service at `baseUrl` has folded the key change at `position` into its key
  * registry (`projection:key-registry` of its /readyz), polling every 50 ms for at most `timeoutMs`.
  * Null once it has; a note when no service answers there (the change applies when one starts) or
  * when it has not caught up in time. Only a refused connection means no service: a /readyz slower
  * than `probeTimeoutMs` (a busy or just-started service) or an answer that is not its readiness
- * JSON (a proxy's 502 page) is polled again until `timeoutMs`. A position only means something in
+ * JSON (a proxy's 502 page) is polled again until `timeoutMs`; a 4xx without it (a proxy that
+ * refuses /readyz) is told at once. A position only means something in
  * one log: when the service names its log (`log`, the id of its first event,
  * adapters/event-store/log-identity.ts) and it is not `ourLog`, the one the change was written to,
  * it throws OtherLogError at once rather than compare positions of two logs (a service elsewhere
@@ -319,6 +329,16 @@ export async function serviceApplied(
       const body = (await res.json().catch(() => undefined)) as
         | { checks?: Record<string, { checkpoint?: number; log?: string | null }> }
         | undefined;
+      if (body?.checks === undefined && refusedForGood(res.status)) {
+        // A proxy in front that refuses /readyz (deploy/README.md, Security) answers the same
+        // however long it is asked: said at once, with what to set, rather than after timeoutMs.
+        return (
+          `${url} answered ${res.status}: the readiness of the service there cannot be read from here ` +
+          '(a proxy in front that refuses /readyz?). The change is on the event log, and every service ' +
+          "reading that log applies it; set PUBLIC_BASE_URL to an api's own address (http://<host>:<PORT>) " +
+          'to wait for it'
+        );
+      }
       if (body === undefined) {
         unanswered = `answered ${res.status} without its readiness JSON`;
       } else {

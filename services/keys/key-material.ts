@@ -33,6 +33,24 @@ export function isWellFormedKey(token: string): boolean {
   return KEY_PATTERN.test(token);
 }
 
+/** How many characters follow the prefix in every live key. */
+const KEY_BODY_CHARS = Math.ceil((KEY_BODY_BYTES * 4) / 3);
+
+/**
+ * Why a token that starts like a live key is not one (cut when copied, run on into other text, a
+ * character no key has), in words that show nothing of the token but its length; null when it
+ * does not start like one, or is one.
+ */
+export function liveKeyShapeProblem(token: string): string | null {
+  if (!token.startsWith(LIVE_KEY_PREFIX) || isWellFormedKey(token)) return null;
+  const body = token.slice(LIVE_KEY_PREFIX.length);
+  const shape = `${LIVE_KEY_PREFIX} then ${KEY_BODY_CHARS} characters of A–Z, a–z, 0–9, _ and -`;
+  if (body.length !== KEY_BODY_CHARS) {
+    return `the Bearer token starts like a live key but has ${body.length} characters after ${LIVE_KEY_PREFIX}, not ${KEY_BODY_CHARS} (a live key is ${shape}): send the key whole, as it was shown`;
+  }
+  return `the Bearer token starts like a live key but holds a character no key has (a live key is ${shape}): send the key whole, as it was shown`;
+}
+
 export function generateApiKey(): KeyMaterial {
   const key = LIVE_KEY_PREFIX + randomBytes(KEY_BODY_BYTES).toString('base64url');
   return {

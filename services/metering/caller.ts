@@ -4,7 +4,7 @@ import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest 
 import ipaddr from 'ipaddr.js';
 import { ServiceError } from '../../contracts/errors.ts';
 import { OAUTH_AUTHORIZE_PATH, OAUTH_PREFIX, SIGNIN_MCP_PATH } from '../../contracts/oauth.ts';
-import { isWellFormedKey } from '../keys/key-material.ts';
+import { isWellFormedKey, liveKeyShapeProblem } from '../keys/key-material.ts';
 import type { KeyRecord } from '../keys/key-registry.ts';
 import { type KeyLookup, type KeyResolver, KeyUnverifiableError } from '../keys/key-resolver.ts';
 import { setBounded } from '../shared/bounded-map.ts';
@@ -222,8 +222,10 @@ export function credentialOf({ headers, clientAddress, url }: CallerRequest): st
     const detail =
       token === undefined
         ? `Authorization is not a Bearer token: ${HINT}`
-        : // An OAuth access token sent here by mistake is served as anonymous: say where it applies.
-          `the Bearer token is not shaped like a live key (sk_live_…); an OAuth access token is accepted only at ${SIGNIN_MCP_PATH}`;
+        : // A key cut when copied says so; an OAuth access token sent here by mistake is served as
+          // anonymous: say where it applies.
+          (liveKeyShapeProblem(token) ??
+          `the Bearer token is not shaped like a live key (sk_live_…); an OAuth access token is accepted only at ${SIGNIN_MCP_PATH}`);
     auth = { outcome: 'MALFORMED', presented: true, tier: 'free', detail };
   }
   return { auth, subject: anonymousSubject(clientAddress), keyId: null };

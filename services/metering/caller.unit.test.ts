@@ -104,6 +104,19 @@ describe('credentialOf: Authorization: Bearer is the only way a key applies', ()
   it('a Bearer token that is not shaped like a key: MALFORMED', () => {
     expect(auth({ authorization: 'Bearer hello' })).toMatchObject({ outcome: 'MALFORMED' });
   });
+
+  it('a live key cut when copied, or with a stray character: MALFORMED, saying so without showing it', () => {
+    const key = 'sk_live_abcdefghij0123456789ABCDEFGHIJ_-klmnopqrstu';
+    expect(read({ authorization: `Bearer ${key}` })).toBe(key);
+    const cut = auth({ authorization: `Bearer ${key.slice(0, -5)}` });
+    expect(cut).toMatchObject({ outcome: 'MALFORMED', presented: true, tier: 'free' });
+    expect(cut.detail).toBe(
+      'the Bearer token starts like a live key but has 38 characters after sk_live_, not 43 (a live key is sk_live_ then 43 characters of A–Z, a–z, 0–9, _ and -): send the key whole, as it was shown',
+    );
+    const stray = auth({ authorization: `Bearer ${key.slice(0, -1)}!` });
+    expect(stray.detail).toMatch(/^the Bearer token starts like a live key but holds a character no key has/);
+    for (const detail of [cut.detail, stray.detail]) expect(detail).not.toContain('abcdef');
+  });
 });
 
 describe('the anonymous caller of a client address', () => {

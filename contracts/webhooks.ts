@@ -165,8 +165,11 @@ const CandleCloseSeconds = z
   );
 
 export const ReEnableWebhookRequest = z.strictObject({
-  /** Re-send every delivery of this subscription that failed at or after this time. */
-  recover_since: z.iso.datetime().optional(),
+  /**
+   * Re-send every delivery of this subscription that failed at or after this time: an ISO 8601
+   * date-time in UTC (`Z`) or with an offset (`+00:00`, as Python's `isoformat()` writes it).
+   */
+  recover_since: z.iso.datetime({ offset: true }).optional(),
 });
 
 /** `POST /api/webhooks/:id/test` takes no field: one given is refused (INVALID_FIELD), never ignored. */

@@ -746,9 +746,15 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
         const { params, body } = request;
         const apiKeyId = keyOf(request);
         const sub = owned(apiKeyId, params.id);
+        // The instant given, in UTC as the log writes every time: one written with an offset
+        // (`+02:00`, or `+00:00` as Python's isoformat() writes UTC) is the same instant.
+        const since =
+          body.recover_since === undefined
+            ? undefined
+            : new Date(Date.parse(body.recover_since)).toISOString();
         // Nothing was recorded after now: a future time would recover nothing, a typo as likely.
         // A client's clock may run a little ahead of ours: only a time past that is refused.
-        if (body.recover_since !== undefined && Date.parse(body.recover_since) > Date.now() + CLOCK_SKEW_MS) {
+        if (since !== undefined && Date.parse(since) > Date.now() + CLOCK_SKEW_MS) {
           const detail = `recover_since: ${body.recover_since} is in the future; give a time at or before now`;
           throw new ServiceError('INVALID_FIELD', { detail }, 'recover_since');
         }
@@ -756,9 +762,7 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
         // asks for everything it had, which is what recovering since its creation sends, and the
         // recovery reads the log from there rather than from the start of the log.
         const recoverSince =
-          body.recover_since !== undefined && Date.parse(body.recover_since) < Date.parse(sub.createdAt)
-            ? sub.createdAt
-            : body.recover_since;
+          since !== undefined && Date.parse(since) < Date.parse(sub.createdAt) ? sub.createdAt : since;
         await settled(await reEnableSubscription(store, apiKeyId, params.id, recoverSince));
         return served(request, toView(owned(apiKeyId, params.id)));
       },

@@ -346,4 +346,30 @@ describe('a subscriber pausing and changing a subscription', () => {
     expect((await stack.request('POST', path, null)).status).toBe(401);
     expect(await recorded('SubscriptionDisabled')).toBe(disables);
   });
+
+  it('enable takes recover_since with a UTC offset, the same instant as its Z form', async () => {
+    const sub = await create({ url: at(receiver, 'offset'), events: ['trade_call'], assets: ['SOL'] });
+    const paused = await stack.request('POST', `/api/webhooks/${sub.id}/disable`, key);
+    expect(paused.status).toBe(200);
+    const disabledAt: string = paused.body.disabled_at;
+    const duringPause = await matched({ coin: 'SOL', call: 'BUY', confidence: 62 });
+    // disabled_at as a receiver in UTC+2 writes it (Python's isoformat() writes an offset, +00:00
+    // in UTC): ISO 8601 like the Z form, and read as the same instant, not two hours later.
+    const local = new Date(Date.parse(disabledAt) + 2 * 3_600_000).toISOString().replace('Z', '+02:00');
+    const enabled = await stack.request('POST', `/api/webhooks/${sub.id}/enable`, key, {
+      recover_since: local,
+    });
+    expect(enabled.status, JSON.stringify(enabled.body)).toBe(200);
+    expect(enabled.body).toMatchObject({ status: 'active' });
+    await until(
+      () => eventsOf(sub.id),
+      (e) => e.includes(duringPause),
+    );
+    // What is not ISO 8601 is still refused, naming the field.
+    expect(
+      await stack.request('POST', `/api/webhooks/${sub.id}/enable`, key, {
+        recover_since: '2026-01-31 12:00',
+      }),
+    ).toMatchObject({ status: 400, body: { code: 'INVALID_FIELD', field: 'recover_since' } });
+  });
 });

@@ -9,8 +9,8 @@ import type { z } from 'zod';
  * caller sent. What the field must be is read from the schema that refused it (its type, bounds,
  * integer check, allowed values), or else from the issue; what was given is read from the input
  * as the caller sent it (a query parameter's text before coercion). A message a schema writes
- * itself is kept, led by the field; a pattern's (a regex check's words, what the text must be) is
- * followed by what was sent, as the rest are.
+ * itself is kept, led by the field unless it names the field first; a pattern's (a regex check's
+ * words, what the text must be) is followed by what was sent, as the rest are.
  */
 
 /** A zod issue as the channels see it (a ZodError's, or one carried through Fastify's validation). */
@@ -272,9 +272,9 @@ export function issueText(issue: IssueLike, field: string, schema?: z.ZodType, i
     // A pattern's own words say what the text must be ("0x-prefixed hex"): with what was sent, as
     // every other refused value is worded. Other words of a schema (a refine's) are kept as written.
     const sent = issue.code === 'invalid_format' && input !== undefined ? givenAt(input, issue.path) : null;
-    return sent?.present
-      ? `${field} must be ${issue.message}; got ${given(sent.value)}`
-      : `${field}: ${issue.message}`;
+    if (sent?.present) return `${field} must be ${issue.message}; got ${given(sent.value)}`;
+    // Words that name the field already ("exchanges must not repeat") are not led by it again.
+    return issue.message.startsWith(`${field} `) ? issue.message : `${field}: ${issue.message}`;
   }
   if (issue.code === 'unrecognized_keys') {
     const keys = issue.keys ?? [];

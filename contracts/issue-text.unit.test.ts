@@ -50,6 +50,11 @@ describe('issueText: what the field must be and what was sent, from the schema',
       'coin must be letters and digits only, a coin symbol such as BTC (the market is its USDT pair); got "BTC-USDT"',
     ],
     [z.object({ n: z.number().refine((v) => v !== 3, 'anything but 3') }), { n: 3 }, 'n: anything but 3'],
+    [
+      z.object({ l: z.array(z.number()).refine((v) => new Set(v).size === v.length, 'l must not repeat') }),
+      { l: [1, 1] },
+      'l must not repeat',
+    ],
     [z.strictObject({}), { a: 1 }, 'unknown field "a"'],
   ])('%#: %j', (schema, input, message) => {
     const text = said(schema, input);

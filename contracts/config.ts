@@ -394,7 +394,14 @@ export const ConfigSchema = z
       .regex(/^(\*|[A-Za-z]+(,[A-Za-z]+)*)$/, 'event type names, comma-separated, or *')
       .default('VerdictRecorded,RegimeShifted,RiskShifted,SubscriptionReEnabled,SubscriptionDisabled'),
     CACHE: z.enum(['memory', 'redis']).default('memory'),
-    REDIS_URL: urlSetting(['redis', 'rediss'], 'redis://127.0.0.1:6379').default('redis://127.0.0.1:6379'),
+    REDIS_URL: urlSetting(['redis', 'rediss'], 'redis://127.0.0.1:6379')
+      // The path is the database number, read by the client as SELECT <path>: `/abc` crashed the
+      // process at connect (SELECT NaN), `/1/x` was read as database 1.
+      .refine(
+        (raw) => !URL.canParse(raw) || /^(\/\d{1,5})?\/?$/.test(new URL(raw).pathname),
+        'a database number alone for its path, such as redis://127.0.0.1:6379/2, or no path',
+      )
+      .default('redis://127.0.0.1:6379'),
     REDIS_PREFIX: z.string().default('sig:'),
 
     /** Events folded between two projection snapshots (state and checkpoint saved together). */

@@ -91,6 +91,9 @@ describe('loadConfig', () => {
     [{ NATS_URL: 'http://h:4222' }, 'NATS_URL'],
     [{ REDIS_URL: 'localhost:6379' }, 'REDIS_URL'],
     [{ REDIS_URL: 'redis://' }, 'REDIS_URL'],
+    [{ REDIS_URL: '::bad::' }, 'REDIS_URL'],
+    [{ REDIS_URL: 'redis://127.0.0.1:6379/abc' }, 'REDIS_URL'],
+    [{ REDIS_URL: 'redis://127.0.0.1:6379/1/x' }, 'REDIS_URL'],
     [{ EVENT_STORE: 'kurrentdb', KURRENTDB_URL: '127.0.0.1:2113' }, 'KURRENTDB_URL'],
     [{ X402_RPC_URL: 'mainnet.base.org' }, 'X402_RPC_URL'],
     [{ X402_RPC_URL: 'ftp://mainnet.base.org' }, 'X402_RPC_URL'],
@@ -125,6 +128,7 @@ describe('loadConfig', () => {
       WEBHOOK_ALLOWED_PORTS: '443,8000-8999',
       ALLOWED_HOSTS: 'signals.example.com, localhost,127.0.0.1,[::1],api_1',
       ALLOWED_ORIGINS: 'https://app.example.com,http://localhost:3000,http://[::1]:8080',
+      REDIS_URL: 'rediss://user:pw@redis.internal:6380/2',
     });
     expect(config).toMatchObject({
       NATS_STREAM_REPLICAS: 3,

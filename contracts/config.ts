@@ -69,6 +69,16 @@ function urlSetting(
   });
 }
 const httpUrl = urlSetting(['http', 'https'], 'https://host.example');
+/**
+ * The service's own public address: links are built by appending paths to it, so a query, a
+ * fragment or a login in it (`https://signals.example.com/?x=1`, `https://u:p@…`) would end up
+ * in the middle of every link and issuer it names.
+ */
+const publicUrl = httpUrl.refine((raw) => {
+  if (!URL.canParse(raw)) return true;
+  const url = new URL(raw);
+  return !/[?#]/.test(raw) && url.username === '' && url.password === '';
+}, 'the public address alone, such as https://signals.example.com: no ?query, #fragment or user@');
 
 /**
  * A comma-separated list whose entries must each match `entry` (or be `*`): ALLOWED_HOSTS and
@@ -334,7 +344,7 @@ export const ConfigSchema = z
      * names the origin the request came to, and the rest `http://localhost:<PORT>`
      * (publicBaseUrl).
      */
-    PUBLIC_BASE_URL: httpUrl.optional(),
+    PUBLIC_BASE_URL: publicUrl.optional(),
 
     EVENT_STORE: z.enum(['lmdb', 'kurrentdb', 'postgres', 'memory']).default('lmdb'),
     KURRENTDB_URL: z
@@ -646,7 +656,7 @@ export const ConfigSchema = z
      * PUBLIC_BASE_URL, else the origin the request came to (services/api/oauth/signin.ts).
      */
     OAUTH_ENABLED: bool.default(true),
-    OAUTH_ISSUER: httpUrl.optional(),
+    OAUTH_ISSUER: publicUrl.optional(),
     /** Access tokens are short-lived and bound to the /mcp/signin resource; refresh tokens renew them. */
     OAUTH_ACCESS_TOKEN_TTL_S: positiveInt.default(600),
     OAUTH_REFRESH_TOKEN_TTL_S: positiveInt.default(30 * 86_400),

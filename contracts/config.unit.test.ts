@@ -100,6 +100,11 @@ describe('loadConfig', () => {
     [{ HISTORY_ANCHOR_RPC_URL: 'base' }, 'HISTORY_ANCHOR_RPC_URL'],
     [{ X402_EXTRA_RPC_URL: 'nope' }, 'X402_EXTRA_RPC_URL'],
     [{ PUBLIC_BASE_URL: 'signals.example' }, 'PUBLIC_BASE_URL'],
+    // Links are the address with a path appended: a query, fragment or login would sit inside each.
+    [{ PUBLIC_BASE_URL: 'https://signals.example.com/?utm=x' }, 'PUBLIC_BASE_URL'],
+    [{ PUBLIC_BASE_URL: 'https://signals.example.com#top' }, 'PUBLIC_BASE_URL'],
+    [{ PUBLIC_BASE_URL: 'https://admin:pw@signals.example.com' }, 'PUBLIC_BASE_URL'],
+    [{ OAUTH_ISSUER: 'https://signals.example.com?x' }, 'OAUTH_ISSUER'],
     [{ CHAT_BASE_URL: 'api.openai.com/v1' }, 'CHAT_BASE_URL'],
     [{ OAUTH_ISSUER: 'javascript:alert(1)' }, 'OAUTH_ISSUER'],
     [{ X402_FACILITATOR: 'remote', X402_FACILITATOR_URL: 'facilitator' }, 'X402_FACILITATOR_URL'],
@@ -129,6 +134,8 @@ describe('loadConfig', () => {
       ALLOWED_HOSTS: 'signals.example.com, localhost,127.0.0.1,[::1],api_1',
       ALLOWED_ORIGINS: 'https://app.example.com,http://localhost:3000,http://[::1]:8080',
       REDIS_URL: 'rediss://user:pw@redis.internal:6380/2',
+      PUBLIC_BASE_URL: 'https://signals.example.com/',
+      OAUTH_ISSUER: 'https://signals.example.com',
     });
     expect(config).toMatchObject({
       NATS_STREAM_REPLICAS: 3,

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ERRORS, type ErrorCode } from './errors.ts';
+import { ERRORS, type ErrorCode, errorMessage } from './errors.ts';
 import { strictInput } from './strict-input.ts';
 
 /**
@@ -233,7 +233,8 @@ export function checkSearch(body: unknown): Checked<{ query: string; limit: numb
   if (length > SEARCH_QUERY_MAX) return fail('QUERY_TOO_LONG');
   const limit = fields.limit ?? SEARCH_LIMIT_DEFAULT;
   if (typeof limit !== 'number' || !Number.isInteger(limit) || limit < 1 || limit > SEARCH_LIMIT_MAX) {
-    return fail('INVALID_LIMIT');
+    // In the words POST /api/search answers it with (the catalog's), over MCP too.
+    return fail('INVALID_LIMIT', errorMessage('INVALID_LIMIT', { max: SEARCH_LIMIT_MAX }));
   }
   return { ok: true, value: { query, limit } };
 }

@@ -282,6 +282,16 @@ const CASES: Case[] = [
     message: 'coin must be a string of 1 to 20 characters; got 5',
   },
   {
+    kind: 'x402 get_trade_call: a coin given as a pair',
+    method: 'POST',
+    path: '/x402/get_trade_call',
+    body: { coin: 'BTC-USDT' },
+    status: 400,
+    code: 'invalid_input',
+    message:
+      'coin must be letters and digits only, a coin symbol such as BTC (the market is its USDT pair); got "BTC-USDT"',
+  },
+  {
     kind: 'x402 get_trade_call: a timeframe not among the allowed',
     method: 'POST',
     path: '/x402/get_trade_call',
@@ -336,6 +346,7 @@ describe('a bad value is refused in words of ours, with its documented status, c
     ['a budget given as text', { coin: 'BTC', riskBudgetUsd: '100' }, 'riskBudgetUsd'],
     ['a timeframe not among the allowed', { coin: 'BTC', timeframe: '7m' }, 'timeframe'],
     ['coin of the wrong type', { coin: 5 }, 'coin'],
+    ['a coin given as a pair', { coin: 'BTC-USDT' }, 'coin'],
   ])('MCP get_trade_call: %s is -32602 naming the field, in words of ours', async (_kind, args, field) => {
     const result = (await mcp.callTool({ name: 'get_trade_call', arguments: args })) as {
       isError?: boolean;
@@ -350,5 +361,15 @@ describe('a bad value is refused in words of ours, with its documented status, c
     expect(issue?.path).toBe(field);
     expect(issue?.message).toMatch(new RegExp(`^${field} must be .+; got `));
     expect(issue?.message).not.toMatch(ZOD_WORDING);
+  });
+
+  it('MCP search_knowledge: a limit out of bounds is INVALID_LIMIT in the words POST /api/search uses', async () => {
+    const result = (await mcp.callTool({
+      name: 'search_knowledge',
+      arguments: { query: 'funding rate', limit: 0 },
+    })) as { isError?: boolean; structuredContent?: { code?: string }; content: { text: string }[] };
+    expect(result.isError).toBe(true);
+    expect(result.structuredContent?.code).toBe('INVALID_LIMIT');
+    expect(result.content[0]!.text).toBe('INVALID_LIMIT: limit must be an integer from 1 to 50');
   });
 });

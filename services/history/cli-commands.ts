@@ -291,6 +291,12 @@ async function checkHeldCoin(store: EventStore, coin: string, exchange: Exchange
 
 interface Checkpoint {
   format: HistoryFormat;
+  /**
+   * The filters the export was started with, as read (coin and exchange upper-cased, times in
+   * Unix ms): its cursor resumes only under the same ones. Absent in a checkpoint written before
+   * it was kept.
+   */
+  filter?: HistoryFilter;
   cursor: string | null;
   rows: number;
   /** Bytes of the NDJSON/CSV file that hold complete pages; parts written for Parquet. */
@@ -336,6 +342,21 @@ function removeEmptyExport(out: string, checkpointPath: string, bytes: number): 
   }
   rmSync(checkpointPath, { force: true });
   return true;
+}
+
+/** A filter as the options that ask for it (`--coin BTC --from 2025-06-01T00:00:00.000Z`), or `no filter`. */
+function filterOptions(filter: HistoryFilter): string {
+  const options = FILTERS.flatMap((name) => {
+    const value = filter[name];
+    if (value === undefined) return [];
+    return [`--${name} ${typeof value === 'number' ? new Date(value).toISOString() : value}`];
+  });
+  return options.length > 0 ? options.join(' ') : 'no filter';
+}
+
+/** Whether two filters ask for the same rows (the same options, whatever their order). */
+function sameFilter(a: HistoryFilter, b: HistoryFilter): boolean {
+  return FILTERS.every((name) => a[name] === b[name]);
 }
 
 /** How to start `out` over: the paths to remove. */
@@ -416,6 +437,7 @@ async function exportCommand(
   values: Record<string, unknown>,
   deps: CliDeps,
   source: Source,
+  filter: HistoryFilter,
   byPosition: boolean,
   store?: EventStore,
 ): Promise<string> {
@@ -436,6 +458,13 @@ async function exportCommand(
       throw new UsageError(`${checkpointPath} is unreadable: ${startOver(out, checkpointPath)}`);
     checkpoint = saved;
     if (checkpoint.format !== format) throw new UsageError(`${out} was started as ${checkpoint.format}`);
+    // The cursor resumes the rows of the filters it was served under: other filters would append
+    // rows of another selection (or leave out some of this one), and the file would still verify.
+    if (checkpoint.filter !== undefined && !sameFilter(checkpoint.filter, filter)) {
+      throw new UsageError(
+        `${out} was exported with ${filterOptions(checkpoint.filter)}, not ${filterOptions(filter)}: --resume continues it with the same filters (run the command it was started with), or ${startOver(out, checkpointPath)}`,
+      );
+    }
     // Drop whatever a dropped page left after the last complete one.
     if (format !== 'parquet' && existsSync(out)) truncateSync(out, checkpoint.bytes);
   } else {
@@ -464,7 +493,15 @@ async function exportCommand(
         `${existsSync(out) ? out : checkpointPath} exists: choose another --out, or ${startOver(out, checkpointPath)}`,
       );
     }
-    checkpoint = { format: format as HistoryFormat, cursor: null, rows: 0, bytes: 0, parts: 0, done: false };
+    checkpoint = {
+      format: format as HistoryFormat,
+      filter,
+      cursor: null,
+      rows: 0,
+      bytes: 0,
+      parts: 0,
+      done: false,
+    };
     // The folders asked for are made, as for Parquet's folder of parts: the README's
     // exports/… does not exist in a fresh checkout.
     makeDirectory(format === 'parquet' ? out : dirname(out));
@@ -692,11 +729,11 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
   };
   switch (command) {
     case 'export': {
-      if (values.url || !values.store) return exportCommand(values, deps, await source(), false);
+      if (values.url || !values.store) return exportCommand(values, deps, await source(), filter, false);
       const store = await deps.openStore();
       // Before anything is written: a refused coin leaves no file behind.
       if (filter.coin !== undefined) await checkHeldCoin(store, filter.coin, filter.exchange);
-      return exportCommand(values, deps, storeSource(store, filter), true, store);
+      return exportCommand(values, deps, storeSource(store, filter), filter, true, store);
     }
     case 'verify': {
       // Read past a malformed row: the chain walk stops at it, the anchors and --data check every row.

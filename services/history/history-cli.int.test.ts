@@ -154,6 +154,40 @@ describe('npm run history', () => {
     }
   });
 
+  it('resumes an interrupted export only under the filters it was started with', async () => {
+    const out = join(dir, 'filtered.ndjson');
+    const started = urlExport(out, '--page', '11', '--coin', 'btc', '--from', '2025-01-01');
+    const stopped = await runHistoryCommand(started, deps({ fetch: cutOnThirdFetch() })).catch(
+      (err: Error) => err,
+    );
+    expect(stopped).toBeInstanceOf(ExportInterruptedError);
+    // Another coin, or a filter dropped: its rows would be appended after BTC's, and the file
+    // would still verify (the other streams counted as starting mid-chain).
+    for (const other of [
+      urlExport(out, '--page', '11', '--coin', 'ETH', '--from', '2025-01-01', '--resume'),
+      urlExport(out, '--page', '11', '--coin', 'BTC', '--resume'),
+    ]) {
+      await expect(runHistoryCommand(other, deps())).rejects.toThrow(
+        new UsageError(
+          `${out} was exported with --coin BTC --from 2025-01-01T00:00:00.000Z, not ${other.includes('ETH') ? '--coin ETH --from 2025-01-01T00:00:00.000Z' : '--coin BTC'}: --resume continues it with the same filters (run the command it was started with), or remove ${out} and ${out}.checkpoint.json to start over`,
+        ),
+      );
+    }
+    // The same filters, as written or spelled another way the route reads alike, resume it.
+    const summary = JSON.parse(
+      await runHistoryCommand(
+        urlExport(out, '--page', '11', '--from', '2025-01-01T00:00:00Z', '--coin', 'BTC', '--resume'),
+        deps(),
+      ),
+    );
+    const rows = await collect(out);
+    expect(new Set(rows.map((r) => r.coin))).toEqual(new Set(['BTC']));
+    expect(rows.map((r) => r.verdict_id)).toEqual(
+      (await served()).filter((r) => r.coin === 'BTC').map((r) => r.verdict_id),
+    );
+    expect(summary.rows).toBe(rows.length);
+  });
+
   it('refuses to resume against another log (a restored DATA_DIR), and says to start a new export', async () => {
     // Another log: the same verdicts (their ids are deterministic) one position later, so the
     // position the cursor names holds another event, as in a DATA_DIR restored from a backup.

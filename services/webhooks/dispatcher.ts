@@ -610,6 +610,10 @@ export class WebhookDispatcher {
         this.logger.warn({ err, subscriptionId: sub.id }, 'digest scan failed; retried on the next tick');
         continue;
       }
+      // The subscription's last digest before this one, read before this one is claimed: once
+      // claimed, its sequence event may already be in the log (on LMDB it is by the time the claim
+      // returns) and would read as the last one sent, hiding every period skipped before it.
+      const lastSent = fired?.periodStart ?? lastDigestOf(log, sub.id);
       const envelope = scanDigestEnvelope({
         deliveryId,
         // The wall clock, as every other delivery's: the period it covers is on the feed's clock.
@@ -630,13 +634,7 @@ export class WebhookDispatcher {
       // Periods whose boundary passed while no dispatcher ran, or past a long pass, are not sent
       // late (dueDigests): said here, for the operator; the subscriber sees `period_start` skip.
       // Those it spent disabled were not due: not counted.
-      const skipped = skippedPeriods(
-        sub.cadence!,
-        periodStart,
-        since,
-        fired?.periodStart ?? lastDigestOf(log, sub.id),
-        enabledSince,
-      );
+      const skipped = skippedPeriods(sub.cadence!, periodStart, since, lastSent, enabledSince);
       if (skipped) {
         this.digestPeriodsSkippedCount += skipped;
         this.logger.warn(

@@ -261,7 +261,19 @@ export const ConfigSchema = z
   .object({
     NODE_ENV: z.enum(['development', 'production', 'test']).default('development'),
     LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
-    HOST: z.string().min(1).default('0.0.0.0'),
+    /**
+     * The address the listener binds: an IP address or a host name. A URL or an address with its
+     * port (`http://0.0.0.0`, `127.0.0.1:8080`) is refused here; the listener would fail the start
+     * with `getaddrinfo ENOTFOUND`, naming neither the variable nor what is wrong.
+     */
+    HOST: z
+      .string()
+      .min(1)
+      .refine(
+        (host) => (host.includes(':') ? ipaddr.IPv6.isValid(host) : /^[A-Za-z0-9_.-]+$/.test(host)),
+        'an IP address or host name to listen on, such as 0.0.0.0, :: or 127.0.0.1, without scheme or port (PORT is the port)',
+      )
+      .default('0.0.0.0'),
     PORT: port.default(8080),
     /** Largest accepted request body; larger bodies get 413 before any handler runs. */
     BODY_LIMIT_BYTES: positiveInt.default(64 * 1024),

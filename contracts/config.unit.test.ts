@@ -35,6 +35,8 @@ describe('loadConfig', () => {
 
   it.each([
     [{ PORT: 'eighty' }, 'PORT'],
+    [{ HOST: 'http://0.0.0.0' }, 'HOST'],
+    [{ HOST: '127.0.0.1:8080' }, 'HOST'],
     [{ PORT: '70000' }, 'PORT'],
     [{ EVENT_STORE: 'sqlite' }, 'EVENT_STORE'],
     [{ BUS: 'kafka' }, 'BUS'],
@@ -135,6 +137,7 @@ describe('loadConfig', () => {
       ALLOWED_ORIGINS: 'https://app.example.com,http://localhost:3000,http://[::1]:8080',
       REDIS_URL: 'rediss://user:pw@redis.internal:6380/2',
       PUBLIC_BASE_URL: 'https://signals.example.com/',
+      HOST: 'fe80::1%eth0',
       OAUTH_ISSUER: 'https://signals.example.com',
     });
     expect(config).toMatchObject({

@@ -1,6 +1,6 @@
 import { closeSync, createReadStream, existsSync, openSync, readdirSync, readSync, statSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { parquetReadObjects } from 'hyparquet';
 import { HISTORY_COLUMNS, type HistoryFormat, HistoryRow } from '../../contracts/history.ts';
@@ -254,6 +254,13 @@ async function* readItems(
       }
     }
     return;
+  }
+  // A directory is a Parquet export's parts: read as one file it would fail as EISDIR, a bug's words.
+  if (statSync(path).isDirectory()) {
+    throw unreadable(
+      basename(path),
+      `${format === 'csv' ? 'CSV' : 'NDJSON'} file: it is a directory (an export's Parquet parts), so it is not ${format === 'csv' ? 'CSV' : 'NDJSON'}: ${NAME_FORMAT}`,
+    );
   }
   const lines = createInterface({
     input: createReadStream(path, 'utf8'),

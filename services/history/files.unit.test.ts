@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -211,6 +211,22 @@ describe('an NDJSON line that is JSON but no object', () => {
         expect.stringMatching(/^line 2: malformed JSON line \(/),
         commitment,
       ]);
+    }
+  });
+});
+
+// A Parquet export is a directory of parts: read with --format ndjson or csv it is a file in
+// another format, named as one, not a read failing on the directory (EISDIR).
+describe('a Parquet export read as NDJSON or CSV', () => {
+  it('ends the read naming the directory and --format', async () => {
+    const parts = join(dir, 'parts.parquet');
+    mkdirSync(parts);
+    for (const format of ['ndjson', 'csv'] as const) {
+      const read = readExportPastMalformed(`${parts}/`, format).next();
+      await expect(read).rejects.toMatchObject({ name: 'MalformedRowError', where: 'parts.parquet' });
+      await expect(readExport(parts, format).next()).rejects.toThrow(
+        `parts.parquet: malformed ${format === 'csv' ? 'CSV' : 'NDJSON'} file: it is a directory (an export's Parquet parts), so it is not ${format === 'csv' ? 'CSV' : 'NDJSON'}: --format names the file's format (ndjson, csv, parquet)`,
+      );
     }
   });
 });

@@ -652,7 +652,14 @@ export const ConfigSchema = z
      * The domain (host[:port]) a Sign-In with Ethereum message must name to get a free key. When
      * unset, the host of PUBLIC_BASE_URL, else it follows PORT (`localhost:<PORT>`), see loadConfig.
      */
-    SIWE_DOMAIN: z.string().min(1).default('localhost:8080'),
+    SIWE_DOMAIN: z
+      .string()
+      .regex(
+        /^([A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\])(:\d{1,5})?$/,
+        // Compared as written with the domain a wallet's message names (EIP-4361: host[:port]).
+        'host[:port] as a Sign-In with Ethereum message names it, such as signals.example.com, without scheme or path',
+      )
+      .default('localhost:8080'),
     /** How long a sign-in nonce from GET /api/keys/nonce stays usable. */
     SIWE_NONCE_TTL_MS: positiveInt.default(10 * 60_000),
     /**
@@ -722,7 +729,20 @@ export const ConfigSchema = z
      * TEST ONLY: CIDRs webhooks may reach despite the SSRF guard (e.g. 127.0.0.1/32 for a local
      * receiver). Refused when NODE_ENV=production, so a production config cannot turn it on.
      */
-    WEBHOOK_TEST_ALLOW_CIDRS: z.string().default(''),
+    WEBHOOK_TEST_ALLOW_CIDRS: z
+      .string()
+      // Read by the webhooks slice at start (parseCidrList); a typo failed that start with
+      // ipaddr's own words, naming neither the variable nor the entry.
+      .refine(
+        (raw) =>
+          raw
+            .split(',')
+            .map((e) => e.trim())
+            .filter((e) => e !== '')
+            .every((e) => (e.includes('/') ? ipaddr.isValidCIDR(e) : ipaddr.isValid(e))),
+        'addresses or CIDRs, comma-separated, such as 127.0.0.1/32',
+      )
+      .default(''),
     /** Delays before each attempt (the first is normally 0): ms or 5s/5m/2h/1d, comma-separated. */
     WEBHOOK_RETRY_SCHEDULE: z
       .string()

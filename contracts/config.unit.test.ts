@@ -36,6 +36,8 @@ describe('loadConfig', () => {
   it.each([
     [{ PORT: 'eighty' }, 'PORT'],
     [{ HOST: 'http://0.0.0.0' }, 'HOST'],
+    [{ SIWE_DOMAIN: 'https://signals.example.com' }, 'SIWE_DOMAIN'],
+    [{ WEBHOOK_TEST_ALLOW_CIDRS: '127.0.0.1/32,garbage' }, 'WEBHOOK_TEST_ALLOW_CIDRS'],
     [{ HOST: '127.0.0.1:8080' }, 'HOST'],
     [{ PORT: '70000' }, 'PORT'],
     [{ EVENT_STORE: 'sqlite' }, 'EVENT_STORE'],
@@ -138,6 +140,8 @@ describe('loadConfig', () => {
       REDIS_URL: 'rediss://user:pw@redis.internal:6380/2',
       PUBLIC_BASE_URL: 'https://signals.example.com/',
       HOST: 'fe80::1%eth0',
+      SIWE_DOMAIN: 'localhost:19400',
+      WEBHOOK_TEST_ALLOW_CIDRS: '127.0.0.1/32, ::1',
       OAUTH_ISSUER: 'https://signals.example.com',
     });
     expect(config).toMatchObject({

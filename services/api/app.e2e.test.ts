@@ -1,4 +1,5 @@
 import { connect } from 'node:net';
+import { gzipSync } from 'node:zlib';
 import type { FastifyInstance } from 'fastify';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -120,6 +121,20 @@ describe('HTTP app', () => {
     expect(await res.json()).toMatchObject({
       code: 'BODY_TOO_LARGE',
       message: 'the body is larger than this route accepts (at most 1024 bytes)',
+    });
+  });
+
+  it('says a compressed body is compressed, rather than JSON that is not UTF-8', async () => {
+    const { url } = await start();
+    const res = await fetch(`${url}/echo`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' },
+      body: gzipSync(JSON.stringify({ coin: 'BTC' })),
+    });
+    expect(res.status).toBe(400);
+    expect(await res.json()).toMatchObject({
+      code: 'INVALID_JSON',
+      message: 'the body is not valid JSON: it is sent with Content-Encoding gzip; send it uncompressed',
     });
   });
 

@@ -71,7 +71,7 @@ export async function noBodyOrObject(request: object): Promise<void> {
 }
 
 /**
- * The app's JSON parser: the bytes decoded as strict UTF-8, a depth check made on the text, then
+ * The app's JSON parser: a body with a content coding refused as unread, the bytes decoded as strict UTF-8, a depth check made on the text, then
  * secure-json-parse as Fastify's own parser calls it (prototype-poisoning checks included), each
  * refusal saying which it was. An empty body is no body, so a bodiless POST or DELETE that still
  * names `application/json` reaches its route; a route that needs a body refuses the missing one
@@ -80,6 +80,18 @@ export async function noBodyOrObject(request: object): Promise<void> {
 export function registerJsonParser(app: FastifyInstance): void {
   app.removeContentTypeParser('application/json');
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
+    // A compressed body (gzip…) is not read: said so, rather than called JSON that is not UTF-8.
+    const coding = request.headers['content-encoding'];
+    if (
+      coding !== undefined &&
+      String(coding).trim().toLowerCase() !== 'identity' &&
+      (body as Buffer).length > 0
+    ) {
+      return done(
+        notJson(`it is sent with Content-Encoding ${String(coding)}; send it uncompressed`),
+        undefined,
+      );
+    }
     let text: string;
     try {
       text = utf8.decode(body as Buffer);

@@ -742,8 +742,12 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
         : sourceRows(await source());
       const data = values.data as string | undefined;
       if (data !== undefined && !existsSync(data)) throw new UsageError(`no market-data folder at ${data}`);
-      if (values['allow-uncovered'] && !values.anchors)
-        throw new UsageError('--allow-uncovered goes with --anchors');
+      // The anchors' options without --anchors would verify the chains alone while looking anchored.
+      const anchorOnly = ['rpc', 'address', 'tx', 'from-block', 'allow-uncovered'].filter(
+        (name) => values[name] !== undefined && values[name] !== false,
+      );
+      if (anchorOnly.length > 0 && !values.anchors)
+        throw new UsageError(`${anchorOnly.map((name) => `--${name}`).join(', ')} goes with --anchors`);
       const anchors = values.anchors ? new AnchorCheck(await chainAnchors(values)) : null;
       const recompute = data === undefined ? null : await OutcomeRecompute.open(data);
       try {

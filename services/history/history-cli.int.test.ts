@@ -668,6 +668,21 @@ describe('npm run history', () => {
       runHistoryCommand(['export', '--store', '--out', out, '--window', '7d'], deps()),
     ).rejects.toThrow('export does not take --window');
     await expect(runHistoryCommand(['verify', out, out], deps())).rejects.toThrow('verify takes one path');
+    // The anchors' options without --anchors: the chains alone would be verified, ok, as if anchored.
+    await expect(
+      runHistoryCommand(
+        ['verify', out, '--rpc', 'http://127.0.0.1:8545', '--address', `0x${'11'.repeat(20)}`],
+        deps(),
+      ),
+    ).rejects.toThrow(new UsageError('--rpc, --address goes with --anchors'));
+    for (const extra of [
+      ['--tx', `0x${'22'.repeat(32)}`],
+      ['--from-block', '5'],
+    ]) {
+      await expect(runHistoryCommand(['verify', out, ...extra], deps())).rejects.toThrow(
+        `${extra[0]} goes with --anchors`,
+      );
+    }
     const usage = await run(process.execPath, [
       '--import',
       'tsx',

@@ -122,6 +122,25 @@ describe('composite verdict on real candles', () => {
     expect(computeVerdict(state, undefined, follow, wide).call).toBe('HOLD');
   });
 
+  it('quotes the band in its reasoning with every digit the fields have, past a power of ten too', () => {
+    // The candles scaled so the last close sits just under 100: the band's upper edge is past it,
+    // with one significant digit more than the price (100.0123 beside 99.9512).
+    const slice = candles.slice(0, 400);
+    const k = 99.95 / slice.at(-1)!.close;
+    const scaled = slice.map((c) => ({
+      ...c,
+      open: c.open * k,
+      high: c.high * k,
+      low: c.low * k,
+      close: c.close * k,
+    }));
+    const v = computeVerdict(stateFrom(scaled), undefined, defaultCalibration);
+    expect(v.volatility!.band_high).toBeGreaterThan(100);
+    const band = /80% band ([\d.]*\d)–([\d.]*\d)/.exec(v.reasoning);
+    expect(band, v.reasoning).not.toBeNull();
+    expect([Number(band![1]), Number(band![2])]).toEqual([v.volatility!.band_low, v.volatility!.band_high]);
+  });
+
   it('answers HOLD with "no measured edge here" in a cell without walk-forward evidence', () => {
     const state = stateFrom(candles.slice(0, 400));
     const table: CalibrationTable = {

@@ -13,6 +13,7 @@ import { stateVolatility } from './market-regime.ts';
 import type { MarketState, Readings } from './market-state.ts';
 import { perpLean } from './perp-context.ts';
 import { regimeReading } from './regime.ts';
+import { atPriceScaleText } from './volatility.ts';
 import { computeVotes } from './votes.ts';
 
 /**
@@ -300,7 +301,7 @@ function reasoning(
     text += ` On ${tableTf} the training months favoured fading the score (mean reversion over ${table.horizonCandles} candles), so the call points against it.`;
   }
   text += ` Regime ${regime} (ADX ${r.adx?.toFixed(1)}, +DI ${r.plusDi?.toFixed(1)} / −DI ${r.minusDi?.toFixed(1)}).`;
-  text += ` Expected move over ${vol.horizon_candles} candles ±${vol.expected_move_pct.toFixed(2)}% (one σ of the log return; forecast rank ${fixed0(vol.percentile)} of 100); ${Math.round(100 * vol.band_coverage)}% band ${vol.band_low.toPrecision(6)}–${vol.band_high.toPrecision(6)}.`;
+  text += ` Expected move over ${vol.horizon_candles} candles ±${vol.expected_move_pct.toFixed(2)}% (one σ of the log return; forecast rank ${fixed0(vol.percentile)} of 100); ${Math.round(100 * vol.band_coverage)}% band ${atPriceScaleText(vol.band_low, r.close)}–${atPriceScaleText(vol.band_high, r.close)}.`;
   const horizon = `${table.horizonCandles} candles after a ${table.feeBps} bps fee`;
   if (call !== 'HOLD') {
     return `${text} Confidence ${confidence}: share of training-period ${tableTf} calls with a similar |score| whose direction beat the fee over ${horizon}.`;

@@ -452,9 +452,18 @@ const PRICE_DIGITS = 6;
  * would round to 0 keeps its own PRICE_DIGITS.
  */
 export function atPriceScale(value: number, price: number): number {
+  return Number(atPriceScaleText(value, price));
+}
+
+/**
+ * The same edge as text, every digit the answer's figure has (a reasoning that shows the band quotes
+ * the fields): an edge past a power of ten from the price has one more significant digit than it,
+ * 100.0123 beside 99.9512, which six significant digits would cut.
+ */
+export function atPriceScaleText(value: number, price: number): string {
   const decimals = Math.min(100, Math.max(0, PRICE_DIGITS - 1 - Math.floor(Math.log10(price))));
-  const rounded = Number(value.toFixed(decimals));
-  return rounded > 0 ? rounded : Number(value.toPrecision(PRICE_DIGITS));
+  const text = value.toFixed(decimals);
+  return Number(text) > 0 ? text : value.toPrecision(PRICE_DIGITS);
 }
 
 /** Whether a venue trades perpetuals (every venue but Binance spot): its band is bandFor(…, true). */

@@ -47,6 +47,14 @@ describe('operator key commands', () => {
     await expect(run('create', '--plan', 'pro')).rejects.toThrow('--owner <who> is required');
     await expect(run('revoke', 'key_nope')).rejects.toThrow('no key key_nope');
     await expect(run('frobnicate')).rejects.toThrow('unknown command frobnicate');
+    // A day past its month's end names no day: refused, not rolled over to the next month's.
+    await expect(run('payments', '--from', '2026-02-30')).rejects.toThrow(
+      '--from must be an ISO 8601 date or time, e.g. 2026-11-01 or 2026-11-01T12:00Z (got 2026-02-30)',
+    );
+    await expect(run('payments', '--to', '2026-11-31T12:00Z')).rejects.toThrow(UsageError);
+    expect(await run('payments', '--from', '2028-02-29', '--to', '2026-12-01T00:00+01:00')).toContain(
+      '0 payments',
+    );
     const out = await run('create', '--plan', 'free', '--owner', 'bob');
     const keyId = /id: +(\S+)/.exec(out)![1]!;
     await expect(run('plan', keyId, 'free')).rejects.toThrow('already on free');

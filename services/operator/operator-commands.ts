@@ -140,7 +140,11 @@ function instant(flag: string, value: string | boolean | undefined): number | un
   const text = String(value);
   const zoned = /^\d{4}-\d{2}-\d{2}$/.test(text) || /(Z|[+-]\d{2}:?\d{2})$/i.test(text) ? text : `${text}Z`;
   const ms = /^\d{4}-\d{2}-\d{2}/.test(text) ? Date.parse(zoned) : Number.NaN;
-  if (Number.isNaN(ms))
+  // Date.parse rolls a day past the month's end over (2026-02-30 is 2026-03-02): a day that does
+  // not exist is refused, not read as another.
+  const [year = 0, month = 0, day = 0] = text.slice(0, 10).split('-').map(Number);
+  const date = new Date(Date.UTC(year, month - 1, day));
+  if (date.getUTCMonth() !== month - 1 || date.getUTCDate() !== day || Number.isNaN(ms))
     throw new UsageError(
       `${flag} must be an ISO 8601 date or time, e.g. 2026-11-01 or 2026-11-01T12:00Z (got ${text})`,
     );

@@ -19,6 +19,7 @@ import { parseArgs } from 'node:util';
 import { SingleBar } from 'cli-progress';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { makeDirectory } from '../../adapters/make-directory.ts';
+import { REPLAY_CLOCK_STREAM, type ReplayAnchor } from '../../adapters/market/replay-anchor.ts';
 import {
   HISTORY_FORMATS,
   type HistoryFormat,
@@ -208,7 +209,24 @@ function urlSource(
   };
 }
 
-function storeSource(store: EventStore, filter: HistoryFilter): Source {
+/**
+ * The reveal clock of a read from the store, as the service's (revealClock: wall time, or the
+ * feed's when earlier). A log a replay was opened on holds the deployment's replay clock
+ * (`ReplayClockAnchored`, which every process of it adopts): on it, wall time would reveal
+ * verdicts whose six candles have not closed on the feed's clock, which GET /api/verdicts serves
+ * as commitments. Without the record (a live feed, or REPLAY_ANCHOR set) it is wall time.
+ */
+async function storeRevealClock(store: EventStore): Promise<() => number> {
+  const [record] = await store.readStream(REPLAY_CLOCK_STREAM, { maxCount: 1 });
+  if (record?.type !== 'ReplayClockAnchored') return Date.now;
+  const { anchor, start, speed } = record.data as ReplayAnchor;
+  return () => {
+    const wall = Date.now();
+    return Math.min(wall, Math.floor(start + (wall - anchor) * speed));
+  };
+}
+
+function storeSource(store: EventStore, filter: HistoryFilter, now: () => number): Source {
   return async (after, limit) => {
     const cursor = after ? decodeCursor(after) : null;
     if (after && !cursor) throw new UsageError('the saved cursor is not a history cursor');
@@ -226,10 +244,9 @@ function storeSource(store: EventStore, filter: HistoryFilter): Source {
       );
     const progress = new ScanProgress(cursor?.position ?? 0, at[0]?.id ?? null);
     const rows: HistoryRow[] = [];
-    // Offline reading: the store's own clock is wall time.
     for await (const batch of scanHistory(
       store,
-      { filter, after: progress.position, limit, now: Date.now },
+      { filter, after: progress.position, limit, now },
       progress,
     )) {
       rows.push(...batch);
@@ -724,7 +741,10 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
       if (typeof values.key !== 'string') throw new UsageError('--url needs --key');
       return urlSource(values.url as string, values.key, filters, deps.fetch ?? fetch);
     }
-    if (values.store) return storeSource(await deps.openStore(), filter);
+    if (values.store) {
+      const store = await deps.openStore();
+      return storeSource(store, filter, await storeRevealClock(store));
+    }
     throw new UsageError('say where the history is: --url URL --key KEY, or --store');
   };
   switch (command) {
@@ -733,7 +753,14 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
       const store = await deps.openStore();
       // Before anything is written: a refused coin leaves no file behind.
       if (filter.coin !== undefined) await checkHeldCoin(store, filter.coin, filter.exchange);
-      return exportCommand(values, deps, storeSource(store, filter), filter, true, store);
+      return exportCommand(
+        values,
+        deps,
+        storeSource(store, filter, await storeRevealClock(store)),
+        filter,
+        true,
+        store,
+      );
     }
     case 'verify': {
       // Read past a malformed row: the chain walk stops at it, the anchors and --data check every row.

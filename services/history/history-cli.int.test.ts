@@ -188,6 +188,47 @@ describe('npm run history', () => {
     expect(summary.rows).toBe(rows.length);
   });
 
+  it("reveals from the store on the deployment's replay clock, as the service does, not on wall time", async () => {
+    const replay = await recordHistory({ steps: 12, store: new MemoryEventStore() });
+    // The replay clock every process of the deployment adopts, as the service records it: here
+    // stopped at the fixture's feed time (speed 0), which is what the test server reveals on.
+    await replay.store.append('replay-clock', [
+      newEvent('ReplayClockAnchored', { anchor: Date.now(), start: replay.feed.now(), speed: 0, dir: 'x' }),
+    ]);
+    const replayServer = await startHistoryServer({ store: replay.store, feed: replay.feed });
+    try {
+      await replayServer.settle();
+      const res = await fetch(`${replayServer.url}/api/verdicts`, {
+        headers: { authorization: `Bearer ${await replayServer.issue()}` },
+      });
+      const servedRows = (await res.text())
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as HistoryRow);
+      // Wall time is past every reveal time of 2025's data: read on it, the last verdicts, whose
+      // six candles have not closed on the feed's clock, would come out revealed.
+      expect(servedRows.filter((r) => !r.revealed).length).toBeGreaterThan(0);
+      const out = join(dir, 'replay-clock.ndjson');
+      await runHistoryCommand(['export', '--store', '--out', out], {
+        openStore: async () => replay.store,
+        progress: null,
+      });
+      const exported = await collect(out);
+      const shown = (rows: HistoryRow[]) => rows.map((r) => [r.verdict_id, r.revealed, r.call]);
+      expect(shown(exported)).toEqual(shown(servedRows));
+      const report = JSON.parse(
+        await runHistoryCommand(['verify', '--store'], {
+          openStore: async () => replay.store,
+          progress: null,
+        }),
+      );
+      expect(report.rehashed).toBe(servedRows.filter((r) => r.revealed).length);
+    } finally {
+      await replayServer.close();
+      await replay.engine.close();
+    }
+  });
+
   it('refuses to resume against another log (a restored DATA_DIR), and says to start a new export', async () => {
     // Another log: the same verdicts (their ids are deterministic) one position later, so the
     // position the cursor names holds another event, as in a DATA_DIR restored from a backup.

@@ -403,6 +403,16 @@ export const ConfigSchema = z
     /** Copies of each durable consumer's state; 0 inherits the stream's replicas. */
     NATS_CONSUMER_REPLICAS: decimal.pipe(z.number().int().min(0).max(5)).default(0),
     /**
+     * How long the bus stream keeps a message; 0 keeps every one. Acknowledged messages stay in the
+     * stream, so without an age its store grows with every relayed event until the server's
+     * max_file_store refuses publishes. A consumer stopped for longer misses what aged out (a
+     * webhook subscription gets it back by an enable with `recover_since`, read from the log).
+     */
+    NATS_STREAM_MAX_AGE_MS: nonNegativeInt
+      // An hour at least: far above the bus's duplicate window, which JetStream wants no longer.
+      .refine((ms) => ms === 0 || ms >= 3_600_000, '0 (keep every message) or at least 3600000 (an hour)')
+      .default(7 * 86_400_000),
+    /**
      * How long a start waits for NATS (servers down, a cluster electing its leader) before it
      * gives up with the last error; meanwhile it logs each retry.
      */
@@ -994,6 +1004,25 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     return `  ${name}: ${issue.message}${value === undefined ? '' : ` (got ${JSON.stringify(value)})`}`;
   });
   throw new ConfigError(`invalid configuration:\n${lines.join('\n')}`);
+}
+
+/**
+ * Settings a process's roles cannot run with, found once both are read (the roles come from the
+ * command line). The in-process bus (BUS=memory) carries the relay's events only to a dispatcher
+ * in the same process: a process that runs the projections role (the relay) without the
+ * dispatcher would publish every event to no one and still move the relay's checkpoint past it,
+ * which on a shared log is the checkpoint the deployment's relay resumes from, so those events
+ * never reach NATS and no webhook is sent for them. Throws a ConfigError naming BUS.
+ */
+export function refuseRoleSettings(config: Pick<Config, 'BUS'>, roles: readonly string[]): void {
+  if (config.BUS === 'memory' && roles.includes('projections') && !roles.includes('dispatcher')) {
+    throw new ConfigError(
+      "invalid configuration:\n  BUS: memory carries the relay's events only to a dispatcher in the same " +
+        'process; with the projections role and no dispatcher it would publish them to no one and move ' +
+        'the relay checkpoint past them. Set BUS=nats (and NATS_URL) as on the other roles, or run the ' +
+        'dispatcher role in this process too',
+    );
+  }
 }
 
 /**

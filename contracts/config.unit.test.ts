@@ -9,6 +9,7 @@ import {
   loadConfig,
   publicBaseUrl,
   readDotEnv,
+  refuseRoleSettings,
 } from './config.ts';
 import { maskUrlCredentials } from './mask-url.ts';
 
@@ -55,6 +56,9 @@ describe('loadConfig', () => {
     [{ NATS_STREAM_REPLICAS: 'three' }, 'NATS_STREAM_REPLICAS'],
     [{ NATS_STREAM_REPLICAS: '1', NATS_CONSUMER_REPLICAS: '3' }, 'NATS_CONSUMER_REPLICAS'],
     [{ NATS_STARTUP_TIMEOUT_MS: '0' }, 'NATS_STARTUP_TIMEOUT_MS'],
+    // Under the bus's duplicate window JetStream refuses the stream; an hour is the floor.
+    [{ NATS_STREAM_MAX_AGE_MS: '60000' }, 'NATS_STREAM_MAX_AGE_MS'],
+    [{ NATS_STREAM_MAX_AGE_MS: '7d' }, 'NATS_STREAM_MAX_AGE_MS'],
     [{ POSTGRES_STATEMENT_TIMEOUT_MS: 'forever' }, 'POSTGRES_STATEMENT_TIMEOUT_MS'],
     [{ METRICS_ENABLED: 'maybe' }, 'METRICS_ENABLED'],
     [{ TRUST_PROXY: 'yes' }, 'TRUST_PROXY'],
@@ -156,12 +160,34 @@ describe('loadConfig', () => {
     expect(
       loadConfig({ ALLOWED_HOSTS: '*', ALLOWED_ORIGINS: '*', WEBHOOK_ALLOWED_PORTS: '*' }),
     ).toBeDefined();
+    expect(loadConfig({}).NATS_STREAM_MAX_AGE_MS).toBe(604_800_000);
+    expect(loadConfig({ NATS_STREAM_MAX_AGE_MS: '0' }).NATS_STREAM_MAX_AGE_MS).toBe(0);
+    expect(loadConfig({ NATS_STREAM_MAX_AGE_MS: '3600000' }).NATS_STREAM_MAX_AGE_MS).toBe(3_600_000);
   });
 
   it('names the entries of a list that no request can match', () => {
     expect(() => loadConfig({ ALLOWED_HOSTS: 'localhost,https://signals.example.com' })).toThrow(
       /^ {2}ALLOWED_HOSTS: host names .*; "https:\/\/signals\.example\.com" is not \(got /m,
     );
+  });
+
+  it('refuses BUS=memory for a process that runs the relay (projections) without the dispatcher', () => {
+    // Its relay would publish to no one and move the shared relay checkpoint past the events: a
+    // projections role started without BUS=nats lost every webhook event of its run for good.
+    for (const roles of [['projections'], ['api', 'engine', 'projections']]) {
+      expect(() => refuseRoleSettings(loadConfig({}), roles)).toThrow(
+        /^invalid configuration:\n {2}BUS: memory carries the relay's events only to a dispatcher in the same process;/,
+      );
+      expect(() => refuseRoleSettings(loadConfig({ BUS: 'nats' }), roles)).not.toThrow();
+    }
+    for (const roles of [
+      ['api', 'engine', 'projections', 'dispatcher'],
+      ['api'],
+      ['engine'],
+      ['dispatcher'],
+    ]) {
+      expect(() => refuseRoleSettings(loadConfig({}), roles)).not.toThrow();
+    }
   });
 
   it('refuses a value that fails several checks of its variable in one line', () => {

@@ -153,6 +153,7 @@ async function openBus(config: Config, logger: Logger): Promise<Bus> {
       subjectPrefix: config.NATS_SUBJECT_PREFIX,
       replicas: config.NATS_STREAM_REPLICAS,
       consumerReplicas: config.NATS_CONSUMER_REPLICAS,
+      maxAgeMs: config.NATS_STREAM_MAX_AGE_MS,
       startupTimeoutMs: config.NATS_STARTUP_TIMEOUT_MS,
       logger,
     });

@@ -191,6 +191,57 @@ describe.skipIf(!reachable)('NatsBus specifics', () => {
     }
   });
 
+  it('keeps a message for the configured age only, and brings an existing stream to the age of the latest start', async () => {
+    const aged = `BUSTEST_${run}_age`;
+    const agedPrefix = `bt${run}_age`;
+    const nc = await connect({ servers: NATS_URL });
+    const jsm = await jetstreamManager(nc);
+    try {
+      // A stream as an earlier version created it: every message kept. (Its duplicate window is as
+      // short as the age set below: JetStream refuses a window longer than the age.)
+      const keepAll = await connectNatsBus({
+        url: NATS_URL,
+        stream: aged,
+        subjectPrefix: agedPrefix,
+        logger,
+        duplicateWindowMs: 1_000,
+      });
+      await keepAll.close();
+      expect((await jsm.streams.info(aged)).config.max_age).toBe(0);
+
+      const bounded = await connectNatsBus({
+        url: NATS_URL,
+        stream: aged,
+        subjectPrefix: agedPrefix,
+        logger,
+        maxAgeMs: 1_000,
+        duplicateWindowMs: 1_000,
+      });
+      try {
+        expect((await bounded.health()).drift).toEqual([
+          { setting: 'max_age', wanted: 1_000_000_000, found: 0, updated: true },
+        ]);
+        expect((await jsm.streams.info(aged)).config.max_age).toBe(1_000_000_000);
+        await bounded.publish(`${agedPrefix}.events.A`, bytes('old'), { msgId: `age${run}` });
+        expect((await jsm.streams.info(aged)).state.messages).toBe(1);
+        // Acknowledged or not, a message older than the age leaves the store.
+        let left = 1;
+        // waitFor's check is synchronous: read the count between its polls.
+        const poll = setInterval(() => {
+          void jsm.streams.info(aged).then((i) => {
+            left = i.state.messages;
+          });
+        }, 100);
+        await waitFor(() => left === 0, 'the message to age out').finally(() => clearInterval(poll));
+      } finally {
+        await bounded.close();
+      }
+    } finally {
+      await nc.close();
+      await deleteStream(aged);
+    }
+  });
+
   it('rejects invalid durable and stream names', async () => {
     await expect(
       bus.consume({ durable: 'a.b', filterSubject: `${prefix}.>` }, async () => {}),

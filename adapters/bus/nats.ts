@@ -63,6 +63,12 @@ export interface NatsBusOptions {
   /** Copies of each durable consumer's state; 0 (default) inherits the stream's replicas. */
   consumerReplicas?: number;
   /**
+   * How long the stream keeps a message (JetStream's `max_age`); 0 (default) keeps every message.
+   * Set on creation and brought in line on an existing stream at start: acknowledged messages stay
+   * in a limits-retention stream, so without an age its store grows with every relayed event.
+   */
+  maxAgeMs?: number;
+  /**
    * How long the first connect (and the stream check after it) keeps retrying while the servers
    * are unreachable or JetStream does not answer yet, e.g. a node still down or a cluster electing
    * its leader after a crash. Past it, the start fails with the last error. Default 60 s.
@@ -266,6 +272,7 @@ function wantedStream(options: NatsBusOptions, subjectPrefix: string) {
     retention: RetentionPolicy.Limits,
     discard: DiscardPolicy.Old,
     duplicate_window: nanos(options.duplicateWindowMs ?? DEFAULT_DUPLICATE_WINDOW_MS),
+    max_age: nanos(options.maxAgeMs ?? 0),
     num_replicas: replicas,
   };
 }
@@ -308,6 +315,12 @@ async function ensureStream(jsm: JetStreamManager, wanted: WantedStream): Promis
   compare('storage', wanted.storage, found.storage);
   compare('discard', wanted.discard, found.discard);
   compare('duplicate_window', wanted.duplicate_window, found.duplicate_window);
+  if (found.max_age !== wanted.max_age) {
+    // The age is the operator's choice of how long a stopped consumer can catch up: the setting
+    // of the latest start holds, in either direction (JetStream changes it in place).
+    await jsm.streams.update(wanted.name, { max_age: wanted.max_age });
+    drift.push({ setting: 'max_age', wanted: wanted.max_age, found: found.max_age, updated: true });
+  }
   if (found.num_replicas < wanted.num_replicas) {
     const raise = { setting: 'replicas', wanted: wanted.num_replicas, found: found.num_replicas } as const;
     if (existing.cluster === undefined) {

@@ -45,12 +45,13 @@ export interface BusHealth {
 
 /** One setting of an existing stream that differs from what this process would have created. */
 export interface BusSettingDrift {
-  setting: 'replicas' | 'subjects' | 'retention' | 'storage' | 'discard' | 'duplicate_window';
+  setting: 'replicas' | 'subjects' | 'retention' | 'storage' | 'discard' | 'duplicate_window' | 'max_age';
   wanted: string | number;
   found: string | number;
   /**
-   * True once the stream was brought in line (replicas raised at start, or by the background retry
-   * of a raise refused there); false when only reported, or while that retry has not taken.
+   * True once the stream was brought in line (its age set, or replicas raised at start or by the
+   * background retry of a raise refused there); false when only reported, or while that retry has
+   * not taken.
    */
   updated: boolean;
   /** Why the raise was refused (a lone server, too few peers): the latest refusal while not updated. */

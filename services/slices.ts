@@ -127,6 +127,8 @@ export async function composeSlices(ctx: SliceContext): Promise<ComposedSlices> 
           ...(metrics ? { registry: metrics.registry } : {}),
           ...(history ? { trackRecord: history.brief } : {}),
           ...(sharedVerdicts ? { verdicts: sharedVerdicts } : {}),
+          // A digest waits for the engine in this process to evaluate its close (a restart's catch-up).
+          ...(scheduler ? { engine: scheduler.scheduler } : {}),
         })
       : null;
 

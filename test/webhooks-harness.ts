@@ -29,6 +29,7 @@ import { relayTypes } from '../services/relay/relay-types.ts';
 import { Readiness } from '../services/shared/readiness.ts';
 import { keepTickShape } from '../services/shared/tick-shape.ts';
 import { digestCoverageOf, dispatcherComponent, webhookApi } from '../services/webhooks/component.ts';
+import type { EngineProgress } from '../services/webhooks/digest-scan.ts';
 import type { WebhookSettings } from '../services/webhooks/settings.ts';
 import { deleteStream, NATS_URL } from './nats-server.ts';
 import { type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
@@ -353,8 +354,14 @@ export function dispatcherPool(
   type Dispatcher = ReturnType<typeof dispatcherComponent>;
   const running = new Set<Dispatcher>();
   return {
-    /** `projections`: where its webhook projection's snapshot is (none given: it folds the log from 0). */
-    async start(projections: ProjectionStore = new MemoryProjectionStore()): Promise<Dispatcher> {
+    /**
+     * `projections`: where its webhook projection's snapshot is (none given: it folds the log from
+     * 0); `scheduler`: the engine's, as in a process running the engine role too.
+     */
+    async start(
+      projections: ProjectionStore = new MemoryProjectionStore(),
+      scheduler?: EngineProgress,
+    ): Promise<Dispatcher> {
       const { prefix, store, bus, engine } = stack();
       const d = dispatcherComponent({
         config: loadConfig(webhookEnv(prefix, options.env)),
@@ -363,6 +370,7 @@ export function dispatcherPool(
         feed: engine.feed,
         durablePrefix: `${options.tag}${prefix}`,
         ...(options.settings ? { settings: options.settings } : {}),
+        ...(scheduler ? { engine: scheduler } : {}),
       });
       running.add(d);
       await d.start();

@@ -95,6 +95,14 @@ export class VerdictScheduler {
   lastFailure: RunFailure | null = null;
   /** The round start() runs of every timeframe: resolves once each has run (or failed). */
   firstRound: Promise<unknown> = Promise.resolve();
+  /**
+   * Per timeframe, the feed time at which the latest run that ran to its end began: every close up
+   * to it was evaluated then for each scheduled market (its verdict recorded, or skipped with its
+   * reason), the closes missed while down included.
+   */
+  private readonly evaluatedTo = new Map<Timeframe, number>();
+  /** closeEvaluated's waits, each told when a run ends or the scheduler stops. */
+  private readonly evaluatedWaits = new Set<() => void>();
 
   constructor(private readonly options: SchedulerOptions) {
     this.retryDelay = options.retryMs ?? 1000;
@@ -134,13 +142,62 @@ export class VerdictScheduler {
     this.retryTimer = null;
     for (const off of this.unsubscribe.splice(0)) off();
     this.again.clear();
+    for (const wake of [...this.evaluatedWaits]) wake();
     await Promise.all(this.busy.values());
+  }
+
+  /**
+   * Waits until this scheduler has evaluated the close at `close` (feed time, Unix ms) of
+   * `timeframe` on `exchange`: a run that began at or after it ran to its end, having recorded the
+   * verdict of that close (and of every close before it missed while down) for each scheduled market
+   * or skipped the market with its reason. 'unscheduled' at once when the scheduler does not record
+   * that venue and timeframe; 'stopped' when it stops first; 'timeout' after `timeoutMs` (a run
+   * failing, the store away, is retried meanwhile) or once `signal` aborts.
+   */
+  closeEvaluated(
+    exchange: Exchange,
+    timeframe: Timeframe,
+    close: number,
+    options: { timeoutMs: number; signal?: AbortSignal },
+  ): Promise<'evaluated' | 'unscheduled' | 'stopped' | 'timeout'> {
+    const exchanges = this.options.exchanges ?? [this.options.exchange];
+    if (!exchanges.includes(exchange) || !this.options.timeframes.includes(timeframe)) {
+      return Promise.resolve('unscheduled');
+    }
+    const state = () =>
+      (this.evaluatedTo.get(timeframe) ?? Number.NEGATIVE_INFINITY) >= close
+        ? 'evaluated'
+        : this.stopped
+          ? 'stopped'
+          : null;
+    const now = state();
+    if (now) return Promise.resolve(now);
+    const { signal } = options;
+    if (signal?.aborted) return Promise.resolve('timeout');
+    return new Promise((resolve) => {
+      const finish = (outcome: 'evaluated' | 'stopped' | 'timeout') => {
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', aborted);
+        this.evaluatedWaits.delete(wake);
+        resolve(outcome);
+      };
+      const wake = () => {
+        const outcome = state();
+        if (outcome) finish(outcome);
+      };
+      const aborted = () => finish('timeout');
+      const timer = setTimeout(() => finish('timeout'), options.timeoutMs);
+      timer.unref();
+      signal?.addEventListener('abort', aborted, { once: true });
+      this.evaluatedWaits.add(wake);
+    });
   }
 
   private async run(timeframe: Timeframe): Promise<void> {
     const { engine, feed, topN, logger } = this.options;
     this.stats.runs += 1;
-    this.stats.lastRunAt = feed.now();
+    const startedAt = feed.now();
+    this.stats.lastRunAt = startedAt;
     try {
       const exchanges = this.options.exchanges ?? [this.options.exchange];
       // The listing can take seconds (the replay reads each coin's finest candle file to rank
@@ -193,6 +250,12 @@ export class VerdictScheduler {
       await engine.saveBandScales();
       this.lastFailure = null;
       this.retryDelay = this.options.retryMs ?? 1000;
+      // A run a stop cut short evaluated only some of its markets.
+      if (!this.stopping.signal.aborted) {
+        const before = this.evaluatedTo.get(timeframe) ?? Number.NEGATIVE_INFINITY;
+        this.evaluatedTo.set(timeframe, Math.max(before, startedAt));
+        for (const wake of [...this.evaluatedWaits]) wake();
+      }
     } catch (err) {
       // Stopped: no failure of the run, and nothing to retry.
       if (this.stopping.signal.aborted) return;

@@ -18,7 +18,7 @@ import { projectionCheck } from '../shared/projection-check.ts';
 import { guardedAgent } from '../shared/ssrf/guarded-agent.ts';
 import { DeliveryWorker } from './delivery-worker.ts';
 import { type DigestCoverage, digestCoverage } from './digest-coverage.ts';
-import { rankedDigestScan } from './digest-scan.ts';
+import { type EngineProgress, rankedDigestScan } from './digest-scan.ts';
 import { type DispatcherOptions, WebhookDispatcher } from './dispatcher.ts';
 import { webhookMetrics } from './metrics.ts';
 import { MarketRanking } from './ranking.ts';
@@ -118,6 +118,11 @@ export function dispatcherComponent(deps: {
    * runner would fold the same log again into the same snapshot key.
    */
   verdicts?: ProjectionRunner<LatestVerdicts>;
+  /**
+   * The engine's scheduler when the engine role runs in this process: a digest waits for it to have
+   * evaluated its period's close (rankedDigestScan).
+   */
+  engine?: EngineProgress;
 }): Component & {
   runner: ProjectionRunner<WebhookState>;
   /** The running dispatcher's digest bookkeeping (see WebhookDispatcher.digestsTracked). */
@@ -204,6 +209,7 @@ export function dispatcherComponent(deps: {
           headPosition: () => adapters.eventStore.headPosition(),
           feed: markets,
           scheduledTopN: config.SCHEDULE_TOP_N,
+          ...(deps.engine ? { engine: deps.engine } : {}),
         }),
         recoverPerSecond: settings.recoverPerSecond,
         now,
@@ -301,6 +307,8 @@ export function webhooksSlice(deps: {
   feed: MarketFeed | null;
   registry?: Registry;
   trackRecord?: DispatcherOptions['trackRecord'];
+  /** The engine's scheduler when the engine role runs in this process (dispatcherComponent). */
+  engine?: EngineProgress;
 }): Slice {
   const { config, adapters, logger, roles } = deps;
   const api = roles.includes('api')
@@ -324,6 +332,7 @@ export function webhooksSlice(deps: {
         ...(api ? { runner: api.runner } : {}),
         ...(deps.registry ? { registry: deps.registry } : {}),
         ...(deps.trackRecord ? { trackRecord: deps.trackRecord } : {}),
+        ...(deps.engine ? { engine: deps.engine } : {}),
       })
     : null;
   // The api part owns the shared projection, so it starts first and stops last.

@@ -1,6 +1,12 @@
 import { MarketDataError } from '../../adapters/market/errors.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
-import { type Exchange, type FeedKind, marketKey, TIMEFRAME_MS } from '../../contracts/market.ts';
+import {
+  type Exchange,
+  type FeedKind,
+  marketKey,
+  TIMEFRAME_MS,
+  type Timeframe,
+} from '../../contracts/market.ts';
 import type { CalibrationTable } from '../../contracts/signals.ts';
 import { ScanTradeCallsInput, type ScanTradeCallsOutput } from '../../contracts/tools.ts';
 import type { LatestVerdicts } from '../../projections/latest-verdicts.ts';
@@ -10,15 +16,36 @@ import type { RankedMarket } from './ranking.ts';
 
 /**
  * How long a digest scan waits for the verdict projection to reach the log's head, and for the
- * verdicts of the close at its period's start.
+ * verdicts of the close at its period's start, once the engine in its process (if any) has
+ * evaluated that close.
  */
 export const DIGEST_CATCH_UP_MS = 5_000;
+
+/**
+ * How long, at most, a digest scan waits for the engine in its process to evaluate the close at its
+ * period's start. A restart's catch-up (the closes missed while down, each market's warm-up) takes
+ * seconds past the start, more than DIGEST_CATCH_UP_MS on `npm start`'s replay; a digest built
+ * before it would name every market in skipped. The wait ends as soon as the engine's run of that
+ * close has ended, or the engine stops.
+ */
+export const DIGEST_ENGINE_WAIT_MS = 60_000;
+
+/** The scheduler of the engine running in the digest's process (VerdictScheduler.closeEvaluated). */
+export interface EngineProgress {
+  closeEvaluated(
+    exchange: Exchange,
+    timeframe: Timeframe,
+    close: number,
+    options: { timeoutMs: number; signal?: AbortSignal },
+  ): Promise<'evaluated' | 'unscheduled' | 'stopped' | 'timeout'>;
+}
 
 /**
  * The dispatcher's digest scan: the venue ranking, then the verdicts as the log holds them now.
  * It throws rather than report nothing, so the dispatcher retries the digest on its next tick
  * instead of claiming (and never re-sending) an empty or stale one: when no ranking could be
- * loaded, or when the verdict projection does not reach the log's head within `catchUpMs`.
+ * loaded, when the verdict projection does not reach the log's head within `catchUpMs`, or when
+ * the engine stops (or `signal` aborts) before evaluating the period's close.
  */
 export function rankedDigestScan(deps: {
   ranking: {
@@ -36,11 +63,21 @@ export function rankedDigestScan(deps: {
   feed: { readonly kind: FeedKind; now(): number; candles?: MarketFeed['candles'] };
   catchUpMs?: number;
   /**
+   * The engine's scheduler when it runs in this process: a digest first waits (up to `engineWaitMs`)
+   * for it to have evaluated the close at its period's start. Without it (the engine role in
+   * another process) only `catchUpMs` is waited.
+   */
+  engine?: EngineProgress;
+  engineWaitMs?: number;
+  /**
    * How many of the venue's top markets the engine records every close of (SCHEDULE_TOP_N): the
    * wait for the close's verdicts is for those; a market past them has none coming (default: all).
    */
   scheduledTopN?: number;
-}): (input: ScanTradeCallsInput, period?: { start: number }) => Promise<ScanTradeCallsOutput> {
+}): (
+  input: ScanTradeCallsInput,
+  period?: { start: number; signal?: AbortSignal },
+) => Promise<ScanTradeCallsOutput> {
   return async (input, period) => {
     const exchange = input.exchange!;
     // The venue's top-N as the scheduler ranks it at this close (it reads the ranking on every
@@ -49,19 +86,30 @@ export function rankedDigestScan(deps: {
     await deps.ranking.prepare(exchange, period?.start ?? Number.POSITIVE_INFINITY);
     const ranked = deps.ranking.ranked(exchange);
     if (ranked.length === 0) throw new Error(`no market ranking for ${exchange} loaded yet`);
-    const catchUpMs = deps.catchUpMs ?? DIGEST_CATCH_UP_MS;
-    const deadline = Date.now() + catchUpMs;
-    await deps.verdicts.waitFor(await deps.headPosition(), catchUpMs);
     const volumes = new Map(ranked.map((m) => [m.coin, m.quoteVolume24h]));
     const { topN, timeframe } = ScanTradeCallsInput.parse({ ...input, exchange });
     // The engine records each scheduled market's verdict of a close moments after that close, so
     // a digest built at its period's start can find the close before it still the latest on
-    // record: it waits (within the same budget) for the verdicts of the close at the start rather
-    // than list the previous candle's as the latest.
+    // record: it waits for the verdicts of the close at the start rather than list the previous
+    // candle's as the latest. The engine in this process says when it has evaluated that close
+    // (after a restart, once it has caught up on the closes missed while down); then, within
+    // `catchUpMs`, the projection folds its verdicts.
     // A market still behind it after the wait is named in skipped (projectedScan's `close`).
     const close = period
       ? Math.floor(period.start / TIMEFRAME_MS[timeframe]) * TIMEFRAME_MS[timeframe]
       : undefined;
+    if (close !== undefined && deps.engine) {
+      const outcome = await deps.engine.closeEvaluated(exchange, timeframe, close, {
+        timeoutMs: deps.engineWaitMs ?? DIGEST_ENGINE_WAIT_MS,
+        ...(period?.signal ? { signal: period.signal } : {}),
+      });
+      period?.signal?.throwIfAborted();
+      if (outcome === 'stopped')
+        throw new Error(`the engine stopped before evaluating the close at ${new Date(close).toISOString()}`);
+    }
+    const catchUpMs = deps.catchUpMs ?? DIGEST_CATCH_UP_MS;
+    const deadline = Date.now() + catchUpMs;
+    await deps.verdicts.waitFor(await deps.headPosition(), catchUpMs);
     if (close !== undefined) {
       // Only the markets the engine schedules: a top_n past them would otherwise spend the whole
       // budget on every digest waiting for verdicts no one records.

@@ -55,7 +55,10 @@ export interface DispatcherOptions {
   /** Durable consumer names start with this; two dispatchers sharing it share the work. */
   durablePrefix?: string;
   /** Runs the ranked scan of a digest; without it scan_digest subscriptions get nothing. */
-  scan?: (input: ScanTradeCallsInput, period: { start: number }) => Promise<ScanTradeCallsOutput>;
+  scan?: (
+    input: ScanTradeCallsInput,
+    period: { start: number; signal?: AbortSignal },
+  ) => Promise<ScanTradeCallsOutput>;
   /** Clock for digest periods: the feed's (tests compress it). */
   now?: () => number;
   /** `now` is a replay clock: subscriptions count from when they were first seen in feed time. */
@@ -69,6 +72,9 @@ export interface DispatcherOptions {
 }
 
 const decoder = new TextDecoder();
+
+/** A digest's scan as it ended: its result, or what it threw. */
+type DigestScan = Promise<{ ok: true; result: ScanTradeCallsOutput } | { ok: false; err: unknown }>;
 
 /**
  * The webhook dispatcher: turns trade calls, regime shifts and risk shifts from the bus into claimed
@@ -109,7 +115,9 @@ export class WebhookDispatcher {
   private readonly enabledSeen = new Map<string, { position: number; at: number | null }>();
   /** The log's head when this dispatcher started: a subscription at or below it predates the start. */
   private headAtStart = Number.POSITIVE_INFINITY;
-  private readonly digestScans = new Map<string, Promise<ScanTradeCallsOutput>>();
+  private readonly digestScans = new Map<string, DigestScan>();
+  /** Aborted by stop(): a digest scan waiting for the engine gives way. */
+  private digestsStopping = new AbortController();
   private readonly submissions = new Set<Promise<unknown>>();
   private readonly recovering = new Map<string, Promise<void>>();
   private readonly recovered = new Set<string>();
@@ -127,6 +135,7 @@ export class WebhookDispatcher {
     const prefix = this.options.subjectPrefix ?? DEFAULT_SUBJECT_PREFIX;
     const durable = this.options.durablePrefix ?? 'dispatcher';
     this.running = true;
+    if (this.digestsStopping.signal.aborted) this.digestsStopping = new AbortController();
     const handle = (m: BusMessage) => this.onMessage(m);
     // Acks are not confirmed: a message is acked only once its deliveries are claimed in the
     // store, and handling it again is idempotent (the sequence event, which records the first
@@ -186,6 +195,7 @@ export class WebhookDispatcher {
     if (this.timer) clearInterval(this.timer);
     if (this.wake) clearTimeout(this.wake.timer);
     this.options.worker.onRetryScheduled = null;
+    this.digestsStopping.abort();
     await Promise.all(this.consumers.splice(0).map((c) => c.stop()));
     await this.ticking;
     await this.digesting;
@@ -582,6 +592,21 @@ export class WebhookDispatcher {
       ? (sub: { id: string; digestSincePosition: number }) =>
           this.feedTimeSeen(this.firstSeen, sub.id, sub.digestSincePosition, now, Number.NEGATIVE_INFINITY)
       : undefined;
+    // Every due digest's scan starts at once, and they are claimed in turn as they end: a scan can
+    // wait for the engine to evaluate its close (seconds on a restart's catch-up), and scans waiting
+    // one after another could run the pass past the next boundary, whose period would go unsent.
+    // Scans of one venue share its ranking, which each reads as of its own period's start or later
+    // (MarketRanking.prepare), as one after another would.
+    const due: {
+      sub: SubscriptionRecord;
+      periodStart: number;
+      since: number;
+      eventId: string;
+      deliveryId: string;
+      fired: { deliveryId: string; periodStart: number } | undefined;
+      enabledSince: number | null;
+      scan: DigestScan;
+    }[] = [];
     for (const { sub, periodStart, since } of dueDigests(Object.values(subscriptions.subs), now, seen)) {
       const eventId = digestEventId(sub.id, periodStart);
       const deliveryId = deliveryIdFor(eventId, sub.id);
@@ -600,16 +625,26 @@ export class WebhookDispatcher {
       const key = JSON.stringify([input, periodStart]);
       let scan = this.digestScans.get(key);
       if (!scan) {
-        scan = this.options.scan!(input, { start: periodStart });
+        scan = this.options.scan!(input, { start: periodStart, signal: this.digestsStopping.signal }).then(
+          (result) => ({ ok: true as const, result }),
+          (err: unknown) => ({ ok: false as const, err }),
+        );
         this.digestScans.set(key, scan);
       }
-      let result: ScanTradeCallsOutput;
-      try {
-        result = await scan;
-      } catch (err) {
-        this.logger.warn({ err, subscriptionId: sub.id }, 'digest scan failed; retried on the next tick');
+      due.push({ sub, periodStart, since, eventId, deliveryId, fired, enabledSince, scan });
+    }
+    for (const { sub, periodStart, since, eventId, deliveryId, fired, enabledSince, scan } of due) {
+      const outcome = await scan;
+      if (!outcome.ok) {
+        // A stop let the scan go (it was waiting for the engine): nothing failed.
+        if (this.digestsStopping.signal.aborted) continue;
+        this.logger.warn(
+          { err: outcome.err, subscriptionId: sub.id },
+          'digest scan failed; retried on the next tick',
+        );
         continue;
       }
+      const result = outcome.result;
       // The subscription's last digest before this one, read before this one is claimed: once
       // claimed, its sequence event may already be in the log (on LMDB it is by the time the claim
       // returns) and would read as the last one sent, hiding every period skipped before it.

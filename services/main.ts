@@ -2,7 +2,7 @@
 import './shared/node-version.ts';
 import { parseArgs } from 'node:util';
 import { type Logger, pino } from 'pino';
-import { ConfigError, loadConfig, readDotEnv } from '../contracts/config.ts';
+import { ConfigError, loadConfig, readDotEnv, refuseRoleSettings } from '../contracts/config.ts';
 import { flushAccessLines } from './api/request-log.ts';
 import { ROLES, type Role } from './component.ts';
 import { DataDirInUse, lockDataDir } from './shared/data-dir-lock.ts';
@@ -52,6 +52,7 @@ async function main(): Promise<void> {
     readDotEnv();
     config = loadConfig();
     roles = parseRoles(process.argv.slice(2));
+    refuseRoleSettings(config, roles);
   } catch (err) {
     // No logger yet: the configuration that would set it up is what is wrong. An argument it does
     // not take (parseArgs' codes) is followed by the usage.

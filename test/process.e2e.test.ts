@@ -45,6 +45,17 @@ describe('the service process', () => {
     expect(r.stderr).toContain('unknown role "janitor"');
   });
 
+  it('refuses the projections role on the in-process bus without the dispatcher, naming BUS', async () => {
+    // Its relay would publish to no one and move the shared relay checkpoint past the events.
+    const r = run({ DATA_DIR: await tempDir() }, ['--role', 'projections']);
+    running.push(r);
+    expect(await r.exit).toBe(1);
+    expect(r.stderr).toContain(
+      "BUS: memory carries the relay's events only to a dispatcher in the same process",
+    );
+    expect(r.stderr).not.toMatch(/^\s+at /m);
+  });
+
   it('answers --help with how to start it, as it was started, before reading a configuration it would refuse', () => {
     const start = (...args: string[]) =>
       spawnSync(process.execPath, ['--import', 'tsx', 'services/main.ts', ...args], {

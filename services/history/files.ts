@@ -308,6 +308,14 @@ async function* readItems(
           `CSV line: ${fields.length} fields where the header has ${header.length}; ${CUT_SHORT}`,
         );
       }
+      // The header again: a CSV answer resumed with after= starts with its own, appended as is. Read
+      // as a row it would be named by every field ("position" is no number), not by what it is.
+      if (fields.every((field, i) => field === header![i])) {
+        throw unreadable(
+          `line ${lineNumber}`,
+          'CSV line: the header again; every CSV answer starts with it, a resumed one (after=) too: leave it out when appending a resumed answer to the file',
+        );
+      }
       const row = toRow(Object.fromEntries(header.map((h, i) => [h, fields[i]])), `line ${lineNumber}`);
       // The cursor column written empty (a cut right after the comma before it) would be filled in
       // from the row as for an export written before rows carried their cursor, which had no such

@@ -230,3 +230,24 @@ describe('a Parquet export read as NDJSON or CSV', () => {
     }
   });
 });
+
+// A CSV answer resumed with after= starts with its own header: appended as is, the line is named
+// as the header it is, not as a row whose every field is malformed.
+describe('a CSV export with its header again after a row', () => {
+  it('names the line as the header of a resumed answer, and reads on past it', async () => {
+    const path = join(dir, 'resumed-header.csv');
+    writeFileSync(path, `${CSV_HEADER}${csvLine(commitment)}${CSV_HEADER}${csvLine(second)}`);
+    const rows: HistoryRow[] = [];
+    const read = (async () => {
+      for await (const row of readExport(path)) rows.push(row);
+    })();
+    await expect(read).rejects.toThrow(
+      'line 3: malformed CSV line: the header again; every CSV answer starts with it, a resumed one (after=) too: leave it out when appending a resumed answer to the file',
+    );
+    expect(rows).toEqual([commitment]);
+    const past: (HistoryRow | string)[] = [];
+    for await (const item of readExportPastMalformed(path))
+      past.push(item instanceof MalformedRowError ? item.where : item);
+    expect(past).toEqual([commitment, 'line 3', second]);
+  });
+});

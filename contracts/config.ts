@@ -26,6 +26,16 @@ const instant = z.union(
 const port = decimal.pipe(z.number().int().min(0).max(65_535));
 const positiveInt = decimal.pipe(z.number().int().positive());
 const nonNegativeInt = decimal.pipe(z.number().int().min(0));
+/**
+ * A wait the service hands to a timer (setTimeout, setInterval) or to PostgreSQL's
+ * statement_timeout: both take at most 2^31 - 1 ms (about 24.8 days), and Node fires a longer
+ * timer at once (SHUTDOWN_TIMEOUT_MS=3000000000 made every SIGTERM end in `shutdown timed out`
+ * and SIGKILL).
+ */
+const MAX_TIMER_MS = 2_147_483_647;
+const timerMessage = 'at most 2147483647 ms (about 24.8 days), the longest a timer can wait';
+const timerMs = decimal.pipe(z.number().int().positive().max(MAX_TIMER_MS, timerMessage));
+const timerMsOrZero = decimal.pipe(z.number().int().min(0).max(MAX_TIMER_MS, timerMessage));
 const bool = z
   .enum(['true', 'false', '1', '0', 'yes', 'no'])
   .transform((v) => v === 'true' || v === '1' || v === 'yes');
@@ -281,7 +291,7 @@ export const ConfigSchema = z
      * A request (headers and body) must arrive whole within this long, or it is answered 408 and
      * its connection closed: a client trickling a body cannot hold a connection for minutes.
      */
-    REQUEST_TIMEOUT_MS: positiveInt.default(30_000),
+    REQUEST_TIMEOUT_MS: timerMs.default(30_000),
     /**
      * When X-Forwarded-For is believed (the client address meters anonymous callers): empty = never
      * (the socket address counts; right without a proxy), a hop count (`1` = one load balancer in
@@ -324,7 +334,7 @@ export const ConfigSchema = z
      * How long SIGTERM waits for in-flight requests and checkpoints; then the process ends
      * whatever is still pending (a write stuck on a lock included).
      */
-    SHUTDOWN_TIMEOUT_MS: positiveInt.default(15_000),
+    SHUTDOWN_TIMEOUT_MS: timerMs.default(15_000),
     /**
      * On SIGTERM, how long the process goes on serving with /readyz answering 503 (check
      * `shutdown`) before it stops taking connections, so a load balancer that health-checks
@@ -333,12 +343,12 @@ export const ConfigSchema = z
      * runs the api role (the others have no callers). 0 (default): the listener closes as the
      * signal arrives.
      */
-    SHUTDOWN_DRAIN_MS: nonNegativeInt.default(0),
+    SHUTDOWN_DRAIN_MS: timerMsOrZero.default(0),
     /**
      * /readyz is not ready once a write of this process (an append or a snapshot save) has waited
      * longer than this (ms) and none finished for as long; ready again below half of it (adapters/event-store/append-watch.ts).
      */
-    APPEND_STALL_MS: positiveInt.default(5_000),
+    APPEND_STALL_MS: timerMs.default(5_000),
     DATA_DIR: z.string().min(1).default('./data'),
     /**
      * EVENT_STORE=lmdb: false opens the log's environment (log, snapshots, export rows) with
@@ -381,7 +391,7 @@ export const ConfigSchema = z
      * Longest a statement may run before PostgreSQL cancels it (migrations exempt): an append stuck
      * behind a stopped process's lock fails as unavailable instead of holding its caller for good.
      */
-    POSTGRES_STATEMENT_TIMEOUT_MS: positiveInt.default(30_000),
+    POSTGRES_STATEMENT_TIMEOUT_MS: timerMs.default(30_000),
     BUS: z.enum(['memory', 'nats']).default('memory'),
     /** One NATS server, or a cluster's servers comma-separated. */
     NATS_URL: urlSetting(['nats', 'tls'], 'nats://127.0.0.1:4222', { list: true }).default(
@@ -416,7 +426,7 @@ export const ConfigSchema = z
      * How long a start waits for NATS (servers down, a cluster electing its leader) before it
      * gives up with the last error; meanwhile it logs each retry.
      */
-    NATS_STARTUP_TIMEOUT_MS: positiveInt.default(60_000),
+    NATS_STARTUP_TIMEOUT_MS: timerMs.default(60_000),
     /**
      * Event types the relay publishes to the bus (comma-separated), or `*` for every type. The
      * default is what the service's consumers subscribe to (the webhook dispatcher).
@@ -467,7 +477,7 @@ export const ConfigSchema = z
       .transform((s) => s.split(',').map((x) => x.trim().toUpperCase()))
       .pipe(z.array(Exchange).min(1))
       .default([...EXCHANGES]),
-    FEED_PROBE_TIMEOUT_MS: positiveInt.default(3_000),
+    FEED_PROBE_TIMEOUT_MS: timerMs.default(3_000),
     /** Timeframes the engine computes verdicts for on every candle close. */
     SCHEDULE_TIMEFRAMES: z
       .string()
@@ -525,20 +535,20 @@ export const ConfigSchema = z
      * A verification or balance read past it is 503 facilitator_unavailable, nothing charged; a
      * remote settle past it is served pending, and the reconciler reads the chain.
      */
-    X402_FACILITATOR_TIMEOUT_MS: positiveInt.default(30_000),
+    X402_FACILITATOR_TIMEOUT_MS: timerMs.default(30_000),
     /** Key of the wallet that submits settlements (pays the gas) for the local facilitator. */
     X402_FACILITATOR_PRIVATE_KEY: privateKey.optional(),
     /** JSON-RPC endpoint of the primary network: settlement and reconciliation read the chain here. */
     X402_RPC_URL: httpUrl.default('https://mainnet.base.org'),
     /** How long the local facilitator waits for a settlement receipt before calling it pending. */
-    X402_SETTLE_CONFIRM_TIMEOUT_MS: positiveInt.default(20_000),
+    X402_SETTLE_CONFIRM_TIMEOUT_MS: timerMs.default(20_000),
     /**
      * /readyz reports the check `chain` degraded (never failing) once this process has not seen a
      * settling rail's head block number go up for this long (ms): the chain stopped, settlements
      * may not land (services/payments/chain-readiness.ts; x402_chain_head_age_seconds). 0 turns
      * the poller and the check off.
      */
-    X402_CHAIN_STALL_MS: nonNegativeInt.default(30_000),
+    X402_CHAIN_STALL_MS: timerMsOrZero.default(30_000),
     /**
      * How long the local facilitator reuses what eth_getCode answered for a payer (0: ask every
      * time). Its verify asks twice per payment; the simulated transfer is still run every time.
@@ -546,7 +556,7 @@ export const ConfigSchema = z
     X402_PAYER_CODE_TTL_MS: nonNegativeInt.default(30_000),
     /** An unfinished payment older than this is reconciled against the chain; checked at this interval. */
     X402_RECONCILE_AFTER_MS: positiveInt.default(300_000),
-    X402_RECONCILE_INTERVAL_MS: positiveInt.default(60_000),
+    X402_RECONCILE_INTERVAL_MS: timerMs.default(60_000),
     /**
      * How long /.well-known/x402 promises a paid answer can be fetched again with the same payment
      * (24 h); the answer is kept with the payment in the event log, which holds it longer.
@@ -567,7 +577,7 @@ export const ConfigSchema = z
      * from the api role, and two processes sending from one wallet race for its nonces) through
      * HISTORY_ANCHOR_RPC_URL (else X402_RPC_URL). Off without the key; readiness says so.
      */
-    HISTORY_ANCHOR_INTERVAL_MS: nonNegativeInt.default(86_400_000),
+    HISTORY_ANCHOR_INTERVAL_MS: timerMsOrZero.default(86_400_000),
     HISTORY_ANCHOR_PRIVATE_KEY: privateKey.optional(),
     HISTORY_ANCHOR_RPC_URL: httpUrl.optional(),
     /**
@@ -590,7 +600,7 @@ export const ConfigSchema = z
      * charged per busy key (one lease serves all its tools). 0 (or QUOTA_LEASE_MAX_UNITS below 8,
      * the smallest grant): every call is recorded on its own.
      */
-    QUOTA_LEASE_MS: nonNegativeInt.default(1_000),
+    QUOTA_LEASE_MS: timerMsOrZero.default(1_000),
     QUOTA_LEASE_MAX_UNITS: positiveInt.default(256),
     /**
      * Request-rate limits per credential and window, shared across replicas on Redis: an applied
@@ -645,9 +655,9 @@ export const ConfigSchema = z
       )
       .default([]),
     /** A provider that has not answered by then is abandoned: the answer is extractive, with a note. */
-    CHAT_TIMEOUT_MS: positiveInt.default(10_000),
+    CHAT_TIMEOUT_MS: timerMs.default(10_000),
     /** An MCP session with no request for this long is closed (clients often never send DELETE). */
-    MCP_SESSION_IDLE_MS: positiveInt.default(15 * 60_000),
+    MCP_SESSION_IDLE_MS: timerMs.default(15 * 60_000),
     /** DNS-rebinding guard: Host names (port ignored) the API answers on; `*` turns the check off. */
     ALLOWED_HOSTS: listSetting(
       /^([A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\.?|\[[0-9A-Fa-f:.]+\])$/,
@@ -789,13 +799,13 @@ export const ConfigSchema = z
      * one probe goes out after each delay of the retry schedule.
      */
     WEBHOOK_BREAKER_TIMEOUTS: positiveInt.default(3),
-    WEBHOOK_CONNECT_TIMEOUT_MS: positiveInt.default(5_000),
+    WEBHOOK_CONNECT_TIMEOUT_MS: timerMs.default(5_000),
     /** Whole-request limit per attempt (connect, send, response). */
-    WEBHOOK_TIMEOUT_MS: positiveInt.default(15_000),
+    WEBHOOK_TIMEOUT_MS: timerMs.default(15_000),
     /** An attempt with no recorded outcome after this long is retried (its dispatcher died). */
-    WEBHOOK_STUCK_AFTER_MS: positiveInt.default(120_000),
+    WEBHOOK_STUCK_AFTER_MS: timerMs.default(120_000),
     /** How often due retries and digests are looked for. */
-    WEBHOOK_TICK_MS: positiveInt.default(1_000),
+    WEBHOOK_TICK_MS: timerMs.default(1_000),
     /** Subscriptions per API key. */
     WEBHOOK_MAX_PER_KEY: positiveInt.default(25),
     /**
@@ -812,6 +822,14 @@ export const ConfigSchema = z
     WEBHOOK_RECOVER_PER_SECOND: positiveInt.default(50),
   })
   .superRefine((cfg, ctx) => {
+    // main.ts waits for the stop with one timer of the two together.
+    if (cfg.SHUTDOWN_DRAIN_MS + cfg.SHUTDOWN_TIMEOUT_MS > MAX_TIMER_MS) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['SHUTDOWN_DRAIN_MS'],
+        message: `${timerMessage} together with SHUTDOWN_TIMEOUT_MS (one timer waits for both)`,
+      });
+    }
     if (cfg.NATS_CONSUMER_REPLICAS > cfg.NATS_STREAM_REPLICAS) {
       ctx.addIssue({
         code: 'custom',

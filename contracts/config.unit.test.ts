@@ -37,6 +37,11 @@ describe('loadConfig', () => {
   it.each([
     [{ PORT: 'eighty' }, 'PORT'],
     [{ HOST: 'http://0.0.0.0' }, 'HOST'],
+    // Past 2^31 - 1 ms a Node timer fires at once: every SIGTERM was a SIGKILL.
+    [{ SHUTDOWN_TIMEOUT_MS: '3000000000' }, 'SHUTDOWN_TIMEOUT_MS'],
+    [{ SHUTDOWN_DRAIN_MS: '2000000000', SHUTDOWN_TIMEOUT_MS: '200000000' }, 'SHUTDOWN_DRAIN_MS'],
+    [{ WEBHOOK_TICK_MS: '2147483648' }, 'WEBHOOK_TICK_MS'],
+    [{ POSTGRES_STATEMENT_TIMEOUT_MS: '2147483648' }, 'POSTGRES_STATEMENT_TIMEOUT_MS'],
     [{ SIWE_DOMAIN: 'https://signals.example.com' }, 'SIWE_DOMAIN'],
     [{ WEBHOOK_TEST_ALLOW_CIDRS: '127.0.0.1/32,garbage' }, 'WEBHOOK_TEST_ALLOW_CIDRS'],
     [{ HOST: '127.0.0.1:8080' }, 'HOST'],

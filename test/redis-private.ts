@@ -9,7 +9,13 @@ import { freePort } from './ports.ts';
  * A Redis server of its own on a free loopback port (no persistence), for tests that change what
  * the whole server does (make it a replica, cap its memory), which the shared one must not.
  */
-export async function startPrivateRedis(options: { port?: number } = {}): Promise<{
+export async function startPrivateRedis(
+  options: {
+    port?: number;
+    /** More redis-server arguments (`--databases 2`). */
+    args?: string[];
+  } = {},
+): Promise<{
   url: string;
   /** A connection for the test's own commands (REPLICAOF, CONFIG SET). */
   admin: Redis;
@@ -21,7 +27,19 @@ export async function startPrivateRedis(options: { port?: number } = {}): Promis
   const dir = mkdtempSync(join(tmpdir(), 'redis-private-'));
   const server = spawn(
     'redis-server',
-    ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no'],
+    [
+      '--port',
+      String(port),
+      '--bind',
+      '127.0.0.1',
+      '--dir',
+      dir,
+      '--save',
+      '',
+      '--appendonly',
+      'no',
+      ...(options.args ?? []),
+    ],
     { stdio: ['ignore', 'pipe', 'ignore'] },
   );
   let output = '';

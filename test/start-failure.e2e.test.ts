@@ -2,6 +2,8 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { freePortIn } from './ports.ts';
+import { startPrivateRedis } from './redis-private.ts';
 import { runServiceProcess } from './service-process.ts';
 
 describe('a start that fails once the configuration holds', () => {
@@ -34,6 +36,39 @@ describe('a start that fails once the configuration holds', () => {
     expect(r.stderr).not.toContain('failed to start');
     expect(JSON.stringify(r.lines) + r.stderr).not.toContain('SECRETPW2');
   }, 60_000);
+
+  it('a REDIS_URL database the server refuses stops the start, naming REDIS_URL, with nothing written to database 0', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'start-failure-'));
+    dirs.push(dir);
+    const redis = await startPrivateRedis({
+      port: await freePortIn(19_400, 19_499),
+      args: ['--databases', '16'],
+    });
+    try {
+      const r = runServiceProcess({
+        DATA_DIR: dir,
+        CACHE: 'redis',
+        REDIS_URL: `${redis.url}/99`,
+        REDIS_PREFIX: 'start-failure-db:',
+      });
+      // Either end, so a start that goes on (on database 0) fails here instead of running on.
+      await expect
+        .poll(() => r.child.exitCode ?? r.lines.find((l) => l.msg === 'service started')?.msg, {
+          interval: 100,
+        })
+        .toBeDefined();
+      if (r.child.exitCode === null) r.child.kill('SIGKILL');
+      expect(await r.exit).toBe(1);
+      const fatal = r.lines.filter((l) => l.level === 60);
+      expect(fatal).toHaveLength(1);
+      expect(fatal[0]!.msg).toBe(
+        `failed to start: redis at ${redis.url}/99: the server refused database 99 of REDIS_URL (ERR DB index is out of range): set REDIS_URL to a database it has (0 up to its 'databases' setting less one) or no path for database 0`,
+      );
+      expect(await redis.admin.dbsize()).toBe(0);
+    } finally {
+      await redis.stop();
+    }
+  });
 
   it("states the cause once: the logged error's message does not repeat the cause its text already names", async () => {
     const dir = await mkdtemp(join(tmpdir(), 'start-failure-'));

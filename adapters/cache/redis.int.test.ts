@@ -443,6 +443,54 @@ describe('redis cache when Redis cannot be reached', () => {
     }
   });
 
+  it('a database the server refuses stops the start, naming REDIS_URL: nothing is written to database 0', async () => {
+    const server = await startPrivateRedis({
+      port: await freePortIn(19_400, 19_499),
+      args: ['--databases', '16'],
+    });
+    const prefix = 'refused-db:';
+    try {
+      await expect(
+        connectRedisCache({ url: `${server.url}/99`, prefix, connectTimeoutMs: 500 }),
+      ).rejects.toThrow(
+        `redis at ${server.url}/99: the server refused database 99 of REDIS_URL (ERR DB index is out of range): set REDIS_URL to a database it has`,
+      );
+      expect(await server.admin.dbsize()).toBe(0);
+    } finally {
+      await server.stop();
+    }
+  });
+
+  it('a reconnect the server refuses the database on stays unavailable, never on database 0, and recovers with it', async () => {
+    const port = await freePortIn(19_400, 19_499);
+    let server = await startPrivateRedis({ port });
+    const url = `${server.url}/5`;
+    const cache = await connectRedisCache({ url, prefix: 'reselect:', connectTimeoutMs: 500 });
+    try {
+      await cache.set('k', 'v');
+      await server.admin.select(5);
+      expect(await server.admin.get('reselect:k')).toBe('v');
+      await server.stop();
+      // Back on the same port with fewer databases: SELECT 5 is refused on every reconnect.
+      server = await startPrivateRedis({ port, args: ['--databases', '2'] });
+      await expect
+        .poll(async () => (await cache.health()).detail ?? '', { interval: 50 })
+        .toContain('the server refused database 5 of REDIS_URL');
+      await expect(cache.set('k', 'lost')).rejects.toThrow(CacheUnavailableError);
+      expect((await cache.health()).ok).toBe(false);
+      expect(await server.admin.dbsize()).toBe(0);
+      await server.stop();
+      server = await startPrivateRedis({ port, args: ['--databases', '16'] });
+      await expect.poll(async () => (await cache.health()).ok, { interval: 100 }).toBe(true);
+      await cache.set('k', 'back');
+      await server.admin.select(5);
+      expect(await server.admin.get('reselect:k')).toBe('back');
+    } finally {
+      await cache.close();
+      await server.stop();
+    }
+  });
+
   it('rejects a URL that is not a Redis URL and an empty prefix', async () => {
     await expect(connectRedisCache({ url: 'http://127.0.0.1:6379', prefix: 'p:' })).rejects.toThrow(
       RangeError,

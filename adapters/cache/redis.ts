@@ -280,6 +280,12 @@ export class RedisCache implements Cache {
   private readonly healthTimeoutMs: number;
   private readonly logger: Logger | undefined;
   private lastError: string | null = null;
+  /** Why the last connection was dropped when the server refused REDIS_URL's database, else null. */
+  private databaseRefused: string | null = null;
+  /** Set from that drop until its connection has closed. */
+  private dropping = false;
+  /** Whether connect() has returned: a refusal before is thrown by it, one after is logged. */
+  private connected = false;
   private readonly reconnectListeners: (() => void)[] = [];
 
   /**
@@ -315,13 +321,33 @@ export class RedisCache implements Cache {
     this.client.defineCommand('signalGiveBackDebits', { lua: GIVE_BACK_SCRIPT });
     this.client.defineCommand('signalAddToGeneration', { lua: ADD_SCRIPT });
     this.client.on('error', (error: Error) => {
+      const database = refusedDatabase(error);
+      if (database !== null) {
+        // ioredis carries on after a refused SELECT, on database 0, and reports the connection
+        // ready: this connection is dropped before anything else is sent on it, and made again in
+        // the background (a start stops at it, see connect()).
+        this.databaseRefused = `the server refused database ${database} of REDIS_URL (${error.message}): set REDIS_URL to a database it has (0 up to its 'databases' setting less one) or no path for database 0`;
+        // At start it is connect()'s error to tell.
+        if (this.connected && this.databaseRefused !== this.lastError)
+          this.logger?.error({ err: error }, `redis cache: ${this.databaseRefused}`);
+        this.lastError = this.databaseRefused;
+        this.dropping = true;
+        this.client.disconnect(true);
+        return;
+      }
+      // The rest of that connection's handshake failing on the closed stream says nothing new.
+      if (this.dropping) return;
       // ioredis repeats the same error on every reconnect attempt; log each distinct one once.
       if (error.message !== this.lastError) this.logger?.warn({ err: error }, 'redis cache connection error');
       this.lastError = error.message;
     });
+    this.client.on('close', () => {
+      this.dropping = false;
+    });
     this.client.on('ready', () => {
       if (this.lastError !== null) this.logger?.info('redis cache connection restored');
       this.lastError = null;
+      this.databaseRefused = null;
       // Sent before anything else on the new connection: a retried call's debit comes after it.
       this.giveBackLost();
       // A server that restarted comes back empty (or from an older snapshot): let the owners of
@@ -330,15 +356,25 @@ export class RedisCache implements Cache {
     });
   }
 
-  /** First connection attempt; a failure leaves the adapter reporting unhealthy and retrying. */
+  /**
+   * First connection attempt; a failure leaves the adapter reporting unhealthy and retrying. A
+   * database the server refuses is a setting to correct, not an outage to wait out: it throws,
+   * naming REDIS_URL, and stops retrying.
+   */
   async connect(): Promise<void> {
     try {
       await this.client.connect();
     } catch (error) {
+      if (this.databaseRefused !== null) {
+        this.client.disconnect();
+        throw new Error(`redis at ${this.where}: ${this.databaseRefused}`);
+      }
       // The 'error' event carries the cause (ECONNREFUSED, ENOTFOUND...); the rejection only says
       // the connection closed.
       this.lastError ??= errorMessage(error);
       this.logger?.error({ err: error }, 'redis cache unreachable at start; retrying in the background');
+    } finally {
+      this.connected = true;
     }
   }
 
@@ -785,6 +821,12 @@ function describeUrl(url: string): string {
     throw new RangeError(`REDIS_URL must start with redis:// or rediss:// (got ${parsed.protocol}//)`);
   }
   return maskUrlCredentials(url);
+}
+
+/** The database a refused SELECT asked for (ioredis sends it before a connection is ready), else null. */
+function refusedDatabase(error: Error): string | null {
+  const command = (error as { command?: { name?: unknown; args?: unknown[] } }).command;
+  return error.name === 'ReplyError' && command?.name === 'select' ? String(command.args?.[0]) : null;
 }
 
 function errorMessage(error: unknown): string {

@@ -97,7 +97,7 @@ describe('the first digest after a restart, on the LMDB log with the engine in t
     const back = next + 3 * HOUR;
     clock.setTime(back + 10 * 60_000);
     const after = newScheduler();
-    await pool.start(snapshots, after);
+    const again = await pool.start(snapshots, after);
     await Promise.race([
       receiver.waitFor(2, 60_000),
       new Promise((resolve) => setTimeout(resolve, 2 * DIGEST_CATCH_UP_MS)),
@@ -110,5 +110,43 @@ describe('the first digest after a restart, on the LMDB log with the engine in t
     expect(digest.skipped).toEqual([]);
     expect(digest.calls).toHaveLength(HOURLY_DIGEST.top_n);
     for (const call of digest.calls) expect(call.candle_close_time! * 1000).toBeGreaterThanOrEqual(back);
+    await pool.stop(again);
+    await after.stop();
+    const deleted = await stack.request('DELETE', `/api/webhooks/${created.body.id}`, key);
+    expect(deleted.status).toBe(200);
+  });
+
+  it("sends one subscription's digest while another's waits for the engine", async () => {
+    const clock = (stack.engine.feed as ReplayFeed).clock;
+    // The engine records 1h only: a 4h digest has no close of the engine's to wait for.
+    const engine = newScheduler();
+    const dispatcher = await pool.start(new MemoryProjectionStore(), engine);
+    const key = await stack.issue('overlap');
+    const waiting = await stack.request('POST', '/api/webhooks', key, {
+      url: receiver.url,
+      ...HOURLY_DIGEST,
+    });
+    const free = await stack.request('POST', '/api/webhooks', key, {
+      url: receiver.url,
+      ...HOURLY_DIGEST,
+      timeframe: '4h',
+    });
+    expect([waiting.status, free.status]).toEqual([201, 201]);
+    await dispatcher.runner.waitFor(await stack.store.headPosition());
+    await digestPassed(dispatcher);
+    const from = receiver.received.length;
+    const next = Math.floor(clock.now() / HOUR) * HOUR + HOUR;
+    clock.setTime(next + 10 * 60_000);
+    // The engine is held until the 4h digest arrives (or twice the catch-up wait has passed).
+    await Promise.race([
+      receiver.waitFor(from + 1, 60_000),
+      new Promise((resolve) => setTimeout(resolve, 2 * DIGEST_CATCH_UP_MS)),
+    ]);
+    engine.start();
+    await receiver.waitFor(from + 2, 60_000);
+
+    const sent = digests().slice(from);
+    expect(sent.map((d) => d.timeframe)).toEqual(['4h', '1h']);
+    expect(sent[1]!.calls).toHaveLength(HOURLY_DIGEST.top_n);
   });
 });

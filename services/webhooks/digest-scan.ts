@@ -40,6 +40,14 @@ export interface EngineProgress {
   ): Promise<'evaluated' | 'unscheduled' | 'stopped' | 'timeout'>;
 }
 
+/** The engine in the digest's process stopped (the process is stopping) before it evaluated the close. */
+export class EngineStoppedError extends Error {
+  constructor(close: number) {
+    super(`the engine stopped before evaluating the close at ${new Date(close).toISOString()}`);
+    this.name = 'EngineStoppedError';
+  }
+}
+
 /**
  * The dispatcher's digest scan: the venue ranking, then the verdicts as the log holds them now.
  * It throws rather than report nothing, so the dispatcher retries the digest on its next tick
@@ -104,8 +112,7 @@ export function rankedDigestScan(deps: {
         ...(period?.signal ? { signal: period.signal } : {}),
       });
       period?.signal?.throwIfAborted();
-      if (outcome === 'stopped')
-        throw new Error(`the engine stopped before evaluating the close at ${new Date(close).toISOString()}`);
+      if (outcome === 'stopped') throw new EngineStoppedError(close);
     }
     const catchUpMs = deps.catchUpMs ?? DIGEST_CATCH_UP_MS;
     const deadline = Date.now() + catchUpMs;

@@ -1,3 +1,4 @@
+import pLimit from 'p-limit';
 import type { Logger } from 'pino';
 import type { Bus, BusMessage, Consumer } from '../../adapters/bus/port.ts';
 import { DEFAULT_SUBJECT_PREFIX, eventSubject } from '../../adapters/bus/subjects.ts';
@@ -17,6 +18,7 @@ import {
   heldForDisable,
 } from './delivery-log-fold.ts';
 import type { DeliveryJob, DeliveryWorker } from './delivery-worker.ts';
+import { EngineStoppedError } from './digest-scan.ts';
 import { dueDigests, skippedPeriods } from './digest-schedule.ts';
 import { type Candidate, largestTopN, matches, recordedAfter } from './matching.ts';
 import { claimNextAttempt } from './next-attempt.ts';
@@ -72,6 +74,9 @@ export interface DispatcherOptions {
 }
 
 const decoder = new TextDecoder();
+
+/** Digest claims a pass runs at once. */
+const DIGEST_CLAIMS_AT_ONCE = 16;
 
 /** A digest's scan as it ended: its result, or what it threw. */
 type DigestScan = Promise<{ ok: true; result: ScanTradeCallsOutput } | { ok: false; err: unknown }>;
@@ -633,57 +638,66 @@ export class WebhookDispatcher {
       }
       due.push({ sub, periodStart, since, eventId, deliveryId, fired, enabledSince, scan });
     }
-    for (const { sub, periodStart, since, eventId, deliveryId, fired, enabledSince, scan } of due) {
-      const outcome = await scan;
-      if (!outcome.ok) {
-        // A stop let the scan go (it was waiting for the engine): nothing failed.
-        if (this.digestsStopping.signal.aborted) continue;
-        this.logger.warn(
-          { err: outcome.err, subscriptionId: sub.id },
-          'digest scan failed; retried on the next tick',
+    // Each claimed as soon as its own scan ends: one digest's wait holds back no other's. The claims
+    // (an append each) run a few at once: a pass can find thousands of subscriptions due.
+    const claiming = pLimit(DIGEST_CLAIMS_AT_ONCE);
+    const claims = await Promise.allSettled(
+      due.map(async ({ sub, periodStart, since, eventId, deliveryId, fired, enabledSince, scan }) => {
+        const outcome = await scan;
+        if (!outcome.ok) {
+          // A stop let the scan go (it was waiting for the engine): nothing failed.
+          if (this.digestsStopping.signal.aborted || outcome.err instanceof EngineStoppedError) return;
+          this.logger.warn(
+            { err: outcome.err, subscriptionId: sub.id },
+            'digest scan failed; retried on the next tick',
+          );
+          return;
+        }
+        const result = outcome.result;
+        // The subscription's last digest before this one, read before this one is claimed: once
+        // claimed, its sequence event may already be in the log (on LMDB it is by the time the claim
+        // returns) and would read as the last one sent, hiding every period skipped before it.
+        const lastSent = fired?.periodStart ?? lastDigestOf(log, sub.id);
+        const envelope = scanDigestEnvelope({
+          deliveryId,
+          // The wall clock, as every other delivery's: the period it covers is on the feed's clock.
+          createdAt: new Date().toISOString(),
+          cadence: sub.cadence!,
+          periodStart,
+          scan: result,
+        });
+        const job = await claiming(() =>
+          this.options.worker.claimFirst({
+            deliveryId,
+            subscription: sub,
+            eventId,
+            event: 'scan_digest',
+            trigger: 'digest',
+            body: JSON.stringify(pinnedEnvelope(envelope, sub.eventVersion)),
+          }),
         );
-        continue;
-      }
-      const result = outcome.result;
-      // The subscription's last digest before this one, read before this one is claimed: once
-      // claimed, its sequence event may already be in the log (on LMDB it is by the time the claim
-      // returns) and would read as the last one sent, hiding every period skipped before it.
-      const lastSent = fired?.periodStart ?? lastDigestOf(log, sub.id);
-      const envelope = scanDigestEnvelope({
-        deliveryId,
-        // The wall clock, as every other delivery's: the period it covers is on the feed's clock.
-        createdAt: new Date().toISOString(),
-        cadence: sub.cadence!,
-        periodStart,
-        scan: result,
-      });
-      const job = await this.options.worker.claimFirst({
-        deliveryId,
-        subscription: sub,
-        eventId,
-        event: 'scan_digest',
-        trigger: 'digest',
-        body: JSON.stringify(pinnedEnvelope(envelope, sub.eventVersion)),
-      });
-      this.digestsFired.set(sub.id, { deliveryId, periodStart });
-      // Periods whose boundary passed while no dispatcher ran, or past a long pass, are not sent
-      // late (dueDigests): said here, for the operator; the subscriber sees `period_start` skip.
-      // Those it spent disabled were not due: not counted.
-      const skipped = skippedPeriods(sub.cadence!, periodStart, since, lastSent, enabledSince);
-      if (skipped) {
-        this.digestPeriodsSkippedCount += skipped;
-        this.logger.warn(
-          {
-            subscriptionId: sub.id,
-            cadence: sub.cadence,
-            periodStart: new Date(periodStart).toISOString(),
-            skipped,
-          },
-          'digest periods passed unsent (the dispatcher was stopped or starting, or a pass ran past them); only the current one is sent',
-        );
-      }
-      if (job) this.submit(job);
-    }
+        this.digestsFired.set(sub.id, { deliveryId, periodStart });
+        // Periods whose boundary passed while no dispatcher ran, or past a long pass, are not sent
+        // late (dueDigests): said here, for the operator; the subscriber sees `period_start` skip.
+        // Those it spent disabled were not due: not counted.
+        const skipped = skippedPeriods(sub.cadence!, periodStart, since, lastSent, enabledSince);
+        if (skipped) {
+          this.digestPeriodsSkippedCount += skipped;
+          this.logger.warn(
+            {
+              subscriptionId: sub.id,
+              cadence: sub.cadence,
+              periodStart: new Date(periodStart).toISOString(),
+              skipped,
+            },
+            'digest periods passed unsent (the dispatcher was stopped or starting, or a pass ran past them); only the current one is sent',
+          );
+        }
+        if (job) this.submit(job);
+      }),
+    );
+    const failed = claims.find((claim) => claim.status === 'rejected');
+    if (failed) throw failed.reason;
     // A deleted subscription's entries go with it: over a long run of creates and deletes they
     // would otherwise pile up, one per subscription ever seen.
     const live = this.options.runner.state.subscriptions.subs;

@@ -146,10 +146,10 @@ export async function startService(config: Config, roles: Role[], logger: Logger
       : [];
     app = await buildApp({ config, logger, readiness, metrics, plugins });
     const url = await app.listen({ host: config.HOST, port: config.PORT });
+    // The roles are in the logger's bindings (main's), on every line of the process.
     logger.info(
       {
         url,
-        roles,
         slices: slices.map((slice) => slice.name),
         eventStore: config.EVENT_STORE,
         bus: config.BUS,

@@ -120,8 +120,16 @@ describe('the service process', () => {
 
     const r = run({ DATA_DIR: dataDir, REPLAY_SPEED: '0' });
     running.push(r);
+    // The lines as written: a key given twice is lost to JSON.parse, which keeps the last.
+    let stdout = '';
+    r.child.stdout!.on('data', (chunk: Buffer) => {
+      stdout += chunk.toString();
+    });
     await expect.poll(() => r.lines.find((l) => l.msg === 'service started'), { interval: 100 }).toBeTruthy();
     const url = r.lines.find((l) => l.msg === 'service started')!.url as string;
+    const startedLine = stdout.split('\n').find((line) => line.includes('"msg":"service started"'))!;
+    expect(startedLine.match(/"roles":/g)).toHaveLength(1);
+    expect(JSON.parse(startedLine).roles).toBe('api,engine,projections,dispatcher');
     expect((await fetch(`${url}/healthz`)).status).toBe(200);
     await expect
       .poll(async () => {

@@ -64,6 +64,8 @@ describe('a start that fails once the configuration holds', () => {
       expect(fatal[0]!.msg).toBe(
         `failed to start: redis at ${redis.url}/99: the server refused database 99 of REDIS_URL (ERR DB index is out of range): set REDIS_URL to a database it has (0 up to its 'databases' setting less one) or no path for database 0`,
       );
+      // A setting to correct: the line alone, no stack.
+      expect(fatal[0]!.err).not.toHaveProperty('stack');
       expect(await redis.admin.dbsize()).toBe(0);
     } finally {
       await redis.stop();

@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { maskUrlCredentials } from '../../contracts/mask-url.ts';
+import { DependencyRefusedError } from '../dependency-refused.ts';
 import {
   CACHE_LOG_COMPONENT,
   type Cache,
@@ -367,7 +368,7 @@ export class RedisCache implements Cache {
     } catch (error) {
       if (this.databaseRefused !== null) {
         this.client.disconnect();
-        throw new Error(`redis at ${this.where}: ${this.databaseRefused}`);
+        throw new DependencyRefusedError(`redis at ${this.where}: ${this.databaseRefused}`);
       }
       // The 'error' event carries the cause (ECONNREFUSED, ENOTFOUND...); the rejection only says
       // the connection closed.

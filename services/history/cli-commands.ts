@@ -19,6 +19,8 @@ import { parseArgs } from 'node:util';
 import { SingleBar } from 'cli-progress';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { makeDirectory } from '../../adapters/make-directory.ts';
+import { unservedAnswer } from '../../adapters/market/errors.ts';
+import type { MarketFeed } from '../../adapters/market/port.ts';
 import { REPLAY_CLOCK_STREAM, type ReplayAnchor } from '../../adapters/market/replay-anchor.ts';
 import {
   HISTORY_FORMATS,
@@ -28,7 +30,7 @@ import {
   TRACK_RECORD_WINDOWS,
   type TrackRecordWindow,
 } from '../../contracts/history.ts';
-import { EXCHANGES, type Exchange, TIMEFRAMES } from '../../contracts/market.ts';
+import { EXCHANGES, type Exchange, TIMEFRAMES, type Timeframe } from '../../contracts/market.ts';
 import { parseVerdictStream, verdictStream } from '../engine/verdict-recorder.ts';
 import { CommandFailedError } from '../shared/cli-failure.ts';
 import { invocation } from '../shared/invocation.ts';
@@ -45,6 +47,7 @@ import {
 import { HistoryQuerySchema, historyFilter, parseTime } from './query.ts';
 import { OutcomeRecompute } from './recompute.ts';
 import { type HistoryFilter, ScanProgress, scanHistory } from './scan.ts';
+import { ServedVenues } from './served-venues.ts';
 import { CSV_HEADER, csvLine, parquetStream } from './writers.ts';
 
 export const USAGE = `${invocation('history')} <command> [options]
@@ -69,9 +72,11 @@ export const USAGE = `${invocation('history')} <command> [options]
   (verify and score read the format from the file's content unless --format names it)
 
 --store reads the event store the service is configured with (EVENT_STORE, DATA_DIR, POSTGRES_URL, ...).
-Exit 2: a usage error (a filter refused here, by the service or, for --coin, by the log), a DATA_DIR
-or POSTGRES_SCHEMA that holds no event log, or a setting the service would refuse (nothing was read);
-1: the command failed (verify: a broken link; a store that does not answer; a file cut short).`;
+Exit 2: a usage error (a filter refused here or by the service; from --store, a --coin the log
+holds no verdict of, or an --exchange or --timeframe it holds none of and the feed does not serve),
+a DATA_DIR or POSTGRES_SCHEMA that holds no event log, or a setting the service would refuse
+(nothing was read); 1: the command failed (verify: a broken link; a store that does not answer; a
+file cut short).`;
 
 export class UsageError extends Error {}
 
@@ -109,6 +114,11 @@ function describeFailure(err: unknown): string {
 export interface CliDeps {
   /** The configured store, opened on demand (for --store). */
   openStore: () => Promise<EventStore>;
+  /**
+   * The configured market feed, opened on demand (for --store): an --exchange or --timeframe the
+   * log holds no verdict of is judged by it, as the service judges it. Absent or null: none asked.
+   */
+  openFeed?: () => Promise<MarketFeed | null>;
   /** Progress bars go here (stderr); null: no bar. */
   progress: NodeJS.WritableStream | null;
   fetch?: typeof fetch;
@@ -159,7 +169,16 @@ function optionRefusal(status: number, body: string): string | null {
   const { code, message, field } = refusal;
   if (status === 401) return `--key: ${typeof message === 'string' ? message : body} (HTTP 401)`;
   if (typeof message !== 'string' || !(FILTERS as readonly unknown[]).includes(field)) return null;
-  return `--${String(field)}: ${message} (${String(code)}, HTTP ${status})`;
+  return filterRefusal(String(field), message, String(code), status);
+}
+
+/**
+ * A refused filter as the CLI tells it: the option, the error catalog's words and code, and the
+ * HTTP status when the service answered it (`--exchange: exchange OKX is not served by the
+ * replay feed: … (unsupported_exchange, HTTP 422)`); from --store, the same line without it.
+ */
+function filterRefusal(field: string, message: string, code: string, status?: number): string {
+  return `--${field}: ${message} (${code}${status === undefined ? '' : `, HTTP ${status}`})`;
 }
 
 function urlSource(
@@ -283,8 +302,8 @@ async function heldCoins(store: EventStore, exchange: Exchange | undefined, most
  * GET /api/verdicts does (unknown_coin): a mistyped coin would export no row, as a coin with no
  * verdict in the range asked does. The log tells them apart: a coin with no verdict stream on the
  * venue asked (any venue when none is), on any timeframe, is refused naming the coins it holds;
- * one held is exported, however few of its rows the other filters keep. A venue or timeframe
- * needs no such check: the query schema takes only the names it lists, so a typo is refused there.
+ * one held is exported, however few of its rows the other filters keep. A venue or timeframe is
+ * judged apart (checkServedVenue); a name the query schema does not list is refused there.
  */
 async function checkHeldCoin(store: EventStore, coin: string, exchange: Exchange | undefined): Promise<void> {
   const venues = exchange === undefined ? EXCHANGES : [exchange];
@@ -304,6 +323,55 @@ async function checkHeldCoin(store: EventStore, coin: string, exchange: Exchange
       ? `it holds no verdict${on} at all`
       : `it holds verdicts${on} of ${held.slice(0, HELD_COINS_NAMED).join(', ')}${held.length > HELD_COINS_NAMED ? ', …' : ''}`;
   throw new UsageError(`--coin: the log holds no verdict of ${coin}${on}; ${named}`);
+}
+
+/**
+ * Whether the log holds a verdict on the venue and timeframe asked (either alone when only it is),
+ * from the verdict streams' names: read until the first one, the whole log only when it holds none.
+ */
+async function logHolds(
+  store: EventStore,
+  ask: { exchange?: Exchange; timeframe?: Timeframe },
+): Promise<boolean> {
+  for (let after = 0; ; ) {
+    const page = await store.readAll({ after, maxCount: 1_000 });
+    if (page.length === 0) return false;
+    for (const event of page) {
+      const market = event.type === 'VerdictRecorded' ? parseVerdictStream(event.stream) : undefined;
+      if (
+        market &&
+        (ask.exchange === undefined || market.exchange === ask.exchange) &&
+        (ask.timeframe === undefined || market.timeframe === ask.timeframe)
+      )
+        return true;
+    }
+    after = page[page.length - 1]!.position;
+  }
+}
+
+/**
+ * An export read from the log (`--store`) refuses a venue or timeframe filter as GET /api/verdicts
+ * does (ServedVenues): one the log holds no verdict of and the configured feed does not serve is
+ * refused with the error catalog's code and the feed's words (unsupported_exchange /
+ * unsupported_timeframe, 422 over HTTP), rather than exported as no row. What the log holds stays
+ * exportable whatever the feed serves (a venue no longer served keeps its record). The feed is
+ * opened only for a filter the log holds none of.
+ */
+async function checkServedVenue(
+  store: EventStore,
+  filter: HistoryFilter,
+  openFeed: (() => Promise<MarketFeed | null>) | undefined,
+): Promise<void> {
+  const venues = new ServedVenues(async () => (openFeed ? await openFeed() : null), {
+    has: (ask) => logHolds(store, ask),
+  });
+  try {
+    await venues.check({ exchange: filter.exchange, timeframe: filter.timeframe });
+  } catch (err) {
+    const answer = unservedAnswer(err);
+    if (answer === null) throw err;
+    throw new UsageError(filterRefusal(answer.field ?? 'exchange', answer.message, answer.code));
+  }
 }
 
 interface Checkpoint {
@@ -539,22 +607,24 @@ async function exportCommand(
     if (values.resume && store) await checkLastRow(store, out, format, checkpoint);
     while (!checkpoint.done) {
       const page = await source(checkpoint.cursor, pageSize);
-      if (page.rows.length > 0) {
-        if (format === 'parquet') {
-          checkpoint.parts++;
-          await writePart(join(out, `part-${String(checkpoint.parts).padStart(6, '0')}.parquet`), page.rows);
-        } else {
-          const text =
-            format === 'csv'
-              ? page.rows.map(csvLine).join('')
-              : page.rows.map((r) => `${JSON.stringify(r)}\n`).join('');
-          await appendText(out, text);
-          checkpoint.bytes += Buffer.byteLength(text);
-        }
+      const last = page.rows.length < pageSize;
+      // A Parquet export of no row is one part of no row, every column typed, as the service's
+      // Parquet answer of no row is: read_parquet('<out>/*.parquet') reads an empty table rather
+      // than failing on a folder with no file.
+      if (format === 'parquet' && (page.rows.length > 0 || (last && checkpoint.parts === 0))) {
+        checkpoint.parts++;
+        await writePart(join(out, `part-${String(checkpoint.parts).padStart(6, '0')}.parquet`), page.rows);
+      } else if (page.rows.length > 0) {
+        const text =
+          format === 'csv'
+            ? page.rows.map(csvLine).join('')
+            : page.rows.map((r) => `${JSON.stringify(r)}\n`).join('');
+        await appendText(out, text);
+        checkpoint.bytes += Buffer.byteLength(text);
       }
       checkpoint.rows += page.rows.length;
       checkpoint.cursor = page.cursor;
-      checkpoint.done = page.rows.length < pageSize;
+      checkpoint.done = last;
       saveCheckpoint(checkpointPath, checkpoint);
       if (bar) {
         const payload = { rows: checkpoint.rows, rate: rate() };
@@ -751,7 +821,9 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
     case 'export': {
       if (values.url || !values.store) return exportCommand(values, deps, await source(), filter, false);
       const store = await deps.openStore();
-      // Before anything is written: a refused coin leaves no file behind.
+      // Before anything is written: a refused filter leaves no file behind. In the route's order:
+      // the venue and timeframe, then the coin.
+      await checkServedVenue(store, filter, deps.openFeed);
       if (filter.coin !== undefined) await checkHeldCoin(store, filter.coin, filter.exchange);
       return exportCommand(
         values,

@@ -1,5 +1,8 @@
 // First: an older Node is refused in one line before any other module runs.
 import '../shared/node-version.ts';
+import type { MarketFeed } from '../../adapters/market/port.ts';
+import { feedOptionsFromConfig, selectFeed } from '../../adapters/market/select.ts';
+import type { Config } from '../../contracts/config.ts';
 import { type Adapters, openAdapters } from '../adapters.ts';
 import { commandLineConfig } from '../shared/cli-config.ts';
 import { commandLineLogger, failureText, openedOrExit } from '../shared/cli-failure.ts';
@@ -22,14 +25,28 @@ if (argv.length === 0 || argv[0] === '--help' || argv[0] === 'help') {
   await exitFlushed(argv.length === 0 ? 2 : 0);
 }
 let adapters: Adapters | null = null;
+let feed: MarketFeed | null = null;
+let config: Config | null = null;
+// A refused setting is told in the service's words, exit 2 as a DATA_DIR without a log (verify's
+// 1 means a broken chain): nothing was read.
+const configured = async (): Promise<Config> => {
+  config ??= await commandLineConfig(2);
+  return config;
+};
 let code = 0;
 try {
   const output = await runHistoryCommand(argv, {
     progress: process.stderr,
+    // The feed the service is configured with (FEED, MARKET_DATA_DIR, LIVE_EXCHANGES, ...), asked
+    // only whether it serves a venue or timeframe: a replay's clock is not run, nothing is
+    // written, and its choice is not logged.
+    async openFeed() {
+      const options = feedOptionsFromConfig(await configured());
+      feed ??= (await selectFeed({ ...options, replay: { ...options.replay, run: false } })).feed;
+      return feed;
+    },
     async openStore() {
-      // A refused setting is told in the service's words, exit 2 as a DATA_DIR without a log
-      // (verify's 1 means a broken chain): nothing was read.
-      const config = await commandLineConfig(2);
+      const config = await configured();
       // Every history command only reads: a DATA_DIR or PostgreSQL schema without a log is refused,
       // not created (exit 2); a store that cannot be opened (a server down, a log written by a
       // newer version): one line, exit 1.
@@ -61,6 +78,7 @@ try {
   );
 } finally {
   await (adapters as Adapters | null)?.close();
+  await (feed as MarketFeed | null)?.close();
 }
 // Only once the output is all written: a pipe takes 64 KiB at a time.
 await exitFlushed(code);

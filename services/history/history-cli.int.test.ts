@@ -13,6 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import { promisify } from 'node:util';
+import { DuckDBInstance } from '@duckdb/node-api';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import { type EventData, newEvent } from '../../contracts/events.ts';
@@ -567,6 +568,137 @@ describe('npm run history', () => {
       ),
     );
     expect(existsSync(out)).toBe(false);
+  });
+
+  it("refuses from the store a venue or timeframe the log holds none of and the feed does not serve, in the service's words, exit 2, nothing left behind", async () => {
+    const withFeed = deps({ openFeed: async () => fx.feed });
+    for (const [option, value, code] of [
+      ['--exchange', 'OKX', 'unsupported_exchange'],
+      ['--exchange', 'BYBIT', 'unsupported_exchange'],
+      ['--timeframe', '1m', 'unsupported_timeframe'],
+    ] as const) {
+      // What GET /api/verdicts answers the same filter (the same feed behind it).
+      const answer = await fetch(`${server.url}/api/verdicts?${option.slice(2)}=${value}`, {
+        headers: { authorization: `Bearer ${key}` },
+      });
+      expect(answer.status).toBe(422);
+      const body = (await answer.json()) as { code: string; message: string; field: string };
+      expect(body).toMatchObject({ code, field: option.slice(2) });
+      const out = join(dir, `store-unserved-${value}.ndjson`);
+      for (const format of ['ndjson', 'parquet']) {
+        const refused = runHistoryCommand(
+          ['export', '--store', '--out', out, '--format', format, option, value],
+          withFeed,
+        );
+        await expect(refused).rejects.toThrow(new UsageError(`${option}: ${body.message} (${code})`));
+        expect(existsSync(out), `${option} ${value} ${format}`).toBe(false);
+        expect(existsSync(`${out}.checkpoint.json`)).toBe(false);
+      }
+      // Over HTTP the same words, with the status.
+      await expect(runHistoryCommand(urlExport(out, option, value), deps())).rejects.toThrow(
+        new UsageError(`${option}: ${body.message} (${code}, HTTP 422)`),
+      );
+    }
+    // A venue with a timeframe it does not serve (BINANCE: 1h held, no 5m candles), as the route.
+    await expect(
+      runHistoryCommand(
+        [
+          'export',
+          '--store',
+          '--out',
+          join(dir, 'unserved-pair.ndjson'),
+          '--exchange',
+          'BINANCE',
+          '--timeframe',
+          '5m',
+        ],
+        withFeed,
+      ),
+    ).rejects.toThrow(
+      /^--timeframe: timeframe 5m is not available for BINANCE: .* \(unsupported_timeframe\)$/,
+    );
+    // Served but not held: exported, no row (BINANCE 4h); held: exported whatever the feed serves.
+    const servedOut = join(dir, 'served-not-held.ndjson');
+    expect(
+      JSON.parse(
+        await runHistoryCommand(
+          ['export', '--store', '--out', servedOut, '--exchange', 'BINANCE', '--timeframe', '4h'],
+          withFeed,
+        ),
+      ),
+    ).toMatchObject({ rows: 0 });
+    const store = new MemoryEventStore();
+    const [verdict] = (await fx.store.readAll({ maxCount: 1_000 })).filter(
+      (e) => e.type === 'VerdictRecorded',
+    );
+    const bybit = { ...(verdict!.data as EventData<'VerdictRecorded'>), exchange: 'BYBIT' as const };
+    await store.append(verdictStream(bybit), [newEvent('VerdictRecorded', bybit)]);
+    const heldOut = join(dir, 'held-unserved.ndjson');
+    expect(
+      JSON.parse(
+        await runHistoryCommand(
+          ['export', '--store', '--out', heldOut, '--exchange', 'BYBIT'],
+          deps({ openFeed: async () => fx.feed, openStore: async () => store }),
+        ),
+      ),
+    ).toMatchObject({ rows: 1 });
+    // The real command line, on the configured replay feed: exit 2, the refusal on stderr's
+    // first line, no file.
+    for (const [option, value, code] of [
+      ['--exchange', 'OKX', 'unsupported_exchange'],
+      ['--timeframe', '1m', 'unsupported_timeframe'],
+    ] as const) {
+      const cliOut = join(dir, `store-unserved-cli-${value}.ndjson`);
+      const cli = await run(
+        process.execPath,
+        ['--import', 'tsx', 'services/history/cli.ts', 'export', '--store', '--out', cliOut, option, value],
+        { env: { ...process.env, EVENT_STORE: 'memory', FEED: 'replay' } },
+      ).catch((err: { code: number; stderr: string }) => err);
+      const { code: exit, stderr } = cli as { code: number; stderr: string };
+      expect(exit).toBe(2);
+      expect(stderr.split('\n')[0]).toMatch(new RegExp(`^${option}: .*${value}.* \\(${code}\\)$`));
+      expect(existsSync(cliOut)).toBe(false);
+    }
+  });
+
+  it("writes a Parquet export of no row as one part of no row with every column, which the README's DuckDB query reads as an empty table", async () => {
+    const full = join(dir, 'parquet-full');
+    await runHistoryCommand(['export', '--store', '--out', full, '--format', 'parquet'], deps());
+    const empties = {
+      store: join(dir, 'parquet-empty-store'),
+      url: join(dir, 'parquet-empty-url'),
+    };
+    const range = ['--coin', 'BTC', '--from', '2001-01-01', '--to', '2001-01-02', '--format', 'parquet'];
+    for (const [source, out] of Object.entries(empties)) {
+      const argv =
+        source === 'store' ? ['export', '--store', '--out', out, ...range] : urlExport(out, ...range);
+      expect(JSON.parse(await runHistoryCommand(argv, deps()))).toMatchObject({ rows: 0 });
+      expect(readdirSync(out)).toEqual(['part-000001.parquet']);
+      expect(JSON.parse(await runHistoryCommand(['verify', out], deps()))).toMatchObject({
+        ok: true,
+        rows: 0,
+      });
+    }
+    const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+    const printed = /duckdb -c "(SELECT [^"]+)"/.exec(readme)![1]!;
+    expect(printed).toContain("read_parquet('exports/verdicts/*.parquet')");
+    const db = await DuckDBInstance.create(':memory:');
+    const connection = await db.connect();
+    try {
+      const files = (out: string) => `read_parquet('${join(out, '*.parquet')}')`;
+      const schema = async (out: string) =>
+        (await connection.runAndReadAll(`DESCRIBE SELECT * FROM ${files(out)}`)).getRowObjectsJson();
+      for (const out of Object.values(empties)) {
+        expect(await schema(out)).toEqual(await schema(full));
+        const rows = await connection.runAndReadAll(
+          printed.replace("read_parquet('exports/verdicts/*.parquet')", files(out)),
+        );
+        expect(rows.getRowObjectsJson()).toEqual([]);
+      }
+    } finally {
+      connection.closeSync();
+      db.closeSync();
+    }
   });
 
   it('reports a malformed row as the first broken link, naming its line and field', async () => {

@@ -20,13 +20,17 @@ export function holdsCoin(streams: Iterable<string>, coin: string, exchange?: Ex
   return false;
 }
 
-/** What the history holds verdicts of: a venue, a timeframe, or the two together. */
+/**
+ * What the history holds verdicts of: a venue, a timeframe, or the two together. The service
+ * answers from its projections at once; the analyst CLI's `--store` reads the log for it.
+ */
 export interface HeldMarkets {
-  has(ask: { exchange?: Exchange; timeframe?: Timeframe }): boolean;
+  has(ask: { exchange?: Exchange; timeframe?: Timeframe }): boolean | Promise<boolean>;
 }
 
 /**
- * Refuses a venue or timeframe filter (the history's /api/verdicts, get_track_record) as the
+ * Refuses a venue or timeframe filter (the history's /api/verdicts, get_track_record, and
+ * `npm run history -- export --store`, which asks the configured feed) as the
  * tools refuse them, with the feed's own error (unsupported_exchange / unsupported_timeframe,
  * the code and words of scan_trade_calls and get_trade_call: services/engine unservedVenue),
  * rather than answering an empty history. What the history holds verdicts of stays readable
@@ -37,7 +41,8 @@ export class ServedVenues {
   readonly #seen = new Map<string, { refusal: Error | null; at: number }>();
 
   constructor(
-    private readonly feed: () => MarketFeed | null,
+    /** The feed to ask; null: none in this process (nothing is refused). Asked only when needed. */
+    private readonly feed: () => MarketFeed | null | Promise<MarketFeed | null>,
     private readonly held: HeldMarkets,
     private readonly clock: () => number = Date.now,
   ) {}
@@ -49,13 +54,14 @@ export class ServedVenues {
    */
   async check(ask: { exchange?: Exchange | undefined; timeframe?: Timeframe | undefined }): Promise<void> {
     const { exchange, timeframe } = ask;
-    const feed = this.feed();
-    if (feed === null || (exchange === undefined && timeframe === undefined)) return;
+    if (exchange === undefined && timeframe === undefined) return;
     const held = {
       ...(exchange === undefined ? {} : { exchange }),
       ...(timeframe === undefined ? {} : { timeframe }),
     };
-    if (this.held.has(held)) return;
+    if (await this.held.has(held)) return;
+    const feed = await this.feed();
+    if (feed === null) return;
     if (exchange !== undefined) {
       const refusal = await this.#refusal(feed, exchange, timeframe ?? ANY_TIMEFRAME);
       // A venue asked alone: refused only when the venue itself is not served.

@@ -72,9 +72,9 @@ await openedOrExit(async () => { throw new TypeError("Cannot read properties of 
 
   it("history's usage text names its exit codes", () => {
     // A POSTGRES_SCHEMA without a log is refused as a DATA_DIR is (openAdapters' existingLog), exit 2.
-    expect(USAGE).toContain('a DATA_DIR\nor POSTGRES_SCHEMA that holds no event log');
+    expect(USAGE).toContain('a DATA_DIR or POSTGRES_SCHEMA that holds no event log');
     expect(USAGE).toContain(
-      'Exit 2: a usage error (a filter refused here, by the service or, for --coin, by the log)',
+      'Exit 2: a usage error (a filter refused here or by the service; from --store, a --coin the log\nholds no verdict of, or an --exchange or --timeframe it holds none of and the feed does not serve)',
     );
   });
 });

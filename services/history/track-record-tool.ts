@@ -1,6 +1,7 @@
-import type { TrackRecordResponse } from '../../contracts/history.ts';
-import type { Exchange, Timeframe } from '../../contracts/market.ts';
+import { OUTCOME_AFTER_CANDLES, type TrackRecordResponse } from '../../contracts/history.ts';
+import { type Exchange, TIMEFRAME_MS, type Timeframe } from '../../contracts/market.ts';
 import { cellKey } from '../engine/signals/calibration.ts';
+import { WINDOW_DAYS } from './track-record.ts';
 
 /**
  * The track record as the get_track_record tool answers it: GET /api/track-record's answer for
@@ -15,7 +16,8 @@ import { cellKey } from '../engine/signals/calibration.ts';
  * - asked for neither, every line comes without its confidence buckets, and the risk baselines
  *   at the trade call's horizon (six candles) only: with a line for each of the 55 cells the
  *   answer was 174,006 characters with them; ask one venue or one timeframe for the rest;
- * - the day-by-day series is the chart's (GET /api/track-record, /track-record): empty here.
+ * - the day-by-day series is the chart's (GET /api/track-record, /track-record): empty here;
+ * - narrowed to no line, `feedNote` says why: an empty list alone reads as a fault.
  */
 export function trackRecordForAgents(
   record: TrackRecordResponse,
@@ -51,5 +53,25 @@ export function trackRecordForAgents(
       (l) => (kind === undefined || l.set === kind) && (timeframe === undefined || l.timeframe === timeframe),
     ),
   };
-  return { ...record, lines, series: [], ...(baselines ? { baselines } : {}) };
+  const feedNote =
+    narrowed && lines.length === 0
+      ? `${record.feedNote} ${noLine(record.window, exchange, timeframe)}`
+      : record.feedNote;
+  return { ...record, feedNote, lines, series: [], ...(baselines ? { baselines } : {}) };
+}
+
+/** Why a narrowed answer has no line: no verdict asked for has resolved in the window. */
+function noLine(
+  window: TrackRecordResponse['window'],
+  exchange: Exchange | undefined,
+  timeframe: Timeframe | undefined,
+): string {
+  const asked = [exchange, timeframe].filter((x) => x !== undefined).join(' ');
+  const said = `No line for ${asked} in this window: no verdict of it has resolved there (each counts once its outcome, ${OUTCOME_AFTER_CANDLES} candles after its close, is in).`;
+  const windowDays = WINDOW_DAYS[window];
+  if (timeframe === undefined || windowDays === null) return said;
+  const outcomeDays = (OUTCOME_AFTER_CANDLES * TIMEFRAME_MS[timeframe]) / 86_400_000;
+  return outcomeDays >= windowDays
+    ? `${said} A ${timeframe} verdict's outcome comes ${outcomeDays} days after its close, so a ${window} window never holds one: ask a longer window.`
+    : said;
 }

@@ -32,3 +32,26 @@ describe('trackRecordForAgents narrows every per-cell baseline table to the cell
     expect(trackRecordForAgents(record, { timeframe: '1m' }).baselines!.labels).toEqual([]);
   });
 });
+
+describe('trackRecordForAgents says why a narrowed answer has no line', () => {
+  const empty = {
+    ...record,
+    window: '7d',
+    feedNote: 'No resolved verdict in the window.',
+  } as TrackRecordResponse;
+
+  it('names a timeframe whose outcome comes after the window can hold it', () => {
+    const answer = trackRecordForAgents(empty, { exchange: 'BINANCE', timeframe: '12h' });
+    expect(answer.lines).toEqual([]);
+    expect(answer.feedNote).toBe(
+      "No resolved verdict in the window. No line for BINANCE 12h in this window: no verdict of it has resolved there (each counts once its outcome, 24 candles after its close, is in). A 12h verdict's outcome comes 12 days after its close, so a 7d window never holds one: ask a longer window.",
+    );
+  });
+
+  it('says only that none resolved where the window can hold one, and nothing when lines are there', () => {
+    expect(trackRecordForAgents({ ...empty, window: '30d' }, { timeframe: '1h' }).feedNote).toBe(
+      'No resolved verdict in the window. No line for 1h in this window: no verdict of it has resolved there (each counts once its outcome, 24 candles after its close, is in).',
+    );
+    expect(trackRecordForAgents(empty, {}).feedNote).toBe(empty.feedNote);
+  });
+});

@@ -94,7 +94,13 @@ const round = (x: number, digits: number) => Number(x.toFixed(digits));
 
 export const DAY_MS = 86_400_000;
 const BUCKETS = 10;
-const WINDOW_DAYS: Record<TrackRecordWindow, number | null> = { '7d': 7, '30d': 30, '90d': 90, all: null };
+/** A window's UTC days (null: every day). */
+export const WINDOW_DAYS: Record<TrackRecordWindow, number | null> = {
+  '7d': 7,
+  '30d': 30,
+  '90d': 90,
+  all: null,
+};
 
 function emptyCell(): Cell {
   return {

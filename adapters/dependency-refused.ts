@@ -1,7 +1,8 @@
 /**
- * A server the process depends on (PostgreSQL, NATS) could not be used when it was first reached:
- * out of reach, a login it refused, a host name that does not resolve. The message names the
- * server, its address (credentials masked) and the setting to correct; a service's start and an
+ * A server the process depends on (PostgreSQL, NATS, Redis) could not be used when it was first
+ * reached: out of reach, a login it refused, a host name that does not resolve; or the system
+ * refused the address the service listens on (PORT in use, HOST not of this machine). The message
+ * names the server or address (credentials masked) and the setting to correct; a service's start and an
  * operator command line print it as it is, with no stack, since nothing in the code is at fault.
  */
 export class DependencyRefusedError extends Error {

@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
 import type { Logger } from 'pino';
+import { DependencyRefusedError } from '../adapters/dependency-refused.ts';
 import { appendReadiness } from '../adapters/event-store/append-watch.ts';
 import { anchorInLog } from '../adapters/market/replay-anchor.ts';
 import { feedOptionsFromConfig, selectFeed } from '../adapters/market/select.ts';
@@ -145,7 +146,9 @@ export async function startService(config: Config, roles: Role[], logger: Logger
       ? slices.flatMap((slice) => (slice.plugin ? [slice.plugin] : []))
       : [];
     app = await buildApp({ config, logger, readiness, metrics, plugins });
-    const url = await app.listen({ host: config.HOST, port: config.PORT });
+    const url = await app.listen({ host: config.HOST, port: config.PORT }).catch((err: unknown) => {
+      throw listenRefused(err, config) ?? err;
+    });
     // The roles are in the logger's bindings (main's), on every line of the process.
     logger.info(
       {
@@ -224,6 +227,25 @@ export async function startService(config: Config, roles: Role[], logger: Logger
     await adapters.close();
     throw err;
   }
+}
+
+/**
+ * A listen the system refused, told with the setting to correct: Node's own words
+ * (`listen EADDRINUSE: address already in use 0.0.0.0:8080`) name neither PORT nor HOST. Null for
+ * any other error.
+ */
+function listenRefused(err: unknown, config: Pick<Config, 'HOST' | 'PORT'>): DependencyRefusedError | null {
+  const code = (err as NodeJS.ErrnoException).code;
+  const where = `port ${config.PORT} on ${config.HOST}`;
+  const why =
+    code === 'EADDRINUSE'
+      ? `${where} is in use by another process: stop it, or set PORT (and HOST) to a port that is free`
+      : code === 'EACCES'
+        ? `${where} may not be listened on by this user (ports below 1024 need privileges): set PORT to 1024 or above`
+        : code === 'EADDRNOTAVAIL'
+          ? `HOST ${config.HOST} is not an address of this machine: set HOST to one of its addresses, or 0.0.0.0 for all`
+          : null;
+  return why === null ? null : new DependencyRefusedError(`cannot listen (${code}): ${why}`, { cause: err });
 }
 
 /**

@@ -2,13 +2,14 @@ import { spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { connect } from 'node:net';
+import { connect, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import { newEvent } from '../contracts/events.ts';
 import { holdWriteLock, type LockHolder } from './lmdb-lock-holder.ts';
+import { freePortIn } from './ports.ts';
 import { type ServiceProcess as Run, runServiceProcess as run } from './service-process.ts';
 
 const ROOT = new URL('..', import.meta.url).pathname;
@@ -221,6 +222,31 @@ describe('the service process', () => {
       open: expect.any(Object),
     });
     expect(r.lines.some((l) => l.msg === 'service stopped')).toBe(false);
+  });
+
+  it('names PORT and HOST when the system refuses its listen: a port in use, a host not of this machine', async () => {
+    // A port another process holds, in this suite's block.
+    const holder = createServer();
+    const port = await freePortIn(19_400, 19_499);
+    await new Promise<void>((resolve) => holder.listen(port, '127.0.0.1', resolve));
+    try {
+      const inUse = run({ DATA_DIR: await tempDir(), PORT: String(port) });
+      // 192.0.2.1 (TEST-NET-1) is never an address of this machine.
+      const notHere = run({ DATA_DIR: await tempDir(), HOST: '192.0.2.1' });
+      running.push(inUse, notHere);
+      expect(await inUse.exit).toBe(1);
+      expect(await notHere.exit).toBe(1);
+      expect(inUse.lines.filter((l) => l.level === 60).map((l) => l.msg)).toEqual([
+        `failed to start: cannot listen (EADDRINUSE): port ${port} on 127.0.0.1 is in use by another process: stop it, or set PORT (and HOST) to a port that is free`,
+      ]);
+      expect(notHere.lines.filter((l) => l.level === 60).map((l) => l.msg)).toEqual([
+        'failed to start: cannot listen (EADDRNOTAVAIL): HOST 192.0.2.1 is not an address of this machine: set HOST to one of its addresses, or 0.0.0.0 for all',
+      ]);
+      for (const r of [inUse, notHere])
+        expect(r.lines.find((l) => l.level === 60)!.err).not.toHaveProperty('stack');
+    } finally {
+      await new Promise<void>((resolve) => holder.close(() => resolve()));
+    }
   });
 
   it('refuses a second service on the same LMDB DATA_DIR, naming it and the holder, beside which the key CLI works; a kill -9 leaves no lock behind', async () => {

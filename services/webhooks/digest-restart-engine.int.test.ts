@@ -148,5 +148,44 @@ describe('the first digest after a restart, on the LMDB log with the engine in t
     const sent = digests().slice(from);
     expect(sent.map((d) => d.timeframe)).toEqual(['4h', '1h']);
     expect(sent[1]!.calls).toHaveLength(HOURLY_DIGEST.top_n);
+    await pool.stop(dispatcher);
+    await engine.stop();
+    for (const sub of [waiting, free]) {
+      expect((await stack.request('DELETE', `/api/webhooks/${sub.body.id}`, key)).status).toBe(200);
+    }
+  });
+
+  it('leaves the period unsent when the engine caught up only past it, and sends the current one', async () => {
+    const clock = (stack.engine.feed as ReplayFeed).clock;
+    const engine = newScheduler();
+    const dispatcher = await pool.start(new MemoryProjectionStore(), engine);
+    const key = await stack.issue('passed');
+    const created = await stack.request('POST', '/api/webhooks', key, {
+      url: receiver.url,
+      ...HOURLY_DIGEST,
+    });
+    expect(created.status, JSON.stringify(created.body)).toBe(201);
+    await dispatcher.runner.waitFor(await stack.store.headPosition());
+    await digestPassed(dispatcher);
+    const from = receiver.received.length;
+    const next = Math.floor(clock.now() / HOUR) * HOUR + HOUR;
+    clock.setTime(next + 10 * 60_000);
+    // Its digest pass for the period at `next` under way (waiting for the held engine), the period
+    // passes; the engine then evaluates up to the close after it.
+    await Promise.race([
+      receiver.waitFor(from + 1, 60_000),
+      new Promise((resolve) => setTimeout(resolve, 2 * DIGEST_CATCH_UP_MS)),
+    ]);
+    clock.setTime(next + HOUR + 10 * 60_000);
+    engine.start();
+    await receiver.waitFor(from + 1, 60_000);
+
+    const digest = digests()[from]!;
+    expect(digest.period_start).toBe(new Date(next + HOUR).toISOString());
+    expect(digest.calls.map((call) => call.candle_close_time! * 1000)).toEqual(
+      Array(HOURLY_DIGEST.top_n).fill(next + HOUR),
+    );
+    await digestPassed(dispatcher);
+    expect(dispatcher.digestPeriodsSkipped()).toBe(1);
   });
 });

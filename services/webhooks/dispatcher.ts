@@ -19,7 +19,7 @@ import {
 } from './delivery-log-fold.ts';
 import type { DeliveryJob, DeliveryWorker } from './delivery-worker.ts';
 import { EngineStoppedError } from './digest-scan.ts';
-import { dueDigests, skippedPeriods } from './digest-schedule.ts';
+import { dueDigests, periodStart as periodStartOf, skippedPeriods } from './digest-schedule.ts';
 import { type Candidate, largestTopN, matches, recordedAfter } from './matching.ts';
 import { claimNextAttempt } from './next-attempt.ts';
 import {
@@ -121,6 +121,8 @@ export class WebhookDispatcher {
   /** The log's head when this dispatcher started: a subscription at or below it predates the start. */
   private headAtStart = Number.POSITIVE_INFINITY;
   private readonly digestScans = new Map<string, DigestScan>();
+  /** Subscriptions whose digest of a passed period was left unsent since the start (once each). */
+  private readonly passedDropped = new Set<string>();
   /** Aborted by stop(): a digest scan waiting for the engine gives way. */
   private digestsStopping = new AbortController();
   private readonly submissions = new Set<Promise<unknown>>();
@@ -654,6 +656,24 @@ export class WebhookDispatcher {
           return;
         }
         const result = outcome.result;
+        // A scan that waited for the engine's catch-up after a start (seconds, more than a period
+        // at a fast replay) can end after its period is over, with verdicts of closes after it: the
+        // period is left unsent (counted as skipped) and the next pass sends the current one. Once
+        // per subscription and start, so an engine slower than a period still gets digests out.
+        const nowAfter = (this.options.now ?? Date.now)();
+        if (
+          periodStartOf(sub.cadence!, nowAfter) > periodStart &&
+          !this.digestsFired.has(sub.id) &&
+          !this.passedDropped.has(sub.id) &&
+          result.calls.some((call) => call.timestamp * 1000 >= periodStartOf(sub.cadence!, nowAfter))
+        ) {
+          this.passedDropped.add(sub.id);
+          this.logger.info(
+            { subscriptionId: sub.id, periodStart: new Date(periodStart).toISOString() },
+            'digest of a period that passed while its scan waited for the engine left unsent: its verdicts are of later closes',
+          );
+          return;
+        }
         // The subscription's last digest before this one, read before this one is claimed: once
         // claimed, its sequence event may already be in the log (on LMDB it is by the time the claim
         // returns) and would read as the last one sent, hiding every period skipped before it.
@@ -704,6 +724,7 @@ export class WebhookDispatcher {
     for (const id of this.firstSeen.keys()) if (!Object.hasOwn(live, id)) this.firstSeen.delete(id);
     for (const id of this.digestsFired.keys()) if (!Object.hasOwn(live, id)) this.digestsFired.delete(id);
     for (const id of this.enabledSeen.keys()) if (!Object.hasOwn(live, id)) this.enabledSeen.delete(id);
+    for (const id of this.passedDropped) if (!Object.hasOwn(live, id)) this.passedDropped.delete(id);
     this.digestPassCount++;
   }
 

@@ -554,8 +554,11 @@ export const ConfigSchema = z
      * time). Its verify asks twice per payment; the simulated transfer is still run every time.
      */
     X402_PAYER_CODE_TTL_MS: nonNegativeInt.default(30_000),
-    /** An unfinished payment older than this is reconciled against the chain; checked at this interval. */
-    X402_RECONCILE_AFTER_MS: positiveInt.default(300_000),
+    /**
+     * An unfinished payment older than this is reconciled against the chain; checked at this
+     * interval. A timer too: a settlement left pending counts against its payer this long.
+     */
+    X402_RECONCILE_AFTER_MS: timerMs.default(300_000),
     X402_RECONCILE_INTERVAL_MS: timerMs.default(60_000),
     /**
      * How long /.well-known/x402 promises a paid answer can be fetched again with the same payment

@@ -42,6 +42,8 @@ describe('loadConfig', () => {
     [{ SHUTDOWN_DRAIN_MS: '2000000000', SHUTDOWN_TIMEOUT_MS: '200000000' }, 'SHUTDOWN_DRAIN_MS'],
     [{ WEBHOOK_TICK_MS: '2147483648' }, 'WEBHOOK_TICK_MS'],
     [{ POSTGRES_STATEMENT_TIMEOUT_MS: '2147483648' }, 'POSTGRES_STATEMENT_TIMEOUT_MS'],
+    // Also a timer: the hold on a pending payment's exposure, released at once past the cap.
+    [{ X402_RECONCILE_AFTER_MS: '2147483648' }, 'X402_RECONCILE_AFTER_MS'],
     [{ SIWE_DOMAIN: 'https://signals.example.com' }, 'SIWE_DOMAIN'],
     [{ WEBHOOK_TEST_ALLOW_CIDRS: '127.0.0.1/32,garbage' }, 'WEBHOOK_TEST_ALLOW_CIDRS'],
     [{ HOST: '127.0.0.1:8080' }, 'HOST'],

@@ -452,6 +452,7 @@ describe('the OpenAPI document describes every real answer', () => {
 
   it('discovery, operations and documentation', async () => {
     for (const template of [
+      '/',
       '/openapi.json',
       '/healthz',
       '/readyz',

@@ -132,6 +132,21 @@ describe('the service process', () => {
     expect(startedLine.match(/"roles":/g)).toHaveLength(1);
     expect(JSON.parse(startedLine).roles).toBe('api,engine,projections,dispatcher');
     expect((await fetch(`${url}/healthz`)).status).toBe(200);
+    // The root README sends a newcomer to: the entry points, each of which answers.
+    const index = await fetch(`${url}/`);
+    expect(index.status).toBe(200);
+    const { service, links } = (await index.json()) as {
+      service: string;
+      links: Record<string, { href: string; method: string }>;
+    };
+    expect(service).toBe('signal-service');
+    expect(Object.keys(links)).toEqual(
+      expect.arrayContaining(['docs', 'openapi', 'mcp', 'trackRecord', 'health', 'readiness']),
+    );
+    expect(links.mcp).toMatchObject({ href: '/mcp', method: 'POST' });
+    // Served (/readyz may still say 503 while the projections catch up).
+    for (const link of Object.values(links).filter((l) => l.method === 'GET'))
+      expect((await fetch(`${url}${link.href}`)).status, link.href).not.toBe(404);
     await expect
       .poll(async () => {
         const body = (await (await fetch(`${url}/readyz`)).json()) as {

@@ -22,6 +22,7 @@ import type { HistogramSeries } from '../shared/series-histogram.ts';
 import { answerAtTurnEnd } from './answer-at-turn-end.ts';
 import { capConnections, defaultMaxConnections } from './connection-caps.ts';
 import { echoedPath, noRouteDetail, RepeatedHeaderError, useApiErrors } from './errors.ts';
+import { indexRoute } from './index-route.ts';
 import { registerJsonParser } from './json-body.ts';
 import { EVERY_ANSWER_HEADERS, keyChallenge, registerOpenApi } from './openapi.ts';
 import { opsRoutes } from './ops-routes.ts';
@@ -170,6 +171,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
   await app.register(opsRoutes({ readiness: deps.readiness, metrics: deps.metrics, startedAt: Date.now() }));
   for (const plugin of deps.plugins ?? []) await app.register(plugin);
+  // After the others: it lists the entry points among them.
+  await app.register(indexRoute);
   // Last, so that the not-found context has every hook the routes have (the rate limit's too),
   // plus its own: requests that match no route are timed by a hook of that context alone, not
   // by a global onResponse hook that every request would run to pass them over.

@@ -71,3 +71,20 @@ export function skippedPeriods(
   const firstAfter = Math.floor(from / ms) * ms + ms;
   return Math.max(0, (start - firstAfter) / ms);
 }
+
+/**
+ * Whether a digest of the period at `start`, built at `now`, is of a period already over and lists
+ * a verdict of a close at or after its end (`closes`, Unix ms): it would carry later closes'
+ * verdicts under its `period_start`.
+ */
+export function passedWithLaterCloses(
+  cadence: Cadence,
+  start: number,
+  now: number,
+  closes: Iterable<number>,
+): boolean {
+  const end = periodStart(cadence, start) + CADENCE_MS[cadence];
+  if (now < end) return false;
+  for (const close of closes) if (close >= end) return true;
+  return false;
+}

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { dueDigests, skippedPeriods } from './digest-schedule.ts';
+import { dueDigests, passedWithLaterCloses, skippedPeriods } from './digest-schedule.ts';
 import type { SubscriptionRecord } from './subscription-fold.ts';
 
 const H = 3_600_000;
@@ -73,5 +73,22 @@ describe('digest schedule on the feed clock', () => {
     // Not known: the last digest delivery is not on record, or neither bound is finite.
     expect(skippedPeriods('1h', t('13:00'), t('10:20'), undefined)).toBeNull();
     expect(skippedPeriods('1h', t('13:00'), Number.NEGATIVE_INFINITY, Number.NEGATIVE_INFINITY)).toBeNull();
+  });
+});
+
+describe('a digest built after its period', () => {
+  const start = Date.UTC(2025, 9, 1, 10);
+  it('carries later closes when one of its verdicts is of a close at or after its end, whatever the period now', () => {
+    // Built at 15:10 with verdicts of 12:00 and 14:00: later than its period (10:00-11:00), though
+    // none is of the current period (15:00).
+    expect(passedWithLaterCloses('1h', start, start + 5 * H + 600_000, [start + 2 * H, start + 4 * H])).toBe(
+      true,
+    );
+    expect(passedWithLaterCloses('1h', start, start + 5 * H, [start, start + H])).toBe(true);
+  });
+  it('does not while its period runs, nor with verdicts of its own close only', () => {
+    expect(passedWithLaterCloses('1h', start, start + H - 1, [start + H])).toBe(false);
+    expect(passedWithLaterCloses('1h', start, start + 3 * H, [start, start - H])).toBe(false);
+    expect(passedWithLaterCloses('4h', start - 2 * H, start + H, [start])).toBe(false);
   });
 });

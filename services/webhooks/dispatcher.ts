@@ -19,7 +19,7 @@ import {
 } from './delivery-log-fold.ts';
 import type { DeliveryJob, DeliveryWorker } from './delivery-worker.ts';
 import { EngineStoppedError } from './digest-scan.ts';
-import { dueDigests, periodStart as periodStartOf, skippedPeriods } from './digest-schedule.ts';
+import { dueDigests, passedWithLaterCloses, skippedPeriods } from './digest-schedule.ts';
 import { type Candidate, largestTopN, matches, recordedAfter } from './matching.ts';
 import { claimNextAttempt } from './next-attempt.ts';
 import {
@@ -660,12 +660,15 @@ export class WebhookDispatcher {
         // at a fast replay) can end after its period is over, with verdicts of closes after it: the
         // period is left unsent (counted as skipped) and the next pass sends the current one. Once
         // per subscription and start, so an engine slower than a period still gets digests out.
-        const nowAfter = (this.options.now ?? Date.now)();
         if (
-          periodStartOf(sub.cadence!, nowAfter) > periodStart &&
           !this.digestsFired.has(sub.id) &&
           !this.passedDropped.has(sub.id) &&
-          result.calls.some((call) => call.timestamp * 1000 >= periodStartOf(sub.cadence!, nowAfter))
+          passedWithLaterCloses(
+            sub.cadence!,
+            periodStart,
+            (this.options.now ?? Date.now)(),
+            result.calls.map((call) => call.timestamp * 1000),
+          )
         ) {
           this.passedDropped.add(sub.id);
           this.logger.info(

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { jetstreamManager } from '@nats-io/jetstream';
+import { jetstreamManager, StorageType } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -239,6 +239,46 @@ describe.skipIf(!reachable)('NatsBus specifics', () => {
     } finally {
       await nc.close();
       await deleteStream(aged);
+    }
+  });
+
+  it('starts on an existing stream that refuses the age, and says why', async () => {
+    // JetStream refuses a duplicate window longer than the age: a stream made elsewhere with a
+    // two-hour window cannot take an hour's age, and the start goes on without it.
+    const refusing = `BUSTEST_${run}_agerefused`;
+    const refusingPrefix = `bt${run}_agerefused`;
+    const nc = await connect({ servers: NATS_URL });
+    const jsm = await jetstreamManager(nc);
+    try {
+      await jsm.streams.add({
+        name: refusing,
+        subjects: [`${refusingPrefix}.>`],
+        storage: StorageType.File,
+        duplicate_window: 2 * 3_600_000_000_000,
+      });
+      const bus = await connectNatsBus({
+        url: NATS_URL,
+        stream: refusing,
+        subjectPrefix: refusingPrefix,
+        logger,
+        maxAgeMs: 3_600_000,
+      });
+      try {
+        const drift = (await bus.health()).drift?.find((d) => d.setting === 'max_age');
+        expect(drift).toMatchObject({
+          setting: 'max_age',
+          wanted: 3_600_000_000_000,
+          found: 0,
+          updated: false,
+        });
+        expect(drift?.error).toMatch(/duplicate/i);
+        expect((await jsm.streams.info(refusing)).config.max_age).toBe(0);
+      } finally {
+        await bus.close();
+      }
+    } finally {
+      await nc.close();
+      await deleteStream(refusing);
     }
   });
 

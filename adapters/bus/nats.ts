@@ -285,9 +285,10 @@ const NOT_CLUSTERED = 'the server is not in a cluster: one copy only';
 /**
  * Creates the stream, or compares the one found with it. Replicas are only ever raised (a JetStream
  * cluster copies the stream to the new peers online), so processes started with different settings
- * during a rolling change converge instead of undoing each other; every other difference is
- * reported, not changed: storage and retention cannot be changed in place, and a wider subject
- * filter or a shorter duplicate window may be another deployment's deliberate choice.
+ * during a rolling change converge instead of undoing each other; the age is set to the wanted one
+ * (where JetStream takes it); every other difference is reported, not changed: storage and
+ * retention cannot be changed in place, and a wider subject filter or a shorter duplicate window
+ * may be another deployment's deliberate choice.
  */
 async function ensureStream(jsm: JetStreamManager, wanted: WantedStream): Promise<BusSettingDrift[]> {
   const subject = wanted.subjects[0]!;
@@ -318,8 +319,15 @@ async function ensureStream(jsm: JetStreamManager, wanted: WantedStream): Promis
   if (found.max_age !== wanted.max_age) {
     // The age is the operator's choice of how long a stopped consumer can catch up: the setting
     // of the latest start holds, in either direction (JetStream changes it in place).
-    await jsm.streams.update(wanted.name, { max_age: wanted.max_age });
-    drift.push({ setting: 'max_age', wanted: wanted.max_age, found: found.max_age, updated: true });
+    const age = { setting: 'max_age', wanted: wanted.max_age, found: found.max_age } as const;
+    try {
+      await jsm.streams.update(wanted.name, { max_age: wanted.max_age });
+      drift.push({ ...age, updated: true });
+    } catch (err) {
+      // Refused (the stream's duplicate window longer than the age, an account without the
+      // update permission): the stream goes on with its own age, and the health says why.
+      drift.push({ ...age, updated: false, error: err instanceof Error ? err.message : String(err) });
+    }
   }
   if (found.num_replicas < wanted.num_replicas) {
     const raise = { setting: 'replicas', wanted: wanted.num_replicas, found: found.num_replicas } as const;

@@ -138,6 +138,17 @@ describe('HTTP app', () => {
     });
   });
 
+  it('reads a body whose Content-Encoding is empty as uncoded', async () => {
+    const { url } = await start();
+    const res = await fetch(`${url}/echo`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'content-encoding': '' },
+      body: JSON.stringify({ coin: 'BTC' }),
+    });
+    expect(res.status).toBe(200);
+    expect(await res.json()).toEqual({ body: { coin: 'BTC' } });
+  });
+
   it('answers malformed JSON with 400 in the error shape', async () => {
     const { url } = await start();
     const res = await postJson(`${url}/echo`, '{"coin": ');

@@ -81,16 +81,10 @@ export function registerJsonParser(app: FastifyInstance): void {
   app.removeContentTypeParser('application/json');
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
     // A compressed body (gzip…) is not read: said so, rather than called JSON that is not UTF-8.
-    const coding = request.headers['content-encoding'];
-    if (
-      coding !== undefined &&
-      String(coding).trim().toLowerCase() !== 'identity' &&
-      (body as Buffer).length > 0
-    ) {
-      return done(
-        notJson(`it is sent with Content-Encoding ${String(coding)}; send it uncompressed`),
-        undefined,
-      );
+    // An empty value or `identity` names no coding.
+    const coding = String(request.headers['content-encoding'] ?? '').trim();
+    if (coding !== '' && coding.toLowerCase() !== 'identity' && (body as Buffer).length > 0) {
+      return done(notJson(`it is sent with Content-Encoding ${coding}; send it uncompressed`), undefined);
     }
     let text: string;
     try {

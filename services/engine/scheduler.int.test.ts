@@ -155,6 +155,41 @@ describe('VerdictScheduler over the replayed real data', () => {
     await next.stop();
     expect(next.stats).toMatchObject({ verdicts: 3, skipped: 0, lastError: null });
   });
+
+  it('tells a wait for a close once a run begun at or after it has ended, and ends the waits it cannot serve', async () => {
+    feed = await openReplayFeed({ run: false });
+    const engine = new SignalEngine({ feed, store: new MemoryEventStore() });
+    const scheduler = new VerdictScheduler({
+      engine,
+      feed,
+      timeframes: ['1h'],
+      exchange: 'BINANCE_SPOT',
+      topN: 3,
+    });
+    const HOUR = 3_600_000;
+    const close = Math.floor(feed.now() / HOUR) * HOUR;
+    // Longer than the test may run: only what the scheduler tells ends these waits.
+    const long = { timeoutMs: 600_000 };
+    // A venue or timeframe it does not record: at once.
+    expect(await scheduler.closeEvaluated('BINANCE_SPOT', '4h', close, long)).toBe('unscheduled');
+    expect(await scheduler.closeEvaluated('OKX', '1h', close, long)).toBe('unscheduled');
+    const waiting = scheduler.closeEvaluated('BINANCE_SPOT', '1h', close, long);
+    await scheduler.tick('1h');
+    expect(await waiting).toBe('evaluated');
+    expect(await scheduler.closeEvaluated('BINANCE_SPOT', '1h', close, long)).toBe('evaluated');
+    // The next close has not been run: its wait ends on the caller's abort, or on the stop.
+    const aborting = new AbortController();
+    const aborted = scheduler.closeEvaluated('BINANCE_SPOT', '1h', close + HOUR, {
+      ...long,
+      signal: aborting.signal,
+    });
+    aborting.abort();
+    expect(await aborted).toBe('timeout');
+    const stopped = scheduler.closeEvaluated('BINANCE_SPOT', '1h', close + HOUR, long);
+    await scheduler.stop();
+    expect(await stopped).toBe('stopped');
+    expect(await scheduler.closeEvaluated('BINANCE_SPOT', '1h', close + HOUR, long)).toBe('stopped');
+  });
 });
 
 /** The replay feed with one of its methods replaced, the others its own (bound to it). */

@@ -1,11 +1,15 @@
 import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { pino } from 'pino';
 import type { Registry } from 'prom-client';
 import { afterAll, beforeAll } from 'vitest';
 import { MemoryBus } from '../adapters/bus/memory.ts';
 import { connectNatsBus } from '../adapters/bus/nats.ts';
 import type { Bus } from '../adapters/bus/port.ts';
+import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import type { EventStore } from '../adapters/event-store/port.ts';
 import { KnownCoins } from '../adapters/market/known-coins.ts';
@@ -17,9 +21,11 @@ import { loadConfig } from '../contracts/config.ts';
 import { deterministicId } from '../contracts/deterministic-id.ts';
 import { newEvent } from '../contracts/events.ts';
 import type { Call, Regime } from '../contracts/market.ts';
+import { type WebhookData, WebhookEnvelope } from '../contracts/webhooks.ts';
 import { ProjectionRunner } from '../projections/runner.ts';
 import { buildApp } from '../services/api/app.ts';
 import { createSignalEngine, type SignalEngine } from '../services/engine/engine.ts';
+import { VerdictScheduler } from '../services/engine/scheduler.ts';
 import { issueKey } from '../services/keys/key-commands.ts';
 import { keyRegistryProjection } from '../services/keys/key-registry.ts';
 import { KeyResolver } from '../services/keys/key-resolver.ts';
@@ -417,6 +423,71 @@ export function pooledDispatcherStack(
     await setup.pool.stopAll();
     await setup.stack?.close();
     await setup.receiver?.close();
+  });
+  return setup;
+}
+
+/**
+ * The digest suites' stack for a process stopped and started again: a webhook stack with no
+ * dispatcher of its own on the in-process bus (`BUS=memory`, one process standing in for the box),
+ * on the LMDB log in a directory of its own with `lmdb` (as `npm start` keeps it) else the memory
+ * one; a TLS receiver; a pool of dispatchers (`tag`) that a test stops and starts again; and the
+ * engine schedulers `newScheduler` makes (the engine role in the dispatcher's process, 1h on
+ * BINANCE, HOURLY_DIGEST's top N), each stopped in the afterAll if the test has not. `digests` reads
+ * the scan digests the receiver got, in order. Registers its beforeAll and afterAll in the calling
+ * describe; `stack` and `receiver` are set once the beforeAll has run.
+ */
+export function restartedDigestStack(tag: string, options: { lmdb?: boolean } = {}) {
+  const tls = selfSignedCert();
+  const settings = { tls: { ca: tls.cert } };
+  const schedulers: VerdictScheduler[] = [];
+  let dir: string | undefined;
+  const setup = {} as {
+    stack: WebhookStack;
+    receiver: Receiver;
+    pool: ReturnType<typeof dispatcherPool>;
+    newScheduler(): VerdictScheduler;
+    digests(): Extract<WebhookData, { type: 'scan_digest' }>[];
+  };
+  setup.pool = dispatcherPool(() => setup.stack, { tag, env: {}, settings });
+  setup.newScheduler = () => {
+    const scheduler = new VerdictScheduler({
+      engine: setup.stack.engine,
+      feed: setup.stack.engine.feed,
+      timeframes: ['1h'],
+      exchange: 'BINANCE',
+      topN: HOURLY_DIGEST.top_n,
+    });
+    schedulers.push(scheduler);
+    return scheduler;
+  };
+  setup.digests = () =>
+    setup.receiver.received.map((r) => {
+      const envelope = WebhookEnvelope.parse(JSON.parse(r.body));
+      if (envelope.data.type !== 'scan_digest') throw new Error('not a digest');
+      return envelope.data;
+    });
+  beforeAll(async () => {
+    let store: EventStore | undefined;
+    if (options.lmdb) {
+      dir = mkdtempSync(join(tmpdir(), `${tag}-`));
+      store = await openLmdbEventStore({ path: dir });
+    }
+    setup.stack = await startWebhookStack({
+      ...(store ? { store } : {}),
+      settings,
+      dispatcher: false,
+      bus: 'memory',
+    });
+    setup.receiver = await startReceiver(tls);
+  });
+  afterAll(async () => {
+    await setup.pool.stopAll();
+    for (const scheduler of schedulers) await scheduler.stop();
+    await setup.stack?.close();
+    await setup.receiver?.close();
+    if (options.lmdb) await setup.stack?.store.close();
+    if (dir) rmSync(dir, { recursive: true, force: true });
   });
   return setup;
 }

@@ -1,17 +1,8 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { ReplayFeed } from '../../adapters/market/replay.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import { WebhookEnvelope } from '../../contracts/webhooks.ts';
-import {
-  digestPassed,
-  dispatcherPool,
-  HOURLY_DIGEST,
-  startWebhookStack,
-  until,
-  type WebhookStack,
-} from '../../test/webhooks-harness.ts';
-import { type Receiver, selfSignedCert, startReceiver } from '../../test/webhooks-receiver.ts';
-import { VerdictScheduler } from '../engine/scheduler.ts';
+import { digestPassed, HOURLY_DIGEST, restartedDigestStack, until } from '../../test/webhooks-harness.ts';
 import type { EngineProgress } from './digest-scan.ts';
 
 const HOUR = 3_600_000;
@@ -25,34 +16,12 @@ const SCANS = 12;
  * running sends each subscription that period's digest once, numbered 1.
  */
 describe('digests waiting together for the engine in their process', () => {
-  const tls = selfSignedCert();
-  const settings = { tls: { ca: tls.cert } };
-  let stack: WebhookStack;
-  let receiver: Receiver;
-  const schedulers: VerdictScheduler[] = [];
-  const pool = dispatcherPool(() => stack, { tag: 'enginewaits', env: {}, settings });
-
-  beforeAll(async () => {
-    stack = await startWebhookStack({ settings, dispatcher: false, bus: 'memory' });
-    receiver = await startReceiver(tls);
-  });
-  afterAll(async () => {
-    await pool.stopAll();
-    for (const scheduler of schedulers) await scheduler.stop();
-    await stack?.close();
-    await receiver?.close();
-  });
+  const setup = restartedDigestStack('enginewaits');
 
   it('go unclaimed on a stop during the wait, and are sent once each after it', async () => {
+    const { stack, receiver, pool, newScheduler } = setup;
     const clock = (stack.engine.feed as ReplayFeed).clock;
-    const scheduler = new VerdictScheduler({
-      engine: stack.engine,
-      feed: stack.engine.feed,
-      timeframes: ['1h'],
-      exchange: 'BINANCE',
-      topN: HOURLY_DIGEST.top_n,
-    });
-    schedulers.push(scheduler);
+    const scheduler = newScheduler();
     // The scheduler itself, its waits counted as they begin.
     let waiting = 0;
     const engine: EngineProgress = {

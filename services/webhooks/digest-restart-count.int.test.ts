@@ -1,19 +1,7 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { openLmdbEventStore } from '../../adapters/event-store/lmdb.ts';
+import { describe, expect, it } from 'vitest';
 import type { ReplayFeed } from '../../adapters/market/replay.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
-import { WebhookEnvelope } from '../../contracts/webhooks.ts';
-import {
-  digestPassed,
-  dispatcherPool,
-  HOURLY_DIGEST,
-  startWebhookStack,
-  type WebhookStack,
-} from '../../test/webhooks-harness.ts';
-import { type Receiver, selfSignedCert, startReceiver } from '../../test/webhooks-receiver.ts';
+import { digestPassed, HOURLY_DIGEST, restartedDigestStack } from '../../test/webhooks-harness.ts';
 
 const HOUR = 3_600_000;
 
@@ -25,35 +13,10 @@ const HOUR = 3_600_000;
  * dispatcher has just claimed, which its projection may already hold when the count is made.
  */
 describe('digest periods skipped across a restart, on the LMDB log with a resumed projection', () => {
-  const tls = selfSignedCert();
-  const settings = { tls: { ca: tls.cert } };
-  let dir: string;
-  let stack: WebhookStack;
-  let receiver: Receiver;
-  const pool = dispatcherPool(() => stack, { tag: 'skipcount', env: {}, settings });
-
-  beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'digest-restart-count-'));
-    const store = await openLmdbEventStore({ path: dir });
-    stack = await startWebhookStack({ store, settings, dispatcher: false, bus: 'memory' });
-    receiver = await startReceiver(tls);
-  });
-  afterAll(async () => {
-    await pool.stopAll();
-    await stack?.close();
-    await receiver?.close();
-    await stack?.store.close();
-    if (dir) rmSync(dir, { recursive: true, force: true });
-  });
-
-  const periods = (): string[] =>
-    receiver.received.map((r) => {
-      const envelope = WebhookEnvelope.parse(JSON.parse(r.body));
-      if (envelope.data.type !== 'scan_digest') throw new Error('not a digest');
-      return envelope.data.period_start;
-    });
+  const setup = restartedDigestStack('skipcount', { lmdb: true });
 
   it('counts the boundaries passed while it was stopped', async () => {
+    const { stack, receiver, pool } = setup;
     const clock = (stack.engine.feed as ReplayFeed).clock;
     // One projection store for both, as one DATA_DIR holds the snapshot across a restart.
     const snapshots = new MemoryProjectionStore();
@@ -77,7 +40,10 @@ describe('digest periods skipped across a restart, on the LMDB log with a resume
     const back = await pool.start(snapshots);
     await receiver.waitFor(2, 40_000);
     await digestPassed(back);
-    expect(periods()).toEqual([new Date(next).toISOString(), new Date(next + 3 * HOUR).toISOString()]);
+    expect(setup.digests().map((d) => d.period_start)).toEqual([
+      new Date(next).toISOString(),
+      new Date(next + 3 * HOUR).toISOString(),
+    ]);
     expect(back.digestPeriodsSkipped()).toBe(2);
   });
 });

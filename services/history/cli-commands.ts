@@ -35,7 +35,7 @@ import { parseVerdictStream, verdictStream } from '../engine/verdict-recorder.ts
 import { CommandFailedError } from '../shared/cli-failure.ts';
 import { invocation } from '../shared/invocation.ts';
 import { AnchorCheck, type ChainAnchor, readChainAnchors } from './anchor-check.ts';
-import { scoreRows, verifyRows } from './audit.ts';
+import { type ChainReport, scoreRows, verifyRows } from './audit.ts';
 import { decodeCursor, tagMatches } from './cursor.ts';
 import {
   formatOf,
@@ -43,6 +43,7 @@ import {
   parseCsvLine,
   readExport,
   readExportPastMalformed,
+  type TrailerCount,
 } from './files.ts';
 import { HistoryQuerySchema, historyFilter, parseTime } from './query.ts';
 import { OutcomeRecompute } from './recompute.ts';
@@ -75,8 +76,8 @@ export const USAGE = `${invocation('history')} <command> [options]
 Exit 2: a usage error (a filter refused here or by the service; from --store, a --coin the log
 holds no verdict of, or an --exchange or --timeframe it holds none of and the feed does not serve),
 a DATA_DIR or POSTGRES_SCHEMA that holds no event log, or a setting the service would refuse
-(nothing was read); 1: the command failed (verify: a broken link; a store that does not answer; a
-file cut short).`;
+(nothing was read); 1: the command failed (verify: a broken link; a file of no row, or with fewer
+rows than its NDJSON trailer says; a store that does not answer; a file cut short).`;
 
 export class UsageError extends Error {}
 
@@ -685,17 +686,37 @@ function exportRows(
   path: string,
   format: unknown,
   pastMalformed: true,
+  onTrailer: (count: TrailerCount) => void,
 ): AsyncGenerator<HistoryRow | MalformedRowError>;
 function exportRows(
   path: string,
   format: unknown,
   pastMalformed = false,
+  onTrailer?: (count: TrailerCount) => void,
 ): AsyncGenerator<HistoryRow | MalformedRowError> {
   if (!existsSync(path)) throw new UsageError(`no export at ${path}`);
   if (format !== undefined && !(HISTORY_FORMATS as readonly string[]).includes(format as string))
     throw new UsageError(`unknown format ${String(format)} (${HISTORY_FORMATS.join(', ')})`);
-  const read = pastMalformed ? readExportPastMalformed : readExport;
-  return format === undefined ? read(path) : read(path, format as HistoryFormat);
+  if (!pastMalformed)
+    return format === undefined ? readExport(path) : readExport(path, format as HistoryFormat);
+  return format === undefined
+    ? readExportPastMalformed(path, undefined, onTrailer)
+    : readExportPastMalformed(path, format as HistoryFormat, onTrailer);
+}
+
+/**
+ * Why verifying an export file is no evidence of the history (null: it is): the file holds
+ * no row (a 0-byte file, an NDJSON trailer alone, a CSV header alone, a Parquet directory without
+ * a row), or fewer rows than a trailer line of a served NDJSON answer says the answer held.
+ */
+function incompleteFile(path: string, report: ChainReport, trailers: TrailerCount[]): string | null {
+  const short = trailers.find((t) => t.held < t.says);
+  if (short)
+    return `${path}: line ${short.line}, the answer's trailer, says it held ${short.says} rows; the file holds ${short.held} before it (${short.says - short.held} missing): a file cut or edited is no evidence; fetch the answer again`;
+  // A first line that is no row in the format read (a CSV file read as NDJSON) is its broken link.
+  if (report.rows === 0 && report.firstBroken === null)
+    return `${path} holds no rows: 0 rows checked, so nothing is verified (an export no row matched, or a file emptied or cut, is no evidence)`;
+  return null;
 }
 
 /** The anchors `verify --anchors` checks against, read from the chain at --rpc. */
@@ -836,8 +857,10 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
     }
     case 'verify': {
       // Read past a malformed row: the chain walk stops at it, the anchors and --data check every row.
-      const rows = positionals[0]
-        ? exportRows(positionals[0], values.format, true)
+      const path = positionals[0];
+      const trailers: TrailerCount[] = [];
+      const rows = path
+        ? exportRows(path, values.format, true, (count) => trailers.push(count))
         : sourceRows(await source());
       const data = values.data as string | undefined;
       if (data !== undefined && !existsSync(data)) throw new UsageError(`no market-data folder at ${data}`);
@@ -857,7 +880,10 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
         const report = await verifyRows(rows, anchors || recompute ? { onRow } : {});
         const recomputed = recompute?.report;
         const anchored = anchors?.finish();
-        const passed = report.ok && (recomputed?.mismatched ?? 0) === 0 && (anchored?.ok ?? true);
+        // A file of no row, or short of its trailer's count, is not verified: there is nothing to verify.
+        const incomplete = path ? incompleteFile(path, report, trailers) : null;
+        const passed =
+          report.ok && incomplete === null && (recomputed?.mismatched ?? 0) === 0 && (anchored?.ok ?? true);
         // An anchor beyond the file: its last rows are verified by none (a cut file looks the
         // same as an early export), so not ok unless the analyst accepts that (exit 3, not 1).
         const unverified = passed ? (anchored?.unverified ?? null) : null;
@@ -866,6 +892,7 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
           {
             ...report,
             ok,
+            ...(incomplete ? { incomplete } : {}),
             ...(anchored
               ? { partlyVerified: unverified !== null, unverified: unverified?.note ?? null }
               : {}),

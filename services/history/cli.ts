@@ -55,7 +55,12 @@ try {
     },
   });
   process.stdout.write(`${output}\n`);
-  if (argv[0] === 'verify') code = verifyExitCode(JSON.parse(output) as { ok: boolean });
+  if (argv[0] === 'verify') {
+    const report = JSON.parse(output) as { ok: boolean; incomplete?: string };
+    code = verifyExitCode(report);
+    // A file of no row (or short of its trailer's count) verified nothing: said in words too.
+    if (report.incomplete) process.stderr.write(`${report.incomplete}\n`);
+  }
 } catch (err) {
   const usage = err instanceof UsageError || err instanceof HistoryQueryError;
   code = usage ? 2 : 1;

@@ -3,7 +3,7 @@ import { readFile } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { parquetReadObjects } from 'hyparquet';
-import { HISTORY_COLUMNS, type HistoryFormat, HistoryRow } from '../../contracts/history.ts';
+import { HISTORY_COLUMNS, type HistoryFormat, HistoryRow, HistoryTrailer } from '../../contracts/history.ts';
 import { decodeCursor, encodeCursor, tagMatches } from './cursor.ts';
 import { isoTime } from './rows.ts';
 import { KINDS } from './writers.ts';
@@ -205,14 +205,27 @@ export function readExport(path: string, format = detectFormat(path)): AsyncGene
 export function readExportPastMalformed(
   path: string,
   format = detectFormat(path),
+  onTrailer?: (count: TrailerCount) => void,
 ): AsyncGenerator<HistoryRow | MalformedRowError> {
-  return readItems(path, format, true);
+  return readItems(path, format, true, onTrailer);
+}
+
+/**
+ * The trailer line of an NDJSON answer saved as served (`trailer=true`): its line, the rows it says
+ * the answer held, and the lines the file holds as rows since the answer began (the file's start,
+ * or the trailer line before it: answers appended one after another each end with their own).
+ */
+export interface TrailerCount {
+  line: number;
+  says: number;
+  held: number;
 }
 
 async function* readItems(
   path: string,
   format: HistoryFormat,
   goOn: boolean,
+  onTrailer?: (count: TrailerCount) => void,
 ): AsyncGenerator<HistoryRow | MalformedRowError> {
   if (format === 'parquet') {
     for (const part of parquetParts(path)) {
@@ -270,6 +283,8 @@ async function* readItems(
   let cursorColumn = -1;
   let lineNumber = 0;
   let rowsRead = 0;
+  // Lines read as rows (malformed ones too) since the last trailer line.
+  let sinceTrailer = 0;
   /**
    * Whether a line can only be a row's, cut short when unreadable: one after a row or after the CSV
    * header, or an NDJSON line opening as a JSON object. Before that, an unreadable line is a file in
@@ -347,7 +362,12 @@ async function* readItems(
       );
     }
     // The trailer line of a served NDJSON export carries the cursor, not a row.
-    if ('cursor' in record && !('verdict_id' in record)) return null;
+    if ('cursor' in record && !('verdict_id' in record)) {
+      const trailer = HistoryTrailer.safeParse(record);
+      if (trailer.success) onTrailer?.({ line: lineNumber, says: trailer.data.rows, held: sinceTrailer });
+      sinceTrailer = 0;
+      return null;
+    }
     return toRow(record, `line ${lineNumber}`);
   };
   for await (const read of lines) {
@@ -363,10 +383,12 @@ async function* readItems(
       // A file in another format: no line after it reads as a row either.
       if (!goOn || !(err instanceof MalformedRowError) || (!rowLine(line) && err.fields.length === 0))
         throw err;
+      sinceTrailer++;
       yield err;
       continue;
     }
     if (row === null) continue;
+    sinceTrailer++;
     yield row;
     rowsRead++;
   }

@@ -674,9 +674,11 @@ describe('npm run history', () => {
         source === 'store' ? ['export', '--store', '--out', out, ...range] : urlExport(out, ...range);
       expect(JSON.parse(await runHistoryCommand(argv, deps()))).toMatchObject({ rows: 0 });
       expect(readdirSync(out)).toEqual(['part-000001.parquet']);
+      // Read back, it is a file of no row: nothing in it is verified.
       expect(JSON.parse(await runHistoryCommand(['verify', out], deps()))).toMatchObject({
-        ok: true,
+        ok: false,
         rows: 0,
+        incomplete: `${out} holds no rows: 0 rows checked, so nothing is verified (an export no row matched, or a file emptied or cut, is no evidence)`,
       });
     }
     const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
@@ -812,6 +814,89 @@ describe('npm run history', () => {
     expect(code).toBe(1);
     expect(stderr).toMatch(new RegExp(`^${part}: malformed Parquet part`));
     expect(stderr).not.toMatch(/\n\s+at /);
+  });
+
+  it('verifies nothing in a file of no row, in every format, nor in an NDJSON answer with fewer rows than its trailer says: exit 1, the file named', async () => {
+    const csvSource = join(dir, 'no-row-source.csv');
+    await runHistoryCommand(['export', '--store', '--out', csvSource], deps());
+    const answer = async (query: string) =>
+      (
+        await (
+          await fetch(`${server.url}/api/verdicts?trailer=true&${query}`, {
+            headers: { authorization: `Bearer ${key}` },
+          })
+        ).text()
+      )
+        .trim()
+        .split('\n');
+    // An answer of no row is its trailer line alone.
+    const none = await answer('from=2001-01-01&to=2001-01-02');
+    expect(none).toHaveLength(1);
+    expect(JSON.parse(none[0]!)).toMatchObject({ rows: 0 });
+    const files = {
+      zeroBytes: join(dir, 'no-row.ndjson'),
+      trailerOnly: join(dir, 'no-row-trailer.ndjson'),
+      headerOnly: join(dir, 'no-row.csv'),
+      noPart: join(dir, 'no-row-parts'),
+    };
+    writeFileSync(files.zeroBytes, '');
+    writeFileSync(files.trailerOnly, `${none[0]}\n`);
+    writeFileSync(files.headerOnly, `${readFileSync(csvSource, 'utf8').split('\n')[0]}\n`);
+    mkdirSync(files.noPart);
+    for (const file of Object.values(files)) {
+      const report = JSON.parse(await runHistoryCommand(['verify', file], deps()));
+      expect(report, file).toMatchObject({
+        ok: false,
+        rows: 0,
+        firstBroken: null,
+        incomplete: `${file} holds no rows: 0 rows checked, so nothing is verified (an export no row matched, or a file emptied or cut, is no evidence)`,
+      });
+    }
+    // Two answers appended as served, each ending with its trailer: each trailer counts its own answer.
+    const first = await answer('limit=50');
+    const cursor = JSON.parse(first.at(-1)!).cursor as string;
+    const second = await answer(`after=${cursor}`);
+    expect(first).toHaveLength(51);
+    expect(second).toHaveLength(71);
+    const whole = join(dir, 'trailers.ndjson');
+    writeFileSync(whole, `${[...first, ...second].join('\n')}\n`);
+    expect(JSON.parse(await runHistoryCommand(['verify', whole], deps()))).toMatchObject({
+      ok: true,
+      rows: 120,
+    });
+    expect(JSON.parse(await runHistoryCommand(['verify', whole], deps()))).not.toHaveProperty('incomplete');
+    // The second answer's last three rows left out (its chains still link): its trailer says 70.
+    const short = join(dir, 'trailers-short.ndjson');
+    writeFileSync(short, `${[...first, ...second.slice(0, 67), second.at(-1)].join('\n')}\n`);
+    const shortReport = JSON.parse(await runHistoryCommand(['verify', short], deps()));
+    expect(shortReport).toMatchObject({
+      ok: false,
+      rows: 117,
+      firstBroken: null,
+      incomplete: `${short}: line 119, the answer's trailer, says it held 70 rows; the file holds 67 before it (3 missing): a file cut or edited is no evidence; fetch the answer again`,
+    });
+    // A trailer alone that says rows: the count, not "no rows".
+    const trailerAlone = join(dir, 'trailer-alone.ndjson');
+    writeFileSync(trailerAlone, `${second.at(-1)}\n`);
+    expect(JSON.parse(await runHistoryCommand(['verify', trailerAlone], deps())).incomplete).toBe(
+      `${trailerAlone}: line 1, the answer's trailer, says it held 70 rows; the file holds 0 before it (70 missing): a file cut or edited is no evidence; fetch the answer again`,
+    );
+    // The real command line: exit 1 (verification failed, as a broken link), the report on stdout
+    // and its words on stderr.
+    for (const file of [files.zeroBytes, short]) {
+      const cli = await run(process.execPath, [
+        '--import',
+        'tsx',
+        'services/history/cli.ts',
+        'verify',
+        file,
+      ]).catch((err: { code: number; stdout: string; stderr: string }) => err);
+      const { code, stdout, stderr } = cli as { code: number; stdout: string; stderr: string };
+      expect(code, file).toBe(1);
+      expect(JSON.parse(stdout).ok, file).toBe(false);
+      expect(stderr, file).toBe(`${JSON.parse(stdout).incomplete}\n`);
+      expect(stderr, file).toContain(file);
+    }
   });
 
   it('counts the streams a file starts mid-chain as such, not as anchors', async () => {

@@ -40,11 +40,17 @@ export function requireExistingStore(config: Pick<Config, 'EVENT_STORE' | 'DATA_
  * while NATS is down, as it keeps serving through an outage. `existingLog`: a command that only
  * reads opens the log only if it exists (a DATA_DIR or PostgreSQL schema without one is refused,
  * NoEventStoreError, and nothing is created), so a mistyped one does not answer "no keys".
+ * `signal`: a stop asked for while the process starts; the opening ends at its next step (a wait
+ * for NATS at once) with the signal's reason, and what it opened is closed.
  */
 export async function openAdapters(
   config: Config,
   logger: Logger,
-  { bus: needBus = false, existingLog = false }: { bus?: boolean; existingLog?: boolean } = {},
+  {
+    bus: needBus = false,
+    existingLog = false,
+    signal,
+  }: { bus?: boolean; existingLog?: boolean; signal?: AbortSignal } = {},
 ): Promise<Adapters> {
   const opened: { close(): Promise<void> }[] = [];
   try {
@@ -56,8 +62,10 @@ export async function openAdapters(
     const { store: eventStore, watch: appends, watchSnapshots } = watchAppends(stores.eventStore);
     const projectionStore = watchSnapshots(stores.projectionStore);
     opened.push(eventStore, { close: closeProjections });
-    const bus = await openBus(needBus ? config : { ...config, BUS: 'memory' }, logger);
+    signal?.throwIfAborted();
+    const bus = await openBus(needBus ? config : { ...config, BUS: 'memory' }, logger, signal);
     opened.push(bus);
+    signal?.throwIfAborted();
     const cache = await openCache(config, logger);
     opened.push(cache);
     return {
@@ -144,7 +152,7 @@ async function openStores(config: Config, logger: Logger, existingLog: boolean) 
   }
 }
 
-async function openBus(config: Config, logger: Logger): Promise<Bus> {
+async function openBus(config: Config, logger: Logger, signal?: AbortSignal): Promise<Bus> {
   if (config.BUS === 'nats') {
     const { connectNatsBus } = await import('../adapters/bus/nats.ts');
     return connectNatsBus({
@@ -156,6 +164,7 @@ async function openBus(config: Config, logger: Logger): Promise<Bus> {
       maxAgeMs: config.NATS_STREAM_MAX_AGE_MS,
       startupTimeoutMs: config.NATS_STARTUP_TIMEOUT_MS,
       logger,
+      signal,
     });
   }
   const { MemoryBus } = await import('../adapters/bus/memory.ts');

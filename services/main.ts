@@ -5,6 +5,7 @@ import { type Logger, pino } from 'pino';
 import { ConfigError, loadConfig, readDotEnv, refuseRoleSettings } from '../contracts/config.ts';
 import { flushAccessLines } from './api/request-log.ts';
 import { ROLES, type Role } from './component.ts';
+import type { RunningService } from './service.ts';
 import { DataDirInUse, lockDataDir } from './shared/data-dir-lock.ts';
 import { openResources, startExitWatchdog } from './shared/exit-watchdog.ts';
 import { invocation } from './shared/invocation.ts';
@@ -80,12 +81,11 @@ async function main(): Promise<void> {
     }
   }
   const logger = createLogger(config, { roles: roles.join(',') });
-  // Loaded once the configuration holds: every slice's modules take seconds to load (2.5 CPU s
-  // here), and a refused configuration or role is told at once instead of after them.
-  const service = await import('./service.ts')
-    .then(({ startService }) => startService(config, roles, logger))
-    .catch((err: unknown) => failedToStart(logger, err));
-
+  // A signal may come while the process still starts (a supervisor stopping a slow start): it ends
+  // the start at its next step, which closes what it opened, and the process exits 0 as a stop of a
+  // started service does.
+  const starting = new AbortController();
+  let service: RunningService | null = null;
   let first: { signal: NodeJS.Signals; at: number } | null = null;
   const shutdown = (signal: NodeJS.Signals) => {
     const now = Date.now();
@@ -99,30 +99,69 @@ async function main(): Promise<void> {
       killSelf();
     }
     first = { signal, at: now };
-    logger.info({ signal }, 'shutting down');
+    const during = service === null ? { during: 'start' } : {};
+    logger.info({ signal, ...during }, 'shutting down');
     // The drain (SHUTDOWN_DRAIN_MS) comes first and is not taken from the stop's own time.
     const timeoutMs = config.SHUTDOWN_DRAIN_MS + config.SHUTDOWN_TIMEOUT_MS;
     const timer = setTimeout(() => {
       // Which of the two SIGKILLs ended the process (this, or the exit's watchdog), and the step
       // of the stop it was waiting on.
       logger.fatal(
-        { timer: 'shutdown', timeoutMs, stopping: service.stopping(), open: openResources() },
+        {
+          timer: 'shutdown',
+          timeoutMs,
+          ...during,
+          stopping: service?.stopping() ?? null,
+          open: openResources(),
+        },
         'shutdown timed out: exiting',
       );
       flushLogs(logger);
       killSelf();
     }, timeoutMs);
     timer.unref();
-    service.stop().then(
-      () => exitGuarded(0, logger),
-      (err: unknown) => {
-        logger.error({ err }, 'shutdown failed');
-        exitGuarded(1, logger);
-      },
-    );
+    if (service === null) starting.abort(new StoppedWhileStarting(signal));
+    else stopStarted(service, logger);
   };
   process.on('SIGTERM', () => shutdown('SIGTERM'));
   process.on('SIGINT', () => shutdown('SIGINT'));
+
+  // Loaded once the configuration holds: every slice's modules take seconds to load (2.5 CPU s
+  // here), and a refused configuration or role is told at once instead of after them.
+  service = await import('./service.ts')
+    .then(({ startService }) => {
+      starting.signal.throwIfAborted();
+      return startService(config, roles, logger, { signal: starting.signal });
+    })
+    .catch((err: unknown) => {
+      if (starting.signal.reason instanceof StoppedWhileStarting) {
+        // Whatever the start ended with, it ended because it was asked to: what it opened is closed.
+        logger.info({ signal: starting.signal.reason.signal, during: 'start' }, 'service stopped');
+        exitGuarded(0, logger);
+      }
+      return failedToStart(logger, err);
+    });
+  // The signal came as the start's last step ended: it is stopped as a started service is.
+  if (starting.signal.aborted) stopStarted(service, logger);
+}
+
+/** The reason a start was ended: the signal that asked the process to stop while it started. */
+class StoppedWhileStarting extends Error {
+  constructor(readonly signal: NodeJS.Signals) {
+    super(`${signal} while starting: the start is stopped`);
+    this.name = 'StoppedWhileStarting';
+  }
+}
+
+/** A started service's stop (its `service stopped` line), then exit 0, or 1 when the stop failed. */
+function stopStarted(service: RunningService, logger: Logger): void {
+  service.stop().then(
+    () => exitGuarded(0, logger),
+    (err: unknown) => {
+      logger.error({ err }, 'shutdown failed');
+      exitGuarded(1, logger);
+    },
+  );
 }
 
 /**

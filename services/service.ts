@@ -48,13 +48,22 @@ export interface StopProgress {
  * Starts the given roles in one process: opens the adapters, builds the slices the roles ask for
  * (services/slices.ts), starts them in order, adds their checks to /readyz and their routes to the
  * app, and stops them in reverse. Every role serves the ops endpoints (/healthz, /readyz,
- * /metrics) on PORT so an orchestrator can probe it.
+ * /metrics) on PORT so an orchestrator can probe it. `signal`: a stop asked for while it starts
+ * (SIGTERM before `service started`); the start ends at its next step (an adapter opened, the
+ * engine made, a slice started, the listen) with the signal's reason, having closed in reverse
+ * what it opened.
  */
-export async function startService(config: Config, roles: Role[], logger: Logger): Promise<RunningService> {
+export async function startService(
+  config: Config,
+  roles: Role[],
+  logger: Logger,
+  { signal }: { signal?: AbortSignal } = {},
+): Promise<RunningService> {
   keepTickShape();
   // The roles that carry events on the bus: the relay (projections) and the deliveries (dispatcher).
   const carriesBus = roles.includes('projections') || roles.includes('dispatcher');
-  const adapters = await openAdapters(config, logger, { bus: carriesBus });
+  const adapters = await openAdapters(config, logger, { bus: carriesBus, signal });
+  const nextStep = () => signal?.throwIfAborted();
   const metrics = config.METRICS_ENABLED ? createMetrics() : null;
   // Whichever slice started them (key registry, webhooks, payments, history...), each runner's lag.
   metrics?.projectionLag.from(async (set) => {
@@ -112,6 +121,7 @@ export async function startService(config: Config, roles: Role[], logger: Logger
   let payments: X402Setup | null = null;
   let app: FastifyInstance | null = null;
   try {
+    nextStep();
     if (roles.includes('api') || roles.includes('engine')) {
       const { feed, reason } = await selectFeed({
         ...feedOptionsFromConfig(config),
@@ -129,6 +139,7 @@ export async function startService(config: Config, roles: Role[], logger: Logger
         // The band scales the engine role saves, read back by every role's rebuilt states.
         bandScales: adapters.projectionStore,
       });
+      nextStep();
       readiness.add('feed', async () => {
         const venues = feed.venues();
         return { ok: venues.some((v) => v.ok), kind: feed.kind, reason, venues };
@@ -138,6 +149,7 @@ export async function startService(config: Config, roles: Role[], logger: Logger
     payments = composed.payments;
     const { slices } = composed;
     for (const slice of slices) {
+      nextStep();
       await slice.start();
       started.push(slice);
       for (const [name, check] of Object.entries(slice.checks())) readiness.add(name, check);
@@ -145,10 +157,12 @@ export async function startService(config: Config, roles: Role[], logger: Logger
     const plugins: FastifyPluginAsync[] = roles.includes('api')
       ? slices.flatMap((slice) => (slice.plugin ? [slice.plugin] : []))
       : [];
+    nextStep();
     app = await buildApp({ config, logger, readiness, metrics, plugins });
     const url = await app.listen({ host: config.HOST, port: config.PORT }).catch((err: unknown) => {
       throw listenRefused(err, config) ?? err;
     });
+    nextStep();
     // The roles are in the logger's bindings (main's), on every line of the process.
     logger.info(
       {

@@ -2,7 +2,7 @@ import { spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { connect, createServer } from 'node:net';
+import { connect, createServer, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -185,6 +185,38 @@ describe('the service process', () => {
     const relay = await reopened.projectionStore().load('relay');
     expect(relay?.checkpoint).toBeGreaterThanOrEqual(50);
     await reopened.close();
+  });
+
+  it('on SIGTERM or SIGINT while it starts, ends the start, closes what it opened, says so in one stop line and exits 0', async () => {
+    // A NATS port that takes the connection and never answers: the start waits on the bus (every
+    // role of `npm start` carries it) and cannot finish while the signal comes.
+    const sockets: Socket[] = [];
+    const silent = createServer((socket) => sockets.push(socket));
+    const port = await freePortIn(19_200, 19_299);
+    await new Promise<void>((resolve) => silent.listen(port, '127.0.0.1', resolve));
+    try {
+      for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+        const dataDir = await tempDir();
+        const before = sockets.length;
+        const r = run({ DATA_DIR: dataDir, BUS: 'nats', NATS_URL: `nats://127.0.0.1:${port}` });
+        running.push(r);
+        await expect.poll(() => sockets.length > before, { interval: 50 }).toBe(true);
+        r.child.kill(signal);
+        expect(await r.exit).toBe(0);
+        expect(r.lines.some((l) => l.msg === 'service started')).toBe(false);
+        expect(r.lines.filter((l) => (l.level as number) >= 50)).toEqual([]);
+        const stopped = r.lines.filter((l) => l.msg === 'service stopped');
+        expect(stopped).toEqual([expect.objectContaining({ level: 30, signal, during: 'start' })]);
+        expect(r.lines.find((l) => l.msg === 'shutting down')).toMatchObject({ signal, during: 'start' });
+        // Its data directory is left as a stopped service leaves it: no lock, the log opens.
+        expect(existsSync(join(dataDir, 'service.pid'))).toBe(false);
+        const reopened = await openLmdbEventStore({ path: join(dataDir, 'events') });
+        await reopened.close();
+      }
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      await new Promise<void>((resolve) => silent.close(() => resolve()));
+    }
   });
 
   it('on SIGTERM beside a client that sent half a body and went quiet, cuts it off after the grace, drains and exits 0', async () => {

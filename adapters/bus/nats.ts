@@ -74,6 +74,12 @@ export interface NatsBusOptions {
    * its leader after a crash. Past it, the start fails with the last error. Default 60 s.
    */
   startupTimeoutMs?: number;
+  /**
+   * Ends the first connect's wait when it aborts (the process asked to stop while starting): the
+   * try in flight is left (a connection it still makes is closed), no other is made, and the
+   * signal's reason is thrown.
+   */
+  signal?: AbortSignal;
 }
 
 const NAME = /^[A-Za-z0-9_-]+$/;
@@ -91,7 +97,12 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<NatsBus> 
   try {
     // Awaited here, so a failure's stack names connectNatsBus (the start-failure log shows it).
     return await retryTransient(
-      () => openOnce(options, subjectPrefix, logger, requestTimeoutMs, startupTimeoutMs),
+      () =>
+        untilAborted(
+          openOnce(options, subjectPrefix, logger, requestTimeoutMs, startupTimeoutMs),
+          options.signal,
+          (bus) => bus.close(),
+        ),
       startupTimeoutMs,
       // Each try's line names the servers it tried (password masked): a role cannot reach NATS
       // while it starts is diagnosed from this line alone, as readiness is not served yet.
@@ -106,9 +117,10 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<NatsBus> 
         );
         return gaveUp;
       },
+      options.signal,
     );
   } catch (err) {
-    if (err === gaveUp) throw err;
+    if (err === gaveUp || options.signal?.aborted) throw err;
     // Failed at once (not an outage that waiting could end): name the server and the setting, as
     // the driver's own words (`getaddrinfo ENOTFOUND nats-1`, `Authorization Violation`) do not.
     const hint = hasCode(err, 'ENOTFOUND')
@@ -120,6 +132,36 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<NatsBus> 
       cause: err,
     });
   }
+}
+
+/**
+ * `pending`, or the reason of `signal` as soon as it aborts; what `pending` still yields after that
+ * is handed to `discard` (a connection made too late is closed, not left open).
+ */
+function untilAborted<T>(
+  pending: Promise<T>,
+  signal: AbortSignal | undefined,
+  discard: (late: T) => Promise<void>,
+): Promise<T> {
+  if (!signal) return pending;
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => {
+      reject(signal.reason);
+      pending.then(discard).catch(() => undefined);
+    };
+    if (signal.aborted) return onAbort();
+    signal.addEventListener('abort', onAbort, { once: true });
+    pending.then(
+      (value) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(value);
+      },
+      (err: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(err);
+      },
+    );
+  });
 }
 
 /** An error and the causes it wraps, five deep at most (the driver wraps the socket's error). */

@@ -355,7 +355,13 @@ export async function startWebhookStack(options: {
  */
 export function dispatcherPool(
   stack: () => WebhookStack,
-  options: { tag: string; env: Record<string, string>; settings?: Partial<WebhookSettings> },
+  options: {
+    tag: string;
+    env: Record<string, string>;
+    settings?: Partial<WebhookSettings>;
+    /** Each dispatcher's digest wait for the verdict projection (default DIGEST_CATCH_UP_MS). */
+    digestCatchUpMs?: number;
+  },
 ) {
   type Dispatcher = ReturnType<typeof dispatcherComponent>;
   const running = new Set<Dispatcher>();
@@ -377,6 +383,7 @@ export function dispatcherPool(
         durablePrefix: `${options.tag}${prefix}`,
         ...(options.settings ? { settings: options.settings } : {}),
         ...(scheduler ? { engine: scheduler } : {}),
+        ...(options.digestCatchUpMs === undefined ? {} : { digestCatchUpMs: options.digestCatchUpMs }),
       });
       running.add(d);
       await d.start();
@@ -428,16 +435,47 @@ export function pooledDispatcherStack(
 }
 
 /**
+ * The engine's scheduler as the dispatcher in its process sees it (EngineProgress), telling the test
+ * what its digests asked: `asked`, how many waits for a close began; `askedFor(close)` resolves once
+ * a digest has asked about `close` (a digest that asks nothing leaves it pending).
+ */
+export function watchedEngine(scheduler: EngineProgress): EngineProgress & {
+  readonly asked: number;
+  askedFor(close: number): Promise<void>;
+} {
+  const closes: number[] = [];
+  const waiters: { close: number; resolve: () => void }[] = [];
+  return {
+    closeEvaluated(exchange, timeframe, close, options) {
+      closes.push(close);
+      for (const waiter of waiters) if (waiter.close === close) waiter.resolve();
+      return scheduler.closeEvaluated(exchange, timeframe, close, options);
+    },
+    get asked() {
+      return closes.length;
+    },
+    askedFor(close) {
+      if (closes.includes(close)) return Promise.resolve();
+      return new Promise((resolve) => waiters.push({ close, resolve }));
+    },
+  };
+}
+
+/**
  * The digest suites' stack for a process stopped and started again: a webhook stack with no
  * dispatcher of its own on the in-process bus (`BUS=memory`, one process standing in for the box),
  * on the LMDB log in a directory of its own with `lmdb` (as `npm start` keeps it) else the memory
  * one; a TLS receiver; a pool of dispatchers (`tag`) that a test stops and starts again; and the
  * engine schedulers `newScheduler` makes (the engine role in the dispatcher's process, 1h on
- * BINANCE, HOURLY_DIGEST's top N), each stopped in the afterAll if the test has not. `digests` reads
+ * BINANCE, HOURLY_DIGEST's top N), each stopped in the afterAll if the test has not;
+ * `digestCatchUpMs`, the dispatchers' digest wait for the verdict projection (DIGEST_CATCH_UP_MS). `digests` reads
  * the scan digests the receiver got, in order. Registers its beforeAll and afterAll in the calling
  * describe; `stack` and `receiver` are set once the beforeAll has run.
  */
-export function restartedDigestStack(tag: string, options: { lmdb?: boolean } = {}) {
+export function restartedDigestStack(
+  tag: string,
+  options: { lmdb?: boolean; digestCatchUpMs?: number } = {},
+) {
   const tls = selfSignedCert();
   const settings = { tls: { ca: tls.cert } };
   const schedulers: VerdictScheduler[] = [];
@@ -449,7 +487,12 @@ export function restartedDigestStack(tag: string, options: { lmdb?: boolean } = 
     newScheduler(): VerdictScheduler;
     digests(): Extract<WebhookData, { type: 'scan_digest' }>[];
   };
-  setup.pool = dispatcherPool(() => setup.stack, { tag, env: {}, settings });
+  setup.pool = dispatcherPool(() => setup.stack, {
+    tag,
+    env: {},
+    settings,
+    ...(options.digestCatchUpMs === undefined ? {} : { digestCatchUpMs: options.digestCatchUpMs }),
+  });
   setup.newScheduler = () => {
     const scheduler = new VerdictScheduler({
       engine: setup.stack.engine,

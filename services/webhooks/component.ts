@@ -123,6 +123,12 @@ export function dispatcherComponent(deps: {
    * evaluated its period's close (rankedDigestScan).
    */
   engine?: EngineProgress;
+  /**
+   * How long a digest scan waits for the verdict projection (rankedDigestScan's `catchUpMs`;
+   * default DIGEST_CATCH_UP_MS): a test that holds the engine past twice this wait need not hold
+   * it past twice the product's.
+   */
+  digestCatchUpMs?: number;
 }): Component & {
   runner: ProjectionRunner<WebhookState>;
   /** The running dispatcher's digest bookkeeping (see WebhookDispatcher.digestsTracked). */
@@ -210,6 +216,7 @@ export function dispatcherComponent(deps: {
           feed: markets,
           scheduledTopN: config.SCHEDULE_TOP_N,
           ...(deps.engine ? { engine: deps.engine } : {}),
+          ...(deps.digestCatchUpMs === undefined ? {} : { catchUpMs: deps.digestCatchUpMs }),
         }),
         recoverPerSecond: settings.recoverPerSecond,
         now,

@@ -2,8 +2,13 @@ import { describe, expect, it } from 'vitest';
 import type { ReplayFeed } from '../../adapters/market/replay.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import { WebhookEnvelope } from '../../contracts/webhooks.ts';
-import { digestPassed, HOURLY_DIGEST, restartedDigestStack, until } from '../../test/webhooks-harness.ts';
-import type { EngineProgress } from './digest-scan.ts';
+import {
+  digestPassed,
+  HOURLY_DIGEST,
+  restartedDigestStack,
+  until,
+  watchedEngine,
+} from '../../test/webhooks-harness.ts';
 
 const HOUR = 3_600_000;
 /** Distinct digest scans, one per subscription (each its own min_confidence), claimed at once. */
@@ -23,13 +28,7 @@ describe('digests waiting together for the engine in their process', () => {
     const clock = (stack.engine.feed as ReplayFeed).clock;
     const scheduler = newScheduler();
     // The scheduler itself, its waits counted as they begin.
-    let waiting = 0;
-    const engine: EngineProgress = {
-      closeEvaluated: (...args) => {
-        waiting += 1;
-        return scheduler.closeEvaluated(...args);
-      },
-    };
+    const engine = watchedEngine(scheduler);
     const first = await pool.start(new MemoryProjectionStore(), engine);
     // A free key holds 5 subscriptions.
     const keys = await Promise.all([0, 1, 2].map((k) => stack.issue(`waits-${k}`)));
@@ -49,7 +48,7 @@ describe('digests waiting together for the engine in their process', () => {
     clock.setTime(next + 10 * 60_000);
     // The engine is not started: every scan waits for it.
     await until(
-      () => waiting,
+      () => engine.asked,
       (n) => n >= SCANS,
     );
 

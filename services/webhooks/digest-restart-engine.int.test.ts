@@ -1,21 +1,31 @@
 import { describe, expect, it } from 'vitest';
 import type { ReplayFeed } from '../../adapters/market/replay.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
-import { digestPassed, HOURLY_DIGEST, restartedDigestStack } from '../../test/webhooks-harness.ts';
-import { DIGEST_CATCH_UP_MS } from './digest-scan.ts';
+import {
+  digestPassed,
+  HOURLY_DIGEST,
+  restartedDigestStack,
+  watchedEngine,
+} from '../../test/webhooks-harness.ts';
 
 const HOUR = 3_600_000;
+/**
+ * The dispatchers' digest wait for the verdict projection here: shorter than the product's
+ * (DIGEST_CATCH_UP_MS), so a test holds the engine past twice this one.
+ */
+const CATCH_UP_MS = 1_000;
 
 /**
  * `npm start` back after a stop: engine and dispatcher in one process on the LMDB log, the webhook
  * projection resumed from its snapshot, the replay clock moved on across boundaries meanwhile. The
  * engine's catch-up on the closes missed while down lands seconds after the dispatcher's first
- * digest pass began (here: held until the digest's own wait for the projection, DIGEST_CATCH_UP_MS,
- * has passed twice over). The first digest after the restart still lists the markets, with the
- * verdicts of its period's close, instead of naming every one in skipped as behind it.
+ * digest pass began (here: held until that pass has asked the engine about its period's close and
+ * the digest's own wait for the projection, CATCH_UP_MS, has passed twice over since). The first
+ * digest after the restart still lists the markets, with the verdicts of its period's close,
+ * instead of naming every one in skipped as behind it.
  */
 describe('the first digest after a restart, on the LMDB log with the engine in the process', () => {
-  const setup = restartedDigestStack('restartengine', { lmdb: true });
+  const setup = restartedDigestStack('restartengine', { lmdb: true, digestCatchUpMs: CATCH_UP_MS });
   type Dispatcher = Awaited<ReturnType<typeof setup.pool.start>>;
 
   /**
@@ -50,18 +60,26 @@ describe('the first digest after a restart, on the LMDB log with the engine in t
     return { key, created, from, next, clock };
   }
 
-  /** Resolves once `arrived` does, or twice the digest's catch-up wait has passed: how long the engine is held. */
-  const heldPastCatchUp = (arrived: Promise<unknown>) =>
-    Promise.race([arrived, new Promise((resolve) => setTimeout(resolve, 2 * DIGEST_CATCH_UP_MS))]);
+  /**
+   * How long the engine is held: until the digest of `close` has asked `engine` about that close and
+   * twice the digest's catch-up wait has passed since, or until `sent` (a digest that did not wait).
+   */
+  const heldPastCatchUp = (engine: ReturnType<typeof watchedEngine>, close: number, sent: Promise<unknown>) =>
+    Promise.race([
+      sent,
+      engine.askedFor(close).then(() => new Promise((resolve) => setTimeout(resolve, 2 * CATCH_UP_MS))),
+    ]);
 
   /**
-   * A dispatcher with an engine scheduler in its process, the engine not started (held), and
-   * subscriptions of `owner`'s on it seen before the next boundary (subscribedPastBoundary).
+   * A dispatcher with an engine scheduler in its process (`watched`: as the dispatcher sees it), the
+   * engine not started (held), and subscriptions of `owner`'s on it seen before the next boundary
+   * (subscribedPastBoundary).
    */
   async function heldEngineDispatcher(owner: string, overrides?: Record<string, unknown>[]) {
     const engine = setup.newScheduler();
-    const dispatcher = await setup.pool.start(new MemoryProjectionStore(), engine);
-    return { engine, dispatcher, ...(await subscribedPastBoundary(dispatcher, owner, overrides)) };
+    const watched = watchedEngine(engine);
+    const dispatcher = await setup.pool.start(new MemoryProjectionStore(), watched);
+    return { engine, watched, dispatcher, ...(await subscribedPastBoundary(dispatcher, owner, overrides)) };
   }
 
   /** Stops a test's dispatcher and engine and deletes its subscriptions: the next test's digests are its own. */
@@ -96,8 +114,9 @@ describe('the first digest after a restart, on the LMDB log with the engine in t
     const back = next + 3 * HOUR;
     clock.setTime(back + 10 * 60_000);
     const after = newScheduler();
-    const again = await pool.start(snapshots, after);
-    await heldPastCatchUp(receiver.waitFor(2, 60_000));
+    const watched = watchedEngine(after);
+    const again = await pool.start(snapshots, watched);
+    await heldPastCatchUp(watched, back, receiver.waitFor(2, 60_000));
     after.start();
     await receiver.waitFor(2, 60_000);
 
@@ -116,8 +135,8 @@ describe('the first digest after a restart, on the LMDB log with the engine in t
       {},
       { timeframe: '4h' },
     ]);
-    // The engine is held until the 4h digest arrives (or twice the catch-up wait has passed).
-    await heldPastCatchUp(receiver.waitFor(from + 1, 60_000));
+    // The engine is held until the 4h digest arrives.
+    await receiver.waitFor(from + 1, 60_000);
     engine.start();
     await receiver.waitFor(from + 2, 60_000);
 
@@ -129,10 +148,10 @@ describe('the first digest after a restart, on the LMDB log with the engine in t
 
   it('leaves the period unsent when the engine caught up only past it, and sends the current one', async () => {
     const { receiver, digests } = setup;
-    const { engine, dispatcher, from, next, clock } = await heldEngineDispatcher('passed');
+    const { engine, watched, dispatcher, from, next, clock } = await heldEngineDispatcher('passed');
     // Its digest pass for the period at `next` under way (waiting for the held engine), the period
     // passes; the engine then evaluates up to the close after it.
-    await heldPastCatchUp(receiver.waitFor(from + 1, 60_000));
+    await heldPastCatchUp(watched, next, receiver.waitFor(from + 1, 60_000));
     clock.setTime(next + HOUR + 10 * 60_000);
     engine.start();
     await receiver.waitFor(from + 1, 60_000);

@@ -5,6 +5,7 @@ import ipaddr from 'ipaddr.js';
 import { z } from 'zod';
 import { EXCHANGES, Exchange, Timeframe } from './market.ts';
 import { maskUrlCredentials } from './mask-url.ts';
+import { parseCidrList, parsePortPolicy, splitList } from './setting-lists.ts';
 
 /**
  * Service configuration, read from the environment and validated at start. Every variable is
@@ -98,10 +99,7 @@ const publicUrl = httpUrl.refine((raw) => {
  */
 function listSetting(entry: RegExp, expected: string) {
   return z.string().superRefine((raw, ctx) => {
-    const entries = raw
-      .split(',')
-      .map((e) => e.trim())
-      .filter((e) => e.length > 0);
+    const entries = splitList(raw);
     const bad = entries.filter((e) => e !== '*' && !entry.test(e));
     if (bad.length > 0) {
       ctx.addIssue({
@@ -113,6 +111,16 @@ function listSetting(entry: RegExp, expected: string) {
       });
     }
   });
+}
+
+/** Whether `parse` (a run-time parser of a setting's value) takes the value without throwing. */
+function parses(parse: () => unknown): boolean {
+  try {
+    parse();
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /**
@@ -189,10 +197,7 @@ const oauthJwks = z.string().superRefine((raw, ctx) => {
 
 /** OAUTH_COOKIE_KEYS: comma-separated cookie secrets, the first signing, all checked. */
 const oauthCookieKeys = z.string().superRefine((raw, ctx) => {
-  const keys = raw
-    .split(',')
-    .map((k) => k.trim())
-    .filter((k) => k.length > 0);
+  const keys = splitList(raw);
   if (keys.length === 0) {
     ctx.addIssue({ code: 'custom', message: 'at least one secret (comma-separated)' });
   } else if (keys.some((k) => k.length < 16)) {
@@ -208,10 +213,7 @@ const oauthCookieKeys = z.string().superRefine((raw, ctx) => {
  * before a rotation; WEBHOOK_MASTER_KEY alone seals. Empty means none.
  */
 const webhookPreviousKeys = z.string().superRefine((raw, ctx) => {
-  const keys = raw
-    .split(',')
-    .map((k) => k.trim())
-    .filter((k) => k.length > 0);
+  const keys = splitList(raw);
   // Which ones by their place in the list: the keys are secrets, never echoed.
   const bad = keys.flatMap((k, i) => (/^[0-9a-fA-F]{64}$/.test(k) ? [] : [i + 1]));
   if (bad.length > 0) {
@@ -228,10 +230,7 @@ const webhookPreviousKeys = z.string().superRefine((raw, ctx) => {
 
 /** The keys of WEBHOOK_MASTER_KEYS_PREVIOUS, in order (the schema has checked each). */
 export function webhookPreviousMasterKeys(raw: string | undefined): string[] {
-  return (raw ?? '')
-    .split(',')
-    .map((k) => k.trim().toLowerCase())
-    .filter((k) => k.length > 0);
+  return splitList(raw ?? '').map((k) => k.toLowerCase());
 }
 
 const headersJson = z.string().transform((raw, ctx) => {
@@ -648,15 +647,7 @@ export const ConfigSchema = z
     CHAT_BASE_URL: httpUrl.optional(),
     CHAT_API_KEY: z.string().optional(),
     /** Model names callers may ask for, comma-separated (besides `extractive`). */
-    CHAT_MODELS: z
-      .string()
-      .transform((s) =>
-        s
-          .split(',')
-          .map((x) => x.trim())
-          .filter((x) => x !== ''),
-      )
-      .default([]),
+    CHAT_MODELS: z.string().transform(splitList).default([]),
     /** A provider that has not answered by then is abandoned: the answer is extractive, with a note. */
     CHAT_TIMEOUT_MS: timerMs.default(10_000),
     /** An MCP session with no request for this long is closed (clients often never send DELETE). */
@@ -736,15 +727,10 @@ export const ConfigSchema = z
     WEBHOOK_ALLOWED_PORTS: z
       .string()
       .regex(/^(\*|\d{1,5}(-\d{1,5})?(,\d{1,5}(-\d{1,5})?)*)$/, 'ports and ranges, comma-separated, or *')
-      // The pattern lets 99999 or 9000-8000 through: refused here naming the variable, not by the
-      // webhooks slice's start with a line that does not name it.
+      // The pattern lets 99999 or 9000-8000 through: read here by the webhooks slice's own parser,
+      // so it is refused naming the variable, not by that slice's start with a line that does not.
       .refine(
-        (spec) =>
-          spec === '*' ||
-          spec.split(',').every((part) => {
-            const [lo, hi = lo] = part.split('-').map(Number);
-            return lo !== undefined && hi !== undefined && lo >= 1 && hi <= 65_535 && lo <= hi;
-          }),
+        (spec) => parses(() => parsePortPolicy(spec)),
         'ports 1-65535, and each range low-high, comma-separated, or *',
       )
       .default('443'),
@@ -754,15 +740,10 @@ export const ConfigSchema = z
      */
     WEBHOOK_TEST_ALLOW_CIDRS: z
       .string()
-      // Read by the webhooks slice at start (parseCidrList); a typo failed that start with
-      // ipaddr's own words, naming neither the variable nor the entry.
+      // Read here by the webhooks slice's own parser (parseCidrList): a typo would fail that start
+      // with ipaddr's own words, naming neither the variable nor the entry.
       .refine(
-        (raw) =>
-          raw
-            .split(',')
-            .map((e) => e.trim())
-            .filter((e) => e !== '')
-            .every((e) => (e.includes('/') ? ipaddr.isValidCIDR(e) : ipaddr.isValid(e))),
+        (raw) => parses(() => parseCidrList(raw)),
         'addresses or CIDRs, comma-separated, such as 127.0.0.1/32',
       )
       .default(''),

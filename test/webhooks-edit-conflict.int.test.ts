@@ -1,6 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseCidrList } from '../services/shared/ssrf/address-policy.ts';
-import { parsePortPolicy } from '../services/shared/ssrf/url-policy.ts';
+import { parseCidrList, parsePortPolicy } from '../contracts/setting-lists.ts';
 import { startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
 
 /**

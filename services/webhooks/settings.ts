@@ -1,6 +1,7 @@
 import { type Config, publicBaseUrl } from '../../contracts/config.ts';
-import { type AddressPolicy, parseCidrList } from '../shared/ssrf/address-policy.ts';
-import { parsePortPolicy, type UrlPolicy } from '../shared/ssrf/url-policy.ts';
+import { parseCidrList, parsePortPolicy } from '../../contracts/setting-lists.ts';
+import type { AddressPolicy } from '../shared/ssrf/address-policy.ts';
+import type { UrlPolicy } from '../shared/ssrf/url-policy.ts';
 import type { RetryPolicy } from './retry-policy.ts';
 
 /** Everything the dispatcher and the management routes read from configuration, parsed once. */

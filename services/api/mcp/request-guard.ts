@@ -3,6 +3,7 @@
  * this host still sends its own Host and Origin, so both are checked against allow-lists.
  */
 
+import { splitList } from '../../../contracts/setting-lists.ts';
 import { RATE_LIMIT_EXPOSED_HEADERS } from '../../metering/rate-limit.ts';
 
 export interface GuardConfig {
@@ -21,11 +22,9 @@ export interface GuardConfig {
 
 const LOCAL_ORIGIN = /^https?:\/\/(localhost|127\.0\.0\.1|\[::1\])(:\d{1,5})?$/;
 
+/** ALLOWED_HOSTS and ALLOWED_ORIGINS as the guard compares them: host names and origins are case-blind. */
 function parseList(raw: string): string[] {
-  return raw
-    .split(',')
-    .map((s) => s.trim().toLowerCase())
-    .filter((s) => s.length > 0);
+  return splitList(raw).map((entry) => entry.toLowerCase());
 }
 
 export function guardConfig(config: {

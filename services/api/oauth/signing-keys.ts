@@ -1,5 +1,6 @@
 import { generateKeyPairSync, randomBytes, randomUUID } from 'node:crypto';
 import { OAuthSecrets } from '../../../contracts/oauth.ts';
+import { splitList } from '../../../contracts/setting-lists.ts';
 import type { OAuthStore } from './store.ts';
 
 const SECRETS_KEY = 'secrets';
@@ -38,10 +39,6 @@ export async function loadSecrets(
         ? fromStore!.jwks
         : OAuthSecrets.shape.jwks.parse(JSON.parse(config.OAUTH_JWKS)),
     cookieKeys:
-      config.OAUTH_COOKIE_KEYS === undefined
-        ? fromStore!.cookieKeys
-        : config.OAUTH_COOKIE_KEYS.split(',')
-            .map((k) => k.trim())
-            .filter((k) => k.length > 0),
+      config.OAUTH_COOKIE_KEYS === undefined ? fromStore!.cookieKeys : splitList(config.OAUTH_COOKIE_KEYS),
   };
 }

@@ -1,4 +1,5 @@
 import ipaddr from 'ipaddr.js';
+import type { Cidr } from '../../../contracts/setting-lists.ts';
 
 /**
  * Which IP addresses a webhook may reach: global unicast only, as an allow-rule. An address is
@@ -18,8 +19,6 @@ import ipaddr from 'ipaddr.js';
  * id) are never global.
  */
 
-export type Cidr = [ipaddr.IPv4 | ipaddr.IPv6, number];
-
 export interface AddressPolicy {
   /** Ranges allowed despite the rules (the test-only loopback allow-list); empty in production. */
   allow: Cidr[];
@@ -33,18 +32,6 @@ export const STRICT_POLICY: AddressPolicy = { allow: [] };
  * spelling of a loopback address (127.0.0.2, [::ffff:127.0.0.1]) is not on it.
  */
 export const LOOPBACK_HOSTS: ReadonlySet<string> = new Set(['localhost', '127.0.0.1', '[::1]']);
-
-export function parseCidrList(raw: string): Cidr[] {
-  return raw
-    .split(',')
-    .map((s) => s.trim())
-    .filter((s) => s !== '')
-    .map((s) =>
-      s.includes('/')
-        ? ipaddr.parseCIDR(s)
-        : ipaddr.parseCIDR(`${s}/${ipaddr.parse(s).kind() === 'ipv4' ? 32 : 128}`),
-    );
-}
 
 /** Strips IPv6 brackets; the rest when it is an IP literal in any spelling ipaddr.js reads, else null. */
 export function ipLiteral(host: string): string | null {

@@ -1,9 +1,10 @@
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseCidrList, parsePortPolicy } from '../../../contracts/setting-lists.ts';
 import { type Receiver, selfSignedCert, startReceiver } from '../../../test/webhooks-receiver.ts';
-import { forbiddenAddress, parseCidrList, STRICT_POLICY } from './address-policy.ts';
+import { forbiddenAddress, STRICT_POLICY } from './address-policy.ts';
 import { guardedAgent } from './guarded-agent.ts';
-import { checkWebhookUrl, parsePortPolicy, type UrlPolicy } from './url-policy.ts';
+import { checkWebhookUrl, type UrlPolicy } from './url-policy.ts';
 
 /** A resolver with fixed answers, so name-based cases do not depend on the machine's DNS. */
 const DNS: Record<string, string[]> = {

@@ -1,24 +1,6 @@
 import { lookup } from 'node:dns/promises';
+import type { PortPolicy } from '../../../contracts/setting-lists.ts';
 import { type AddressPolicy, forbiddenAddress, ipLiteral, STRICT_POLICY } from './address-policy.ts';
-
-/** Which ports a webhook URL may name; 443 only unless configured. */
-export type PortPolicy = (port: number) => boolean;
-
-/** `443`, `443,8443`, `1024-65535`, or `*` for any. */
-export function parsePortPolicy(raw: string): PortPolicy {
-  const spec = raw.trim();
-  if (spec === '*') return () => true;
-  const ranges = spec.split(',').map((part) => {
-    const [from, to = from] = part.trim().split('-');
-    const lo = Number(from);
-    const hi = Number(to);
-    if (!Number.isInteger(lo) || !Number.isInteger(hi) || lo < 1 || hi > 65_535 || lo > hi) {
-      throw new Error(`invalid port or port range "${part}"`);
-    }
-    return [lo, hi] as const;
-  });
-  return (port) => ranges.some(([lo, hi]) => port >= lo && port <= hi);
-}
 
 export interface UrlPolicy {
   ports: PortPolicy;

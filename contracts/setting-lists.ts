@@ -1,0 +1,49 @@
+import ipaddr from 'ipaddr.js';
+
+/**
+ * The parsers of the list settings, one each: the configuration's check (contracts/config.ts)
+ * and the code that reads the value at run time (the Host/Origin guard, the webhook SSRF policy,
+ * the OAuth cookie keys) call the same one, so a value the check passes is the value that runs.
+ */
+
+/** A comma-separated setting's entries, each trimmed, the empty ones dropped (`a, ,b,` is `a`, `b`). */
+export function splitList(raw: string): string[] {
+  return raw
+    .split(',')
+    .map((entry) => entry.trim())
+    .filter((entry) => entry !== '');
+}
+
+/** Which ports a webhook URL may name (WEBHOOK_ALLOWED_PORTS). */
+export type PortPolicy = (port: number) => boolean;
+
+/** `443`, `443,8443`, `1024-65535`, or `*` for any; throws naming the first part that is no port or range. */
+export function parsePortPolicy(raw: string): PortPolicy {
+  const spec = raw.trim();
+  if (spec === '*') return () => true;
+  const ranges = spec.split(',').map((part) => {
+    const [from, to = from] = part.trim().split('-');
+    const lo = Number(from);
+    const hi = Number(to);
+    if (!Number.isInteger(lo) || !Number.isInteger(hi) || lo < 1 || hi > 65_535 || lo > hi) {
+      throw new Error(`invalid port or port range "${part}"`);
+    }
+    return [lo, hi] as const;
+  });
+  return (port) => ranges.some(([lo, hi]) => port >= lo && port <= hi);
+}
+
+/** An address range: its first address and prefix length. */
+export type Cidr = [ipaddr.IPv4 | ipaddr.IPv6, number];
+
+/**
+ * Addresses and CIDRs, comma-separated (WEBHOOK_TEST_ALLOW_CIDRS); an address alone is its /32
+ * or /128. Throws (ipaddr.js's error) on an entry that is neither.
+ */
+export function parseCidrList(raw: string): Cidr[] {
+  return splitList(raw).map((entry) =>
+    entry.includes('/')
+      ? ipaddr.parseCIDR(entry)
+      : ipaddr.parseCIDR(`${entry}/${ipaddr.parse(entry).kind() === 'ipv4' ? 32 : 128}`),
+  );
+}

@@ -16,10 +16,7 @@ export async function anchorInLog(
   proposal: ReplayAnchor,
   stream = REPLAY_CLOCK_STREAM,
 ): Promise<ReplayAnchor> {
-  const read = async () => {
-    const [first] = await store.readStream(stream, { maxCount: 1 });
-    return first === undefined ? undefined : (first.data as ReplayAnchor);
-  };
+  const read = () => recordedAnchor(store, stream);
   const existing = await read();
   if (existing) return existing;
   try {
@@ -33,4 +30,13 @@ export async function anchorInLog(
     if (!won) throw err;
     return won;
   }
+}
+
+/** The replay clock the log records (what anchorInLog adopts), without recording one: undefined when none is. */
+export async function recordedAnchor(
+  store: EventStore,
+  stream = REPLAY_CLOCK_STREAM,
+): Promise<ReplayAnchor | undefined> {
+  const [first] = await store.readStream(stream, { maxCount: 1 });
+  return first === undefined ? undefined : (first.data as ReplayAnchor);
 }

@@ -21,7 +21,9 @@ import type { EventStore } from '../../adapters/event-store/port.ts';
 import { makeDirectory } from '../../adapters/make-directory.ts';
 import { unservedAnswer } from '../../adapters/market/errors.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
-import { REPLAY_CLOCK_STREAM, type ReplayAnchor } from '../../adapters/market/replay-anchor.ts';
+import { recordedAnchor } from '../../adapters/market/replay-anchor.ts';
+import { feedOptionsFromConfig, selectFeed } from '../../adapters/market/select.ts';
+import type { Config } from '../../contracts/config.ts';
 import {
   HISTORY_FORMATS,
   type HistoryFormat,
@@ -34,6 +36,7 @@ import { EXCHANGES, type Exchange, TIMEFRAMES, type Timeframe } from '../../cont
 import { parseVerdictStream, verdictStream } from '../engine/verdict-recorder.ts';
 import { CommandFailedError } from '../shared/cli-failure.ts';
 import { invocation } from '../shared/invocation.ts';
+import { revealClock } from '../shared/reveal-clock.ts';
 import { AnchorCheck, type ChainAnchor, readChainAnchors } from './anchor-check.ts';
 import { type ChainReport, scoreRows, verifyRows } from './audit.ts';
 import { decodeCursor, tagMatches } from './cursor.ts';
@@ -116,8 +119,10 @@ export interface CliDeps {
   /** The configured store, opened on demand (for --store). */
   openStore: () => Promise<EventStore>;
   /**
-   * The configured market feed, opened on demand (for --store): an --exchange or --timeframe the
-   * log holds no verdict of is judged by it, as the service judges it. Absent or null: none asked.
+   * The configured market feed on the deployment's clock (deploymentFeed), opened on demand (for
+   * --store): a read from the store reveals on its clock, as the service does, and an --exchange or
+   * --timeframe the log holds no verdict of is judged by it, as the service judges it. Absent or
+   * null: none asked, and the reveal clock is wall time (a live feed's).
    */
   openFeed?: () => Promise<MarketFeed | null>;
   /** Progress bars go here (stderr); null: no bar. */
@@ -230,20 +235,19 @@ function urlSource(
 }
 
 /**
- * The reveal clock of a read from the store, as the service's (revealClock: wall time, or the
- * feed's when earlier). A log a replay was opened on holds the deployment's replay clock
- * (`ReplayClockAnchored`, which every process of it adopts): on it, wall time would reveal
- * verdicts whose six candles have not closed on the feed's clock, which GET /api/verdicts serves
- * as commitments. Without the record (a live feed, or REPLAY_ANCHOR set) it is wall time.
+ * The market feed the service is configured with (FEED, MARKET_DATA_DIR, REPLAY_*, LIVE_EXCHANGES,
+ * ...), opened as the service opens it and on the deployment's clock: a replay's is REPLAY_ANCHOR's,
+ * else the one the log records (`ReplayClockAnchored`, which every process of the deployment
+ * adopts), read and never written; with neither, the one a service opened now would record. A
+ * read from the store reveals on revealClock(feed), as GET /api/verdicts does. Its choice is not
+ * logged; close it when done.
  */
-async function storeRevealClock(store: EventStore): Promise<() => number> {
-  const [record] = await store.readStream(REPLAY_CLOCK_STREAM, { maxCount: 1 });
-  if (record?.type !== 'ReplayClockAnchored') return Date.now;
-  const { anchor, start, speed } = record.data as ReplayAnchor;
-  return () => {
-    const wall = Date.now();
-    return Math.min(wall, Math.floor(start + (wall - anchor) * speed));
-  };
+export async function deploymentFeed(config: Config, store: EventStore): Promise<MarketFeed> {
+  const { feed } = await selectFeed({
+    ...feedOptionsFromConfig(config),
+    anchorStore: async (proposal) => (await recordedAnchor(store)) ?? proposal,
+  });
+  return feed;
 }
 
 function storeSource(store: EventStore, filter: HistoryFilter, now: () => number): Source {
@@ -834,7 +838,7 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
     }
     if (values.store) {
       const store = await deps.openStore();
-      return storeSource(store, filter, await storeRevealClock(store));
+      return storeSource(store, filter, revealClock((await deps.openFeed?.()) ?? null));
     }
     throw new UsageError('say where the history is: --url URL --key KEY, or --store');
   };
@@ -849,7 +853,7 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
       return exportCommand(
         values,
         deps,
-        storeSource(store, filter, await storeRevealClock(store)),
+        storeSource(store, filter, revealClock((await deps.openFeed?.()) ?? null)),
         filter,
         true,
         store,

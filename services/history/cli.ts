@@ -1,13 +1,14 @@
 // First: an older Node is refused in one line before any other module runs.
 import '../shared/node-version.ts';
+import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
-import { feedOptionsFromConfig, selectFeed } from '../../adapters/market/select.ts';
 import type { Config } from '../../contracts/config.ts';
 import { type Adapters, openAdapters } from '../adapters.ts';
 import { commandLineConfig } from '../shared/cli-config.ts';
 import { commandLineLogger, failureText, openedOrExit } from '../shared/cli-failure.ts';
 import { exitFlushed } from '../shared/exit-flushed.ts';
 import {
+  deploymentFeed,
   ExportInterruptedError,
   ForeignCursorError,
   runHistoryCommand,
@@ -35,24 +36,24 @@ const configured = async (): Promise<Config> => {
 };
 let code = 0;
 try {
+  const openStore = async (): Promise<EventStore> => {
+    const config = await configured();
+    // Every history command only reads: a DATA_DIR or PostgreSQL schema without a log is refused,
+    // not created (exit 2); a store that cannot be opened (a server down, a log written by a
+    // newer version): one line, exit 1.
+    adapters ??= await openedOrExit(() => openAdapters(config, commandLineLogger(), { existingLog: true }));
+    return adapters.eventStore;
+  };
   const output = await runHistoryCommand(argv, {
     progress: process.stderr,
-    // The feed the service is configured with (FEED, MARKET_DATA_DIR, LIVE_EXCHANGES, ...), asked
-    // only whether it serves a venue or timeframe: a replay's clock is not run, nothing is
-    // written, and its choice is not logged.
+    // The feed the service is configured with, on the deployment's clock (REPLAY_ANCHOR, else the
+    // log's record, which is read, not written): a read from the store reveals on it, and an
+    // --exchange or --timeframe is judged by it. Its choice is not logged.
     async openFeed() {
-      const options = feedOptionsFromConfig(await configured());
-      feed ??= (await selectFeed({ ...options, replay: { ...options.replay, run: false } })).feed;
+      feed ??= await deploymentFeed(await configured(), await openStore());
       return feed;
     },
-    async openStore() {
-      const config = await configured();
-      // Every history command only reads: a DATA_DIR or PostgreSQL schema without a log is refused,
-      // not created (exit 2); a store that cannot be opened (a server down, a log written by a
-      // newer version): one line, exit 1.
-      adapters = await openedOrExit(() => openAdapters(config, commandLineLogger(), { existingLog: true }));
-      return adapters.eventStore;
-    },
+    openStore,
   });
   process.stdout.write(`${output}\n`);
   if (argv[0] === 'verify') {

@@ -16,12 +16,15 @@ import { promisify } from 'node:util';
 import { DuckDBInstance } from '@duckdb/node-api';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
+import { SHIPPED_MARKET_DIR } from '../../adapters/market/replay.ts';
+import { loadConfig } from '../../contracts/config.ts';
 import { type EventData, newEvent } from '../../contracts/events.ts';
 import { type HistoryRow, TrackRecordResponse } from '../../contracts/history.ts';
 import { HOUR, recordHistory, startHistoryServer } from '../../test/history-harness.ts';
 import { verdictStream } from '../engine/verdict-recorder.ts';
 import {
   type CliDeps,
+  deploymentFeed,
   ExportInterruptedError,
   ForeignCursorError,
   runHistoryCommand,
@@ -189,44 +192,64 @@ describe('npm run history', () => {
     expect(summary.rows).toBe(rows.length);
   });
 
-  it("reveals from the store on the deployment's replay clock, as the service does, not on wall time", async () => {
-    const replay = await recordHistory({ steps: 12, store: new MemoryEventStore() });
-    // The replay clock every process of the deployment adopts, as the service records it: here
-    // stopped at the fixture's feed time (speed 0), which is what the test server reveals on.
-    await replay.store.append('replay-clock', [
-      newEvent('ReplayClockAnchored', { anchor: Date.now(), start: replay.feed.now(), speed: 0, dir: 'x' }),
-    ]);
-    const replayServer = await startHistoryServer({ store: replay.store, feed: replay.feed });
-    try {
-      await replayServer.settle();
-      const res = await fetch(`${replayServer.url}/api/verdicts`, {
-        headers: { authorization: `Bearer ${await replayServer.issue()}` },
+  it("reveals from the store on the deployment's replay clock, recorded on the log or set by REPLAY_ANCHOR, as the service does, not on wall time", async () => {
+    for (const clock of ['recorded', 'REPLAY_ANCHOR'] as const) {
+      const replay = await recordHistory({ steps: 12, store: new MemoryEventStore() });
+      const at = new Date(replay.feed.now()).toISOString();
+      // The deployment's replay clock, here stopped at the fixture's feed time (speed 0), which is
+      // what the test server reveals on: recorded on the log as every process of it adopts it, or
+      // set in every process's settings (REPLAY_ANCHOR), which leaves no record on the log.
+      if (clock === 'recorded')
+        await replay.store.append('replay-clock', [
+          newEvent('ReplayClockAnchored', {
+            anchor: Date.now(),
+            start: replay.feed.now(),
+            speed: 0,
+            dir: 'x',
+          }),
+        ]);
+      const config = loadConfig({
+        EVENT_STORE: 'memory',
+        NODE_ENV: 'test',
+        LOG_LEVEL: 'silent',
+        FEED: 'replay',
+        MARKET_DATA_DIR: SHIPPED_MARKET_DIR,
+        ...(clock === 'REPLAY_ANCHOR'
+          ? { REPLAY_START: at, REPLAY_SPEED: '0', REPLAY_ANCHOR: new Date().toISOString() }
+          : {}),
       });
-      const servedRows = (await res.text())
-        .trim()
-        .split('\n')
-        .map((l) => JSON.parse(l) as HistoryRow);
-      // Wall time is past every reveal time of 2025's data: read on it, the last verdicts, whose
-      // six candles have not closed on the feed's clock, would come out revealed.
-      expect(servedRows.filter((r) => !r.revealed).length).toBeGreaterThan(0);
-      const out = join(dir, 'replay-clock.ndjson');
-      await runHistoryCommand(['export', '--store', '--out', out], {
-        openStore: async () => replay.store,
-        progress: null,
-      });
-      const exported = await collect(out);
-      const shown = (rows: HistoryRow[]) => rows.map((r) => [r.verdict_id, r.revealed, r.call]);
-      expect(shown(exported)).toEqual(shown(servedRows));
-      const report = JSON.parse(
-        await runHistoryCommand(['verify', '--store'], {
-          openStore: async () => replay.store,
-          progress: null,
-        }),
-      );
-      expect(report.rehashed).toBe(servedRows.filter((r) => r.revealed).length);
-    } finally {
-      await replayServer.close();
-      await replay.engine.close();
+      const feed = await deploymentFeed(config, replay.store);
+      const replayServer = await startHistoryServer({ store: replay.store, feed: replay.feed });
+      try {
+        expect(new Date(feed.now()).toISOString(), clock).toBe(at);
+        await replayServer.settle();
+        const res = await fetch(`${replayServer.url}/api/verdicts`, {
+          headers: { authorization: `Bearer ${await replayServer.issue()}` },
+        });
+        const servedRows = (await res.text())
+          .trim()
+          .split('\n')
+          .map((l) => JSON.parse(l) as HistoryRow);
+        // Wall time is past every reveal time of 2025's data: read on it, the last verdicts, whose
+        // six candles have not closed on the feed's clock, would come out revealed.
+        expect(servedRows.filter((r) => !r.revealed).length, clock).toBeGreaterThan(0);
+        const out = join(dir, `replay-clock-${clock}.ndjson`);
+        const cli = { openStore: async () => replay.store, openFeed: async () => feed, progress: null };
+        await runHistoryCommand(['export', '--store', '--out', out], cli);
+        const exported = await collect(out);
+        const shown = (rows: HistoryRow[]) => rows.map((r) => [r.verdict_id, r.revealed, r.call]);
+        expect(shown(exported), clock).toEqual(shown(servedRows));
+        const report = JSON.parse(await runHistoryCommand(['verify', '--store'], cli));
+        expect(report.rehashed, clock).toBe(servedRows.filter((r) => r.revealed).length);
+        // Read, never written: the CLI records no clock of its own.
+        expect(await replay.store.readStream('replay-clock'), clock).toHaveLength(
+          clock === 'recorded' ? 1 : 0,
+        );
+      } finally {
+        await feed.close();
+        await replayServer.close();
+        await replay.engine.close();
+      }
     }
   });
 

@@ -3,6 +3,7 @@ import './shared/node-version.ts';
 import { parseArgs } from 'node:util';
 import { type Logger, pino } from 'pino';
 import { ConfigError, loadConfig, readDotEnv, refuseRoleSettings } from '../contracts/config.ts';
+import { unknownSettings } from '../contracts/setting-names.ts';
 import { flushAccessLines } from './api/request-log.ts';
 import { ROLES, type Role } from './component.ts';
 import type { RunningService } from './service.ts';
@@ -81,6 +82,14 @@ async function main(): Promise<void> {
     }
   }
   const logger = createLogger(config, { roles: roles.join(',') });
+  // A variable the configuration does not know is ignored: one that looks meant as a setting
+  // (NATS_ULR) is named, else the service runs on the default without a word.
+  for (const { variable, nearest } of unknownSettings(process.env)) {
+    logger.warn(
+      { variable, nearest },
+      `${variable} is not a setting of this service and is ignored; the nearest setting is ${nearest}`,
+    );
+  }
   // A signal may come while the process still starts (a supervisor stopping a slow start): it ends
   // the start at its next step, which closes what it opened, and the process exits 0 as a stop of a
   // started service does.

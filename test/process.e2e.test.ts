@@ -219,6 +219,36 @@ describe('the service process', () => {
     }
   });
 
+  it('warns at start of each variable that looks meant as a setting, naming the nearest, and of no ordinary one', async () => {
+    const r = run({
+      DATA_DIR: await tempDir(),
+      NATS_ULR: 'nats://127.0.0.1:4222',
+      X402_WALLET: '0x1',
+      HOME: '/nonexistent',
+      CI: 'true',
+    });
+    running.push(r);
+    await expect.poll(() => r.lines.find((l) => l.msg === 'service started'), { interval: 100 }).toBeTruthy();
+    const named = r.lines.filter((l) => /is not a setting of this service/.test(String(l.msg)));
+    expect(named).toEqual([
+      expect.objectContaining({
+        level: 40,
+        variable: 'NATS_ULR',
+        nearest: 'NATS_URL',
+        msg: 'NATS_ULR is not a setting of this service and is ignored; the nearest setting is NATS_URL',
+      }),
+      expect.objectContaining({
+        level: 40,
+        variable: 'X402_WALLET',
+        nearest: expect.stringMatching(/^X402_/),
+      }),
+    ]);
+    // Its value is not written: it may be a secret.
+    expect(JSON.stringify(named)).not.toContain('127.0.0.1:4222');
+    r.child.kill('SIGTERM');
+    expect(await r.exit).toBe(0);
+  });
+
   it('on SIGTERM beside a client that sent half a body and went quiet, cuts it off after the grace, drains and exits 0', async () => {
     const dataDir = await tempDir();
     // The grace is a third of the shutdown timeout (3 s); the request timeout (30 s) is far past both.

@@ -1,0 +1,144 @@
+import { ConfigSchema } from './config.ts';
+
+/**
+ * Environment variables that look like a misspelled setting. A variable the configuration does
+ * not know is ignored, so `NATS_ULR=…` runs on the embedded bus without a word: the service warns
+ * at start for each variable that is within a small edit distance of a setting's name, or begins
+ * with the prefix of a family of settings (`NATS_`, `WEBHOOK_`, `X402_`…, every first word two or
+ * more settings share), naming the nearest setting. What a process's environment ordinarily holds
+ * is never named (see `ordinary`).
+ */
+
+/** Every setting's name: the configuration schema's keys. */
+export const SETTING_NAMES: readonly string[] = Object.keys(ConfigSchema.shape);
+
+/**
+ * Read from the environment besides the configuration: the allocator settings `npm start` and the
+ * image set, the shared market data directory, and the variables docker-compose.yml interpolates
+ * (an operator's .env holds them beside the settings, and the service reads .env too).
+ */
+export const READ_ELSEWHERE: ReadonlySet<string> = new Set([
+  'MALLOC_ARENA_MAX',
+  'MALLOC_TRIM_THRESHOLD_',
+  'MALLOC_TOP_PAD_',
+  'SHARED_MARKET_DIR',
+  'API_PORT',
+  'POSTGRES_PASSWORD',
+  'SIGNAL_IMAGE',
+  'KURRENTDB_IMAGE',
+  'POSTGRES_IMAGE',
+  'NATS_IMAGE',
+  'REDIS_IMAGE',
+]);
+
+/** Names a shell, a CI runner or a proxy sets, close to a setting by spelling only (HOME, HOST). */
+const ORDINARY = new Set([
+  'PATH',
+  'HOME',
+  'USER',
+  'LOGNAME',
+  'SHELL',
+  'TERM',
+  'PWD',
+  'OLDPWD',
+  'LANG',
+  'LANGUAGE',
+  'TZ',
+  'HOSTNAME',
+  'HOSTTYPE',
+  'SHLVL',
+  'CI',
+  'TMPDIR',
+  'HTTP_PROXY',
+  'HTTPS_PROXY',
+  'NO_PROXY',
+  'ALL_PROXY',
+]);
+
+/**
+ * The service links Kubernetes (and Docker's legacy links) add for every service beside this one:
+ * a service named `redis` or `nats` gives REDIS_SERVICE_HOST, NATS_PORT_4222_TCP and the like.
+ */
+const SERVICE_LINK =
+  /_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT(_\d+_(TCP|UDP|SCTP)(_(ADDR|PORT|PROTO))?)?)$/;
+
+function ordinary(name: string): boolean {
+  // Settings are upper case; npm's npm_*, and anything in lower case, are not meant as one.
+  if (!/^[A-Z][A-Z0-9_]*$/.test(name)) return true;
+  if (ORDINARY.has(name) || READ_ELSEWHERE.has(name)) return true;
+  if (/^(NODE|NPM|LC|XDG)_/.test(name)) return true;
+  return SERVICE_LINK.test(name);
+}
+
+/**
+ * The edits that turn `a` into `b`: one letter inserted, deleted, changed, or two beside each other
+ * swapped (NATS_ULR to NATS_URL is one).
+ */
+export function editDistance(a: string, b: string): number {
+  const d: number[][] = Array.from({ length: a.length + 1 }, (_, i) =>
+    Array.from({ length: b.length + 1 }, (_, j) => (i === 0 ? j : j === 0 ? i : 0)),
+  );
+  for (let i = 1; i <= a.length; i++) {
+    for (let j = 1; j <= b.length; j++) {
+      const cost = a[i - 1] === b[j - 1] ? 0 : 1;
+      let best = Math.min(d[i - 1]![j]! + 1, d[i]![j - 1]! + 1, d[i - 1]![j - 1]! + cost);
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) {
+        best = Math.min(best, d[i - 2]![j - 2]! + 1);
+      }
+      d[i]![j] = best;
+    }
+  }
+  return d[a.length]![b.length]!;
+}
+
+/** The first words two or more settings share (`X402_`, `WEBHOOK_`, `NATS_`, `REDIS_`…). */
+function families(names: readonly string[]): Set<string> {
+  const count = new Map<string, number>();
+  for (const name of names) {
+    const cut = name.indexOf('_');
+    if (cut > 0) count.set(name.slice(0, cut + 1), (count.get(name.slice(0, cut + 1)) ?? 0) + 1);
+  }
+  return new Set([...count].flatMap(([prefix, n]) => (n >= 2 ? [prefix] : [])));
+}
+
+export interface UnknownSetting {
+  /** The variable, as set. */
+  variable: string;
+  /** The setting nearest to it by spelling. */
+  nearest: string;
+}
+
+/**
+ * The variables of `env` that are no setting but look meant as one: within 2 edits of a setting's
+ * name (1 for a name under 6 letters, where 2 edits make another word: HOME and HOST), or in a
+ * settings family. Each with the nearest setting; in the order of `env`.
+ */
+export function unknownSettings(
+  env: Record<string, string | undefined>,
+  names: readonly string[] = SETTING_NAMES,
+): UnknownSetting[] {
+  const known = new Set(names);
+  const prefixes = families(names);
+  const found: UnknownSetting[] = [];
+  for (const variable of Object.keys(env)) {
+    if (known.has(variable) || ordinary(variable)) continue;
+    let nearest = '';
+    let distance = Number.POSITIVE_INFINITY;
+    for (const name of names) {
+      const d = editDistance(variable, name);
+      if (d < distance) [nearest, distance] = [name, d];
+    }
+    const close = distance <= (variable.length < 6 ? 1 : 2);
+    const prefix = [...prefixes].find((p) => variable.startsWith(p));
+    if (!close && prefix !== undefined) {
+      // In a family but far from each name: the nearest of that family's.
+      distance = Number.POSITIVE_INFINITY;
+      for (const name of names.filter((n) => n.startsWith(prefix))) {
+        const d = editDistance(variable, name);
+        if (d < distance) [nearest, distance] = [name, d];
+      }
+    }
+    if (close || prefix !== undefined) found.push({ variable, nearest });
+  }
+  return found;
+}

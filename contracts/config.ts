@@ -1028,6 +1028,32 @@ export function refuseRoleSettings(config: Pick<Config, 'BUS'>, roles: readonly 
 }
 
 /**
+ * Settings a process's roles run with that hold only while the process is alone in its role, told
+ * at start as warnings (one line each). A process cannot tell how many api processes serve the
+ * deployment beside it; an api run apart from the other roles (`--role api`) is how replicas are
+ * run (behind a balancer), and on CACHE=memory each keeps its quota counters, rate limits,
+ * free-key counts and OAuth state (clients, grants, signing keys) to itself. `everyRole`: the
+ * roles `all` stands for.
+ */
+export function roleSettingWarnings(
+  config: Pick<Config, 'CACHE'>,
+  roles: readonly string[],
+  everyRole: readonly string[],
+): { setting: keyof Config; message: string }[] {
+  const apiApart = roles.includes('api') && everyRole.some((role) => !roles.includes(role));
+  if (config.CACHE !== 'memory' || !apiApart) return [];
+  return [
+    {
+      setting: 'CACHE',
+      message:
+        'CACHE=memory keeps quota counters, rate limits, free-key counts and OAuth state in this api ' +
+        "process alone: beside another api process, each counts a key's quota and signs hosts in apart " +
+        'from the other. With more than one api process set CACHE=redis (and REDIS_URL) on every one',
+    },
+  ];
+}
+
+/**
  * TRUST_PROXY, read once, with one meaning for every part that asks who the client is: the
  * request's address (Fastify's trustProxy, which the metering and rate limits key anonymous
  * callers by) and the per-address connection cap (which does not count a trusted proxy's

@@ -10,6 +10,7 @@ import {
   publicBaseUrl,
   readDotEnv,
   refuseRoleSettings,
+  roleSettingWarnings,
 } from './config.ts';
 import { maskUrlCredentials } from './mask-url.ts';
 
@@ -194,6 +195,25 @@ describe('loadConfig', () => {
       ['dispatcher'],
     ]) {
       expect(() => refuseRoleSettings(loadConfig({}), roles)).not.toThrow();
+    }
+  });
+
+  it('warns of CACHE=memory on an api run apart from the other roles, where api replicas run', () => {
+    const every = ['api', 'engine', 'projections', 'dispatcher'];
+    for (const roles of [['api'], ['api', 'engine'], ['api', 'projections', 'dispatcher']]) {
+      expect(roleSettingWarnings(loadConfig({}), roles, every)).toEqual([
+        {
+          setting: 'CACHE',
+          message: expect.stringMatching(
+            /^CACHE=memory keeps quota counters, .* in this api process alone: .* With more than one api process set CACHE=redis \(and REDIS_URL\) on every one$/,
+          ),
+        },
+      ]);
+      expect(roleSettingWarnings(loadConfig({ CACHE: 'redis' }), roles, every)).toEqual([]);
+    }
+    // Every role in one process (npm start), or no api: no replica of the api to share with.
+    for (const roles of [every, ['engine'], ['projections', 'dispatcher']]) {
+      expect(roleSettingWarnings(loadConfig({}), roles, every)).toEqual([]);
     }
   });
 

@@ -2,7 +2,13 @@
 import './shared/node-version.ts';
 import { parseArgs } from 'node:util';
 import { type Logger, pino } from 'pino';
-import { ConfigError, loadConfig, readDotEnv, refuseRoleSettings } from '../contracts/config.ts';
+import {
+  ConfigError,
+  loadConfig,
+  readDotEnv,
+  refuseRoleSettings,
+  roleSettingWarnings,
+} from '../contracts/config.ts';
 import { unknownSettings } from '../contracts/setting-names.ts';
 import { flushAccessLines } from './api/request-log.ts';
 import { ROLES, type Role } from './component.ts';
@@ -84,6 +90,9 @@ async function main(): Promise<void> {
   const logger = createLogger(config, { roles: roles.join(',') });
   // A variable the configuration does not know is ignored: one that looks meant as a setting
   // (NATS_ULR) is named, else the service runs on the default without a word.
+  for (const { setting, message } of roleSettingWarnings(config, roles, ROLES)) {
+    logger.warn({ setting }, message);
+  }
   for (const { variable, nearest } of unknownSettings(process.env)) {
     logger.warn(
       { variable, nearest },

@@ -245,6 +245,24 @@ describe('the service process', () => {
     ]);
     // Its value is not written: it may be a secret.
     expect(JSON.stringify(named)).not.toContain('127.0.0.1:4222');
+    // Every role in this one process: its CACHE=memory is shared with no other api.
+    expect(r.lines.filter((l) => l.setting === 'CACHE')).toEqual([]);
+    r.child.kill('SIGTERM');
+    expect(await r.exit).toBe(0);
+  });
+
+  it('warns of CACHE=memory in an api run apart from the other roles: replicas of it would each count apart', async () => {
+    const r = run({ DATA_DIR: await tempDir() }, ['--role', 'api']);
+    running.push(r);
+    await expect.poll(() => r.lines.find((l) => l.msg === 'service started'), { interval: 100 }).toBeTruthy();
+    expect(r.lines.filter((l) => l.setting === 'CACHE')).toEqual([
+      expect.objectContaining({
+        level: 40,
+        msg: expect.stringMatching(
+          /^CACHE=memory keeps quota counters, .* set CACHE=redis \(and REDIS_URL\) on every one$/,
+        ),
+      }),
+    ]);
     r.child.kill('SIGTERM');
     expect(await r.exit).toBe(0);
   });

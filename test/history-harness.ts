@@ -84,8 +84,14 @@ export async function recordHistory(options: {
   markets?: typeof MARKETS;
   /** Feed time of the first step (FIXTURE_START unless given). */
   start?: number;
+  /** A later lap's prices as scaled, not rounded to the data's decimals (ReplayFeedOptions.exactLaps). */
+  exactLaps?: boolean;
 }) {
-  const feed: ReplayFeed = await openReplayFeed({ run: false, start: options.start ?? FIXTURE_START });
+  const feed: ReplayFeed = await openReplayFeed({
+    run: false,
+    start: options.start ?? FIXTURE_START,
+    ...(options.exactLaps ? { exactLaps: true } : {}),
+  });
   const store = options.store ?? new MemoryEventStore();
   const engine: SignalEngine = await createSignalEngine({ feed, store, calibration: HISTORY_CALIBRATION });
   for (let step = 0; step < options.steps; step++) {

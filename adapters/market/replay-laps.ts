@@ -8,8 +8,9 @@ import { firstAfter } from './funding-series.ts';
  * boundary and funding schedule stays aligned) is served again, shifted by one period per lap.
  * Candle times, verdict ids and hash chains therefore stay unique and increasing. Prices carry on
  * across the seam instead of jumping back to where the period began: lap j's open, high, low and
- * close are the data's times factor^j (`seamFactor`), so each lap starts where the one before
- * ended and every return inside a lap is the data's; volume and funding are served as they are.
+ * close are the data's times factor^j (`seamFactor`), rounded to the decimals the data writes the
+ * market's prices with (`priceDecimals`), so each lap starts where the one before ended and every
+ * return inside a lap is the data's to that tick; volume and funding are served as they are.
  * A timeframe's history runs across the seam: until a lap has closed its first candle of the
  * timeframe, the latest are the lap before's. Pure functions.
  */
@@ -57,26 +58,79 @@ export function seamFactor(series: CandleSeries, timeframe: Timeframe, laps: Lap
   return Number.isFinite(f) && f > 0 ? f : 1;
 }
 
+/** The most decimals a price can be given to (a data file's prices carry fewer). */
+const MAX_DECIMALS = 12;
+/** Prices of a series read for its decimals: the last ones before the data's end (the venue's tick as it is). */
+const DECIMALS_SAMPLE = 1000;
+
+/** The decimals `p` is written with: the fewest it is a whole number of, but for a double's rounding. */
+function decimalsOf(p: number): number {
+  for (let d = 0; d < MAX_DECIMALS; d++) {
+    const scaled = p * 10 ** d;
+    if (Math.abs(scaled - Math.round(scaled)) <= 1e-12 * Math.max(1, Math.abs(scaled))) return d;
+  }
+  return MAX_DECIMALS;
+}
+
+/**
+ * The price precision of a market's data, in decimals: the most any open, high, low or close of
+ * its last DECIMALS_SAMPLE candles to `end` is written with (the venue's tick, e.g. 2 for BTCUSDT
+ * spot, 5 for DOGEUSDT). A lapped price is rounded to it (lapCandle), so a later lap answers with
+ * prices the venue could quote instead of a product's float tail (103538.00062195644). Read from
+ * the data alone: every reader of the same folder (the service, `history verify --data`) rounds
+ * the same way. null when the series holds no candle before `end`.
+ */
+export function priceDecimals(series: CandleSeries, timeframe: Timeframe, end: number): number | null {
+  const sample = closedCandles(series, timeframe, end, DECIMALS_SAMPLE);
+  if (sample.length === 0) return null;
+  let most = 0;
+  for (const c of sample)
+    for (const p of [c.open, c.high, c.low, c.close]) most = Math.max(most, decimalsOf(p));
+  return most;
+}
+
+/** The most places a lapped price is rounded to: 10^20 and its multiples stay exact doubles. */
+const MAX_PLACES = 20;
+
+/** `x` to `places` decimals: the double nearest that decimal, as the data's own prices are. */
+function rounded(x: number, places: number): number {
+  const unit = 10 ** places;
+  return Math.round(x * unit) / unit;
+}
+
 /**
  * A data candle as lap `j` serves it: `j` periods later, prices times factor^j, volume as it is.
- * Every lapped price the replay answers with comes through here.
+ * With `decimals` (priceDecimals) the prices are rounded to that many places, one more for each
+ * power of ten the lap's scale has shrunk them by: a coin that fell over the data keeps the
+ * data's significant digits lap after lap instead of rounding to 0. Every lapped price the replay
+ * answers with comes through here.
  */
-export function lapCandle(c: Candle, j: number, laps: Laps, factor: number): Candle {
+export function lapCandle(
+  c: Candle,
+  j: number,
+  laps: Laps,
+  factor: number,
+  decimals: number | null = null,
+): Candle {
   if (j === 0) return c;
   const scale = factor ** j;
+  const places =
+    decimals === null ? null : Math.min(MAX_PLACES, decimals + Math.max(0, Math.round(-Math.log10(scale))));
+  const price = places === null ? (p: number) => p * scale : (p: number) => rounded(p * scale, places);
   return {
     openTime: c.openTime + j * laps.period,
-    open: c.open * scale,
-    high: c.high * scale,
-    low: c.low * scale,
-    close: c.close * scale,
+    open: price(c.open),
+    high: price(c.high),
+    low: price(c.low),
+    close: price(c.close),
     volume: c.volume,
   };
 }
 
 /**
  * The last `limit` candles closed by feed time `until`, across laps, oldest first; lap j's prices
- * re-based by `factor`^j (see seamFactor; 1 serves the data's prices in every lap).
+ * re-based by `factor`^j (see seamFactor; 1 serves the data's prices in every lap) and rounded to
+ * `decimals` places when given (priceDecimals).
  */
 export function lappedCandles(
   series: CandleSeries,
@@ -85,6 +139,7 @@ export function lappedCandles(
   limit: number,
   laps: Laps,
   factor = 1,
+  decimals: number | null = null,
 ): Candle[] {
   const k = lapOf(laps, until);
   if (k === 0) return closedCandles(series, timeframe, until, limit);
@@ -100,7 +155,7 @@ export function lappedCandles(
       local = laps.end;
       continue;
     }
-    parts.unshift(part.map((c) => lapCandle(c, j, laps, factor)));
+    parts.unshift(part.map((c) => lapCandle(c, j, laps, factor, decimals)));
     have += part.length;
     // Only a lap that starts at loopStart joins the lap before it; a series with a hole there
     // ends here rather than passing older candles off as the latest.

@@ -26,6 +26,12 @@ const DATA_START = Date.UTC(2025, 8, 20);
 const HOURLY_START = Date.UTC(2025, 2, 1);
 const COINS = ['BNB', 'BTC', 'DOGE', 'ETH', 'SOL', 'XRP'];
 const DATA_END = Date.UTC(2025, 10, 1);
+
+/** The decimals a price is written with (the data's, as text: 103538.01 has 2). */
+const decimalsOf = (p: number) => (String(p).split('.')[1] ?? '').length;
+/** The most decimals a data file's prices carry: the venue's tick for the coin (2 for BTCUSDT spot). */
+const tickDecimals = (candles: readonly { open: number; high: number; low: number; close: number }[]) =>
+  Math.max(...candles.flatMap((c) => [c.open, c.high, c.low, c.close].map(decimalsOf)));
 const T = Date.UTC(2025, 9, 25, 10, 32); // 2025-10-25 10:32 UTC
 
 /** A replay feed on the shipped slice whose clock only moves when the test moves it. */
@@ -455,8 +461,11 @@ describe('replay clock', () => {
       const first = source.find((c) => c.openTime === DATA_END - period)!;
       const last = source.find((c) => c.openTime === DATA_END - H)!;
       const seam = after.find((c) => c.openTime === DATA_END)!;
-      expect(seam.open).toBeCloseTo(last.close, 6);
-      expect(seam.close / seam.open).toBeCloseTo(first.close / first.open, 12);
+      // Its prices are on the data's tick (2 decimals for BTCUSDT spot): the seam's open is the close the
+      // data ended on, and its return the data's but for that rounding.
+      const unit = 10 ** -tickDecimals(source);
+      expect(seam.open).toBe(last.close);
+      expect(Math.abs(seam.close / seam.open - first.close / first.open)).toBeLessThan(unit / seam.open);
       expect(seam.volume).toBe(first.volume);
       // 5m, aggregated timeframes and funding follow the same clock.
       const m5 = await feed.candles('BINANCE_SPOT', 'BTC', '5m', { limit: 3 });
@@ -475,7 +484,7 @@ describe('replay clock', () => {
     }
   });
 
-  it("re-bases each lap to carry on where the one before ended: no jump at the seam, returns the data's, one factor per coin", async () => {
+  it("re-bases each lap to carry on where the one before ended, on the venue's tick: no jump at the seam, returns the data's, one factor per coin", async () => {
     const feed = await openReplayFeed({ start: DATA_END, speed: 0, run: false });
     try {
       const period = feed.laps!.period;
@@ -487,21 +496,29 @@ describe('replay clock', () => {
       for (const coin of COINS) {
         const data = await read('binance-spot', `${coin}USDT-5m.csv.gz`);
         const at = new Map(data.map((c) => [c.openTime, c]));
+        // The venue's tick for the coin, as its data writes prices: no lapped price carries more
+        // decimals (a product's float tail, 103538.00062195644, is no price a venue quotes).
+        const decimals = tickDecimals(data.filter((c) => c.openTime < DATA_END).slice(-1000));
+        const unit = 10 ** -decimals;
         const served = await feed.candles('BINANCE_SPOT', coin, '5m', { limit: 200 });
         const i = served.findIndex((c) => c.openTime === seam);
         expect(i, coin).toBeGreaterThan(100);
+        expect(tickDecimals(served), coin).toBeLessThanOrEqual(decimals);
         // The first candle of lap 2 opens at lap 1's last close: the seam moves the price by nothing.
-        expect(rel(served[i]!.open, served[i - 1]!.close), coin).toBeLessThan(1e-12);
+        expect(served[i]!.open, coin).toBe(served[i - 1]!.close);
         for (let k = 1; k < served.length; k++) {
           const c = served[k]!;
           const lap = c.openTime >= seam ? 2 : 1;
           const d = at.get(c.openTime - lap * period)!;
-          // Inside a lap every return is the data's; volume is the data's.
+          // Inside a lap every return is the data's but for rounding to the tick (half of it on
+          // each price); volume is the data's.
           expect(c.volume, coin).toBe(d.volume);
-          expect(rel(c.high / c.low, d.high / d.low), coin).toBeLessThan(1e-12);
+          expect(rel(c.high / c.low, d.high / d.low), coin).toBeLessThan(unit / c.low);
           if (k === i) continue;
           const p = at.get(served[k - 1]!.openTime - lap * period)!;
-          expect(rel(c.close / served[k - 1]!.close, d.close / p.close), coin).toBeLessThan(1e-12);
+          expect(rel(c.close / served[k - 1]!.close, d.close / p.close), coin).toBeLessThan(
+            unit / Math.min(c.close, served[k - 1]!.close),
+          );
         }
         // Every timeframe of the coin gets the same factor: the 1h close (1h file), the 15m close
         // (built from 5m) and the 4h close (built from 1h) agree where they end together.
@@ -522,7 +539,14 @@ describe('replay clock', () => {
           (c) => c.openTime === perp.openTime - 2 * period,
         )!;
         const dSpot = at.get(h1.openTime - 2 * period + 55 * M)!;
-        expect(rel(perp.close / h1.close, dPerp.close / dSpot.close), coin).toBeLessThan(1e-12);
+        // The perpetual on its own venue's tick.
+        const perpData = await read('binance-usdm', `${coin}USDT-1h.csv.gz`);
+        const perpDecimals = tickDecimals(perpData.filter((c) => c.openTime < DATA_END).slice(-1000));
+        const perpUnit = 10 ** -perpDecimals;
+        expect(decimalsOf(perp.close), coin).toBeLessThanOrEqual(perpDecimals);
+        expect(rel(perp.close / h1.close, dPerp.close / dSpot.close), coin).toBeLessThan(
+          perpUnit / perp.close + unit / h1.close,
+        );
       }
       // Funding is served as it is: lap 2's rates are the data's.
       const rates = await feed.funding('BINANCE', 'BTC', { limit: 1 });

@@ -40,6 +40,7 @@ import {
   lappedFunding,
   lapsFor,
   nextLappedFunding,
+  priceDecimals,
   seamFactor,
 } from './replay-laps.ts';
 import {
@@ -87,6 +88,12 @@ export interface ReplayFeedOptions {
    * replay-anchor.ts): given this process's proposal, returns the anchor on record.
    */
   anchorStore?: (proposal: ReplayAnchor) => Promise<ReplayAnchor>;
+  /**
+   * A later lap's prices as scaled, each with its float tail, rather than rounded to the data's
+   * decimals (the default): what a lapped verdict recorded without the rounding was told, which
+   * `history verify --data` recomputes such an outcome from.
+   */
+  exactLaps?: boolean;
 }
 
 interface CoinCandles {
@@ -188,6 +195,8 @@ export class ReplayFeed implements MarketFeed {
   readonly #status = new Map<Exchange, VenueState>();
   /** Per coin, the factor each lap re-bases its prices by (see #seamFactor). */
   readonly #factors = new Map<string, Promise<number>>();
+  /** Per venue and coin, the decimals its lapped prices are rounded to (see #priceDecimals). */
+  readonly #decimals = new Map<string, Promise<number | null>>();
   #lap = 0;
 
   constructor(
@@ -196,6 +205,8 @@ export class ReplayFeed implements MarketFeed {
     private readonly index: Map<Exchange, VenueIndex>,
     private readonly logger?: Logger,
     readonly laps: Laps | null = null,
+    /** Lapped prices as scaled, not rounded to the data's decimals (ReplayFeedOptions.exactLaps). */
+    readonly exactLaps = false,
   ) {
     for (const exchange of index.keys()) this.#status.set(exchange, { ok: true });
   }
@@ -235,7 +246,40 @@ export class ReplayFeed implements MarketFeed {
     limit: number,
   ): Promise<Candle[]> {
     if (this.laps === null || lapOf(this.laps, until) === 0) return closedCandles(series, tf, until, limit);
-    return lappedCandles(series, tf, until, limit, this.laps, await this.#seamFactor(exchange, coin));
+    return lappedCandles(
+      series,
+      tf,
+      until,
+      limit,
+      this.laps,
+      await this.#seamFactor(exchange, coin),
+      this.exactLaps ? null : await this.#priceDecimals(exchange, coin),
+    );
+  }
+
+  /**
+   * The decimals a lapped price of the market is rounded to (priceDecimals): read from the venue's
+   * own finest file of the coin, so every timeframe of it rounds alike and a perpetual keeps its
+   * own tick. null (no rounding) when the file holds no candle before the data's end.
+   */
+  #priceDecimals(exchange: Exchange, coin: string): Promise<number | null> {
+    const laps = this.laps;
+    if (laps === null) return Promise.resolve(null);
+    const key = `${exchange}:${coin}`;
+    let decimals = this.#decimals.get(key);
+    if (decimals === undefined) {
+      const files = this.index.get(exchange)?.candles.get(coin)?.files;
+      const finest = [...(files?.keys() ?? [])].sort((a, b) => TIMEFRAME_MS[a] - TIMEFRAME_MS[b])[0];
+      if (files === undefined || finest === undefined) return Promise.resolve(null);
+      const path = files.get(finest)!;
+      decimals = this.#load(exchange, this.#candleCache, path, () => readCandleColumns(path)).then((series) =>
+        priceDecimals(series, finest, laps.end),
+      );
+      this.#decimals.set(key, decimals);
+      // A file that could not be read is tried again next time, as #load does.
+      decimals.catch(() => this.#decimals.delete(key));
+    }
+    return decimals;
   }
 
   /**
@@ -669,6 +713,7 @@ export async function openReplayFeed(options: ReplayFeedOptions = {}): Promise<R
     index,
     logger,
     loop ? lapsFor({ start: range.loopFrom, end: range.end }) : null,
+    options.exactLaps ?? false,
   );
   if (options.run ?? true) clock.run();
   logger?.info(

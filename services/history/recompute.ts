@@ -1,7 +1,7 @@
 import { MarketDataError } from '../../adapters/market/errors.ts';
 import { openReplayFeed, type ReplayFeed } from '../../adapters/market/replay.ts';
-import { type HistoryRow, OUTCOME_AFTER_CANDLES } from '../../contracts/history.ts';
-import { outcomeDueAt, resolveOutcome } from './outcome.ts';
+import { type HistoryRow, OUTCOME_AFTER_CANDLES, replayLapOf } from '../../contracts/history.ts';
+import { type Outcome, outcomeDueAt, resolveOutcome } from './outcome.ts';
 import { rowContent } from './rows.ts';
 
 /** An outcome column whose exported value is not what the candles give. */
@@ -28,6 +28,8 @@ export interface RecomputeReport {
 /** At most this many mismatches are listed; `checked` still counts every row. */
 const MAX_LISTED = 100;
 
+type Verdict = Parameters<typeof resolveOutcome>[1];
+
 const COLUMNS = [
   ['return_1', 'return1'],
   ['return_6', 'return6'],
@@ -47,12 +49,16 @@ const COLUMNS = [
  * the candles the resolver would have read: those of the replay over that folder, which repeats
  * it shifted by whole days past its end, as the service's replay does. A verdict of the live feed
  * is recomputed only where the folder holds its candles as they were (before the folder's end).
+ * An outcome of a looped lap (`replay_lap`) is also taken as matching when it matches the lap's
+ * prices as scaled, not rounded to the data's decimals (ReplayFeedOptions.exactLaps): what a lapped
+ * verdict was labelled from by a replay that did not round them.
  */
 export class OutcomeRecompute {
   readonly report: RecomputeReport;
+  #exact: Promise<ReplayFeed> | null = null;
   private constructor(
     private readonly feed: ReplayFeed,
-    dir: string,
+    private readonly dir: string,
   ) {
     this.report = { dir, checked: 0, notInData: 0, mismatched: 0, mismatches: [] };
   }
@@ -61,62 +67,77 @@ export class OutcomeRecompute {
     return new OutcomeRecompute(await openReplayFeed({ dir, run: false }), dir);
   }
 
-  async check(row: HistoryRow): Promise<void> {
-    const content = rowContent(row);
-    if (content === null || row.result === null) return;
-    const verdict = { ...content, hash: row.hash };
+  /** The outcome `feed`'s candles give the row's verdict; null when they are not in the folder. */
+  async #recompute(feed: ReplayFeed, row: HistoryRow, verdict: Verdict): Promise<Outcome | null> {
     const due = outcomeDueAt(verdict);
-    const laps = this.feed.laps;
-    if (row.feed === 'live' && laps !== null && due > laps.end) {
-      this.report.notInData++;
-      return;
-    }
-    if (this.feed.now() < due) this.feed.clock.advance(due - this.feed.now());
+    if (feed.now() < due) feed.clock.advance(due - feed.now());
     let candles: Awaited<ReturnType<ReplayFeed['candles']>>;
     try {
-      candles = await this.feed.candles(row.exchange, row.coin, row.timeframe, {
+      candles = await feed.candles(row.exchange, row.coin, row.timeframe, {
         limit: OUTCOME_AFTER_CANDLES,
         until: due,
         min: OUTCOME_AFTER_CANDLES,
       });
     } catch (err) {
       if (!(err instanceof MarketDataError)) throw err;
-      this.report.notInData++;
-      return;
+      return null;
     }
-    if (candles[0]?.openTime !== verdict.candleCloseTime) {
-      this.report.notInData++;
-      return;
-    }
-    const outcome = resolveOutcome(
+    if (candles[0]?.openTime !== verdict.candleCloseTime) return null;
+    return resolveOutcome(
       { verdictId: row.verdict_id, stream: row.stream, revision: row.revision },
       verdict,
       candles,
     );
-    this.report.checked++;
+  }
+
+  /** The columns whose exported value is not `outcome`'s. */
+  #differing(row: HistoryRow, outcome: Outcome): Array<(typeof COLUMNS)[number]> {
     // Outcomes resolved before outcomes named the lean carry none: nothing to compare it with.
     const leanless = row.outcome_hash === null && row.lean === null && row.lean_net_centi_bps === null;
-    let differs = false;
-    for (const [column, field] of COLUMNS) {
-      if (leanless && (column === 'lean' || column === 'lean_net_centi_bps')) continue;
-      const exported = row[column];
-      const recomputed = outcome[field] ?? null;
-      if (exported === recomputed) continue;
-      differs = true;
-      if (this.report.mismatches.length >= MAX_LISTED) continue;
+    return COLUMNS.filter(([column, field]) => {
+      if (leanless && (column === 'lean' || column === 'lean_net_centi_bps')) return false;
+      return row[column] !== (outcome[field] ?? null);
+    });
+  }
+
+  async check(row: HistoryRow): Promise<void> {
+    const content = rowContent(row);
+    if (content === null || row.result === null) return;
+    const verdict = { ...content, hash: row.hash };
+    const laps = this.feed.laps;
+    if (row.feed === 'live' && laps !== null && outcomeDueAt(verdict) > laps.end) {
+      this.report.notInData++;
+      return;
+    }
+    const outcome = await this.#recompute(this.feed, row, verdict);
+    if (outcome === null) {
+      this.report.notInData++;
+      return;
+    }
+    this.report.checked++;
+    let differing = this.#differing(row, outcome);
+    if (differing.length > 0 && replayLapOf(verdict.inputs) > 0) {
+      this.#exact ??= openReplayFeed({ dir: this.dir, run: false, exactLaps: true });
+      const exact = await this.#recompute(await this.#exact, row, verdict);
+      if (exact !== null && this.#differing(row, exact).length === 0) differing = [];
+    }
+    if (differing.length === 0) return;
+    this.report.mismatched++;
+    for (const [column, field] of differing) {
+      if (this.report.mismatches.length >= MAX_LISTED) break;
       this.report.mismatches.push({
         position: row.position,
         verdictId: row.verdict_id,
         stream: row.stream,
         column,
-        exported,
-        recomputed,
+        exported: row[column],
+        recomputed: outcome[field] ?? null,
       });
     }
-    if (differs) this.report.mismatched++;
   }
 
-  close(): Promise<void> {
-    return this.feed.close();
+  async close(): Promise<void> {
+    await this.feed.close();
+    await (await this.#exact)?.close();
   }
 }

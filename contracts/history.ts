@@ -170,6 +170,18 @@ export const RiskRecord = z.object({
   nominalCoverage: z.number().nullable(),
   /** RMS of the σ served ÷ RMS of the realised log return over the horizon; 1 is right in level. */
   sigmaRatio: z.number().nullable(),
+  /**
+   * The blocks the points fall in, the units the intervals resample as the evaluation's do: UTC
+   * days, grouped into spans of at least two forecast horizons (two days on 4h, twelve on 1d).
+   */
+  blocks: z.number().int(),
+  /**
+   * 95 % day-block bootstrap interval of sigmaRatio and of coverage (every point of a block
+   * resampled together, as in docs/evaluation-risk.md); null on fewer than MIN_INTERVAL_BLOCKS
+   * (20) blocks, where the figure is too few days to tell a biased forecast from a few days' moves.
+   */
+  sigmaRatioInterval: z.object({ low: z.number(), high: z.number() }).nullable(),
+  coverageInterval: z.object({ low: z.number(), high: z.number() }).nullable(),
   /** Resolved verdicts with no forecast to score: recorded without one, or a horizon not labelled (1, 6, 24). */
   unscored: z.number().int(),
 });

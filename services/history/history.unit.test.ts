@@ -325,6 +325,76 @@ describe('track record', () => {
     expect(trackRecord(risk, '7d', T0 + HOUR).series.at(-1)).toMatchObject({ riskPoints: 4, coverage: 0.5 });
   });
 
+  it('gives the risk figures a day-block interval, as the evaluation does, once the points span 20 blocks', () => {
+    const DAY = 24 * HOUR;
+    const forecast = {
+      horizonCandles: 6,
+      expectedMovePct: 1,
+      bandLow: 98.7,
+      bandHigh: 101.3,
+      bandCoverage: 0.8,
+    };
+    // σ served 1 % at every close; a day's six 1h closes move ±0.5 % (calm) or ±2 % (a trending
+    // day, every third): over many days σ served ÷ realised is about 1, a single day says 2 or 0.5.
+    const fill = (state: TrackRecordState, days: number, timeframe: '1h' | '4h', from = 0) => {
+      for (let d = from; d < from + days; d++) {
+        const move = d % 3 === 2 ? 0.02 : 0.005;
+        for (let k = 0; k < 6; k++) {
+          const r = k % 2 === 0 ? move : -move;
+          addPoint(
+            state,
+            point({ timeframe, candleCloseTime: T0 + d * DAY + k * HOUR, return6: r, volatility: forecast }),
+            d * 6 + k + 1,
+          );
+        }
+      }
+    };
+    // One trending day alone: its figure, and no interval: a day cannot tell a bias from that day's moves.
+    const oneDay: TrackRecordState = {};
+    fill(oneDay, 1, '1h', 2);
+    const first = trackRecord(oneDay, 'all', T0 + 3 * DAY).overall.risk;
+    expect(first).toMatchObject({ points: 6, blocks: 1, sigmaRatioInterval: null, coverageInterval: null });
+    expect(first.sigmaRatio).toBeCloseTo(0.5, 2);
+    // 19 days: still no interval; 30 days of 1h closes: 30 one-day blocks, an interval around the figure.
+    const short: TrackRecordState = {};
+    fill(short, 19, '1h');
+    expect(trackRecord(short, 'all', T0 + 19 * DAY).overall.risk).toMatchObject({
+      blocks: 19,
+      sigmaRatioInterval: null,
+    });
+    const month: TrackRecordState = {};
+    fill(month, 30, '1h');
+    const tr = trackRecord(month, 'all', T0 + 30 * DAY);
+    const r = tr.overall.risk;
+    expect(r.blocks).toBe(30);
+    expect(r.sigmaRatioInterval!.low).toBeLessThan(r.sigmaRatio!);
+    expect(r.sigmaRatioInterval!.high).toBeGreaterThan(r.sigmaRatio!);
+    expect(r.coverageInterval!.low).toBeLessThan(r.coverage!);
+    expect(r.coverageInterval!.high).toBeGreaterThan(r.coverage!);
+    // A trending day's figure lies outside the month's interval, the month's figure inside it.
+    expect(first.sigmaRatio!).toBeLessThan(r.sigmaRatioInterval!.low);
+    // Seeded: the same record, folded again, gives the same interval to the last digit.
+    const again: TrackRecordState = {};
+    fill(again, 30, '1h');
+    expect(trackRecord(again, 'all', T0 + 30 * DAY).overall.risk).toEqual(r);
+    expect(tr.lines[0]!.risk).toEqual(r);
+    // On 4h a block is two days (two six-candle horizons): 30 days are 15 blocks, no interval; the
+    // overall record pooling 1h and 4h resamples in the longer blocks too.
+    const both: TrackRecordState = {};
+    fill(both, 30, '1h');
+    fill(both, 30, '4h');
+    const mixed = trackRecord(both, 'all', T0 + 30 * DAY);
+    expect(mixed.lines.map((l) => [l.timeframe, l.risk.blocks, l.risk.sigmaRatioInterval === null])).toEqual([
+      ['1h', 30, false],
+      ['4h', 15, true],
+    ]);
+    expect(mixed.overall.risk).toMatchObject({
+      blocks: 15,
+      sigmaRatioInterval: null,
+      coverageInterval: null,
+    });
+  });
+
   it('says nothing it has not measured: a window with no resolved verdict, verdicts without a forecast', () => {
     const empty = trackRecord({}, '7d', T0);
     expect(empty.asOfPosition).toBe(0);
@@ -334,6 +404,9 @@ describe('track record', () => {
       coverage: null,
       nominalCoverage: null,
       sigmaRatio: null,
+      blocks: 0,
+      sigmaRatioInterval: null,
+      coverageInterval: null,
       unscored: 0,
     });
     expect(empty.series).toEqual([]);

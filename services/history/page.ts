@@ -97,7 +97,11 @@ verdicts resolve</label></p>
 (the forecast σ of the log return over its horizon) and a band the close should end in that
 often (80 %). Scored here on every resolved verdict: the share of closes inside the served band
 (coverage, beside the share the band states) and the σ ratio, RMS of the σ served ÷ RMS of the
-realised log return over the horizon (1 = right in level, above 1 = too wide).</p>
+realised log return over the horizon (1 = right in level, above 1 = too wide). Coins move together,
+so a few days' moves swing both figures far from a level forecast's: each carries its 95 % interval,
+resampling whole days as the evaluation does, once its verdicts span 20 blocks of at least a day and
+two horizons; before that it shows [–], and the figure alone cannot tell a forecast set too narrow
+or too wide from the days it covers.</p>
 <div class="charts">
   <div class="chart"><h3>Band coverage (cumulative)</h3><div id="chart-coverage"></div><div class="visually-hidden"><table id="chart-coverage-table" hidden></table></div>
     <p class="empty" id="chart-coverage-empty" hidden></p></div>
@@ -106,8 +110,8 @@ realised log return over the horizon (1 = right in level, above 1 = too wide).</
 </div>
 <div class="table-wrap" tabindex="0" role="region" aria-labelledby="risk-record-caption"><table id="risk-record">
 <caption id="risk-record-caption">Risk forecast scored per venue and timeframe, beside the test months' figures</caption><thead><tr>
-  <th>exchange</th><th>timeframe</th><th>verdicts scored</th><th>band coverage (stated)</th>
-  <th>σ served ÷ realised</th><th>without a forecast</th><th>test months: band coverage</th>
+  <th>exchange</th><th>timeframe</th><th>verdicts scored</th><th>blocks</th><th>band coverage [95%] (stated)</th>
+  <th>σ served ÷ realised [95%]</th><th>without a forecast</th><th>test months: band coverage</th>
   <th>test months: σ served ÷ realised</th>
 </tr></thead><tbody></tbody></table></div>
 <h2>Against what a buyer could compute for free</h2>
@@ -405,8 +409,11 @@ horizons, and the test months hold too few of them.</p>
       })[0];
       var evaluated = !b ? '<td>–</td><td>–</td>'
         : '<td>' + share(b.coverage) + '</td><td>' + (b.desk ? lift(b.desk.sigmaRatio) : 'not yet scored') + '</td>';
-      return '<tr><td>' + l.exchange + '</td><td>' + l.timeframe + '</td><td>' + r.points + '</td><td>' +
-        pct(r.coverage) + ' (' + pct(r.nominalCoverage) + ')</td><td>' + num(r.sigmaRatio, 2) + '</td><td>' +
+      // The interval once the points span MIN_INTERVAL_BLOCKS blocks; [–] before, as the evaluation prints it.
+      function within(x, iv, f) { return x === null ? '' : iv === null ? ' [–]' : ' [' + f(iv.low) + ', ' + f(iv.high) + ']'; }
+      return '<tr><td>' + l.exchange + '</td><td>' + l.timeframe + '</td><td>' + r.points + '</td><td>' + r.blocks + '</td><td>' +
+        pct(r.coverage) + within(r.coverage, r.coverageInterval, pct) + ' (' + pct(r.nominalCoverage) + ')</td><td>' +
+        num(r.sigmaRatio, 2) + within(r.sigmaRatio, r.sigmaRatioInterval, two) + '</td><td>' +
         r.unscored + '</td>' + evaluated + '</tr>';
     };
   }

@@ -280,12 +280,15 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     // The live risk record per line, and the shipped carry fit with the sentence saying what it is.
     expect(await page.locator('#risk-record tbody tr').count()).toBe(3);
     const live = (await (await fetch(`${server.url}/api/track-record?window=all`)).json()) as {
-      overall: { risk: { points: number } };
+      overall: { risk: { points: number; blocks: number; sigmaRatioInterval: { low: number } | null } };
       carry: { buckets: { horizons: unknown[] }[] };
     };
-    expect(await page.locator('#risk-record tbody tr').first().textContent()).toContain(
-      String(live.overall.risk.points),
-    );
+    const overallRow = (await page.locator('#risk-record tbody tr').first().textContent())!;
+    expect(overallRow).toContain(String(live.overall.risk.points));
+    // The blocks its figures rest on, and [–] for the interval until they span 20.
+    expect(overallRow).toContain(`${live.overall.risk.points}${live.overall.risk.blocks}`);
+    if (live.overall.risk.sigmaRatioInterval === null) expect(overallRow).toContain('[–]');
+    else expect(overallRow).toContain(`[${live.overall.risk.sigmaRatioInterval.low.toFixed(2)}, `);
     // Each market's line sits beside the evaluation's figures for its cell at the verdict's horizon.
     const spot = (await page.locator('#risk-record tbody tr', { hasText: 'BINANCE_SPOT' }).textContent())!;
     const cell = tr.baselines.risk.find(
@@ -661,6 +664,9 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
       coverage: null,
       nominalCoverage: null,
       sigmaRatio: null,
+      blocks: 0,
+      sigmaRatioInterval: null,
+      coverageInterval: null,
       unscored: 0,
     });
     expect(tr.series).toEqual([]);

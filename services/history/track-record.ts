@@ -12,12 +12,20 @@ import {
   type TrackRecordResponse,
   type TrackRecordWindow,
 } from '../../contracts/history.ts';
-import type { Call, Exchange, FeedKind, Timeframe } from '../../contracts/market.ts';
+import {
+  type Call,
+  type Exchange,
+  type FeedKind,
+  TIMEFRAME_MS,
+  type Timeframe,
+} from '../../contracts/market.ts';
+import { dayBlockInterval } from '../engine/evaluate/bootstrap.ts';
 import { wilson } from '../engine/evaluate/stats.ts';
 import { defaultCarry } from '../engine/funding/default-carry.ts';
 import { defaultBaselines } from '../engine/signals/default-baselines.ts';
 import { defaultCalibration } from '../engine/signals/default-calibration.ts';
 import { defaultVolatility } from '../engine/signals/default-volatility.ts';
+import { MIN_INTERVAL_BLOCKS } from '../engine/signals/risk-forecast.ts';
 import { outcomeDueAt } from './outcome.ts';
 
 /**
@@ -244,7 +252,82 @@ function merge(into: Cell, c: Cell): Cell {
   return into;
 }
 
-function riskOf(c: Cell): RiskRecord {
+/** The risk sums of one resampled block: every scored point of its UTC days, of every market it holds. */
+export interface RiskBlock {
+  points: number;
+  covered: number;
+  sigma2: number;
+  realised2: number;
+}
+
+/**
+ * The UTC days of one resampled block on `timeframe`: at least a day and two verdict horizons, as
+ * the evaluation's blocks (docs/evaluation-risk.md), so that overlapping outcomes of one close
+ * stay inside one block: 1 up to 2h, 2 on 4h, 4 on 8h, 6 on 12h, 12 on 1d.
+ */
+export function blockDaysOf(timeframe: Timeframe): number {
+  return Math.max(1, Math.ceil((2 * HORIZON_CANDLES * TIMEFRAME_MS[timeframe]) / DAY_MS));
+}
+
+/**
+ * The risk sums of `cells` per block of `blockDays` UTC days (UTC-aligned, as the evaluation's),
+ * in day order, blocks without a scored point left out.
+ */
+export function riskBlocks(cells: readonly { day: number; cell: Cell }[], blockDays: number): RiskBlock[] {
+  const blocks = new Map<number, RiskBlock>();
+  for (const { day, cell } of cells) {
+    if (cell.riskPoints === 0) continue;
+    const key = Math.floor(day / blockDays);
+    const b = blocks.get(key) ?? { points: 0, covered: 0, sigma2: 0, realised2: 0 };
+    b.points += cell.riskPoints;
+    b.covered += cell.riskCovered;
+    b.sigma2 += cell.sigma2;
+    b.realised2 += cell.realised2;
+    blocks.set(key, b);
+  }
+  return [...blocks.entries()].sort((a, b) => a[0] - b[0]).map(([, b]) => b);
+}
+
+/** Resamples of the risk intervals: the evaluation's count (docs/evaluation-risk.md). */
+const RISK_RESAMPLES = 200;
+
+function sumOf(blocks: readonly (readonly RiskBlock[])[], f: (b: RiskBlock) => number): number {
+  let t = 0;
+  for (const day of blocks) for (const b of day) t += f(b);
+  return t;
+}
+
+/**
+ * The 95 % block-bootstrap interval of `stat` over `blocks` (seeded, so a record gives the same
+ * interval wherever it is computed); null on fewer than MIN_INTERVAL_BLOCKS blocks, where a
+ * resample says little (one block resamples to the estimate itself).
+ */
+function riskInterval(
+  blocks: readonly RiskBlock[],
+  stat: (blocks: readonly (readonly RiskBlock[])[]) => number,
+): { low: number; high: number } | null {
+  if (blocks.length < MIN_INTERVAL_BLOCKS) return null;
+  const ci = dayBlockInterval(
+    blocks.map((b) => [b]),
+    stat,
+    { resamples: RISK_RESAMPLES },
+  );
+  return Number.isFinite(ci.low) && Number.isFinite(ci.high)
+    ? { low: round(ci.low, 6), high: round(ci.high, 6) }
+    : null;
+}
+
+const sigmaRatioOf = (blocks: readonly (readonly RiskBlock[])[]) => {
+  const realised = sumOf(blocks, (b) => b.realised2);
+  return realised > 0 ? Math.sqrt(sumOf(blocks, (b) => b.sigma2) / realised) : Number.NaN;
+};
+const coverageOf = (blocks: readonly (readonly RiskBlock[])[]) => {
+  const n = sumOf(blocks, (b) => b.points);
+  return n > 0 ? sumOf(blocks, (b) => b.covered) / n : Number.NaN;
+};
+
+/** The risk record of `c`, its intervals resampled over `blocks` (c's points, per block). */
+function riskOf(c: Cell, blocks: readonly RiskBlock[]): RiskRecord {
   const n = c.riskPoints;
   return {
     points: n,
@@ -252,6 +335,9 @@ function riskOf(c: Cell): RiskRecord {
     coverage: n > 0 ? round(c.riskCovered / n, 6) : null,
     nominalCoverage: n > 0 ? round(c.riskNominalMilli / n / 1000, 6) : null,
     sigmaRatio: c.realised2 > 0 ? round(Math.sqrt(c.sigma2 / c.realised2), 6) : null,
+    blocks: blocks.length,
+    sigmaRatioInterval: riskInterval(blocks, sigmaRatioOf),
+    coverageInterval: riskInterval(blocks, coverageOf),
     unscored: c.riskUnscored,
   };
 }
@@ -290,7 +376,13 @@ function rate(hits: number, n: number, meanNetBps: number | null) {
   };
 }
 
-function lineOf(exchange: Exchange | 'ALL', timeframe: Timeframe | 'ALL', c: Cell): TrackRecordLine {
+/** A line of `c`; `blocks`, its risk points per resampled block (none: no risk interval). */
+function lineOf(
+  exchange: Exchange | 'ALL',
+  timeframe: Timeframe | 'ALL',
+  c: Cell,
+  blocks: readonly RiskBlock[] = [],
+): TrackRecordLine {
   const n = c.calls;
   const meanRetBps = n > 0 ? c.retCentiBps / n / 100 : 0;
   const q = n > 0 ? c.buys / n : 0;
@@ -321,7 +413,7 @@ function lineOf(exchange: Exchange | 'ALL', timeframe: Timeframe | 'ALL', c: Cel
       hitRate: b[0]! > 0 ? round(b[1]! / b[0]!, 6) : null,
       meanConfidence: b[0]! > 0 ? round(b[2]! / b[0]!, 4) : null,
     })),
-    risk: riskOf(c),
+    risk: riskOf(c, blocks),
     feeds: { live: c.live, replay: c.replay, replayLooped: c.looped },
   };
 }
@@ -479,15 +571,24 @@ export function trackRecord(
 ): TrackRecordResponse {
   const cells = cellsIn(state, window, asOf);
   const overall = emptyCell();
-  const byMarket = new Map<string, { exchange: Exchange; timeframe: Timeframe; cell: Cell }>();
+  const byMarket = new Map<
+    string,
+    { exchange: Exchange; timeframe: Timeframe; cell: Cell; days: { day: number; cell: Cell }[] }
+  >();
   const byDay = new Map<number, Cell>();
   let inTraining = 0;
   for (const ref of cells) {
     merge(overall, ref.cell);
     inTraining += replayedInTraining(ref);
     const k = `${ref.exchange}|${ref.timeframe}`;
-    const m = byMarket.get(k) ?? { exchange: ref.exchange, timeframe: ref.timeframe, cell: emptyCell() };
+    const m = byMarket.get(k) ?? {
+      exchange: ref.exchange,
+      timeframe: ref.timeframe,
+      cell: emptyCell(),
+      days: [],
+    };
     merge(m.cell, ref.cell);
+    m.days.push(ref);
     byMarket.set(k, m);
     byDay.set(ref.day, merge(byDay.get(ref.day) ?? emptyCell(), ref.cell));
   }
@@ -511,9 +612,17 @@ export function trackRecord(
         sigmaRatio: line.risk.sigmaRatio,
       };
     });
-  const lines = [...byMarket.values()]
-    .sort((a, b) => a.exchange.localeCompare(b.exchange) || a.timeframe.localeCompare(b.timeframe))
-    .map((m) => lineOf(m.exchange, m.timeframe, m.cell));
+  const markets = [...byMarket.values()].sort(
+    (a, b) => a.exchange.localeCompare(b.exchange) || a.timeframe.localeCompare(b.timeframe),
+  );
+  const lines = markets.map((m) =>
+    lineOf(m.exchange, m.timeframe, m.cell, riskBlocks(m.days, blockDaysOf(m.timeframe))),
+  );
+  // Every market's points resampled together, in blocks as long as its longest timeframe's.
+  const overallBlockDays = Math.max(
+    1,
+    ...markets.filter((m) => m.cell.riskPoints > 0).map((m) => blockDaysOf(m.timeframe)),
+  );
   const { feed, feedNote } = feedOf(overall, inTraining);
   return {
     asOf: new Date(asOf).toISOString(),
@@ -523,7 +632,7 @@ export function trackRecord(
     feedNote: feedNote + loopedOnly(lines, state),
     feeBps: FEE_BPS,
     horizonCandles: HORIZON_CANDLES,
-    overall: lineOf('ALL', 'ALL', overall),
+    overall: lineOf('ALL', 'ALL', overall, riskBlocks(cells, overallBlockDays)),
     lines,
     series,
     baselines: defaultBaselines,

@@ -60,6 +60,8 @@ export const USAGE = `${invocation('history')} <command> [options]
          [--exchange X] [--coin C] [--timeframe T] [--call BUY|SELL|HOLD] [--from T] [--to T]
          (--url URL --key KEY | --store)      the labelled history to a file (parquet: a directory
                                               of part files); --resume continues an interrupted one
+                                              from its <out>.checkpoint.json (a finished export
+                                              removes it)
   verify (PATH | --url URL --key KEY | --store) [--format F] [--data DIR]
          [--anchors --rpc URL (--address ADDR [--from-block N] | --tx HASH ...) [--allow-uncovered]]
                                               every verdict and outcome chain end to end; reports the
@@ -451,7 +453,9 @@ function sameFilter(a: HistoryFilter, b: HistoryFilter): boolean {
 
 /** How to start `out` over: the paths to remove. */
 function startOver(out: string, checkpointPath: string): string {
-  return `remove ${out} and ${checkpointPath} to start over`;
+  return existsSync(checkpointPath)
+    ? `remove ${out} and ${checkpointPath} to start over`
+    : `remove ${out} to start over`;
 }
 
 /**
@@ -542,7 +546,9 @@ async function exportCommand(
   let checkpoint: Checkpoint;
   if (values.resume) {
     if (!existsSync(checkpointPath))
-      throw new UsageError(`nothing to resume: ${checkpointPath} does not exist`);
+      throw new UsageError(
+        `nothing to resume: ${checkpointPath} does not exist (an export keeps it only while it is unfinished)`,
+      );
     const saved = readCheckpoint(checkpointPath);
     if (saved === null)
       throw new UsageError(`${checkpointPath} is unreadable: ${startOver(out, checkpointPath)}`);
@@ -561,8 +567,9 @@ async function exportCommand(
     const saved = existsSync(checkpointPath) ? readCheckpoint(checkpointPath) : null;
     // An export that failed before its first row holds nothing worth resuming: a plain re-run
     // starts it again rather than ask the user to clean up after us.
-    // Nor does the checkpoint a finished export leaves beside it once the export itself was
-    // removed: it records rows that are gone, and the run that re-creates them writes its own.
+    // Nor does a finished export's checkpoint (done: one killed between its last page and the
+    // checkpoint's removal below) once the export itself was removed: it records rows that are
+    // gone, and the run that re-creates them writes its own.
     const finishedAndRemoved = saved?.done === true && !existsSync(out);
     if (finishedAndRemoved) rmSync(checkpointPath, { force: true });
     const restarted =
@@ -671,6 +678,9 @@ async function exportCommand(
   } finally {
     if (barStarted) bar?.stop();
   }
+  // Finished: nothing is left to resume, so its checkpoint goes; what it held (rows, cursor) is
+  // in the summary printed.
+  rmSync(checkpointPath, { force: true });
   return JSON.stringify({ out, format, rows: checkpoint.rows, cursor: checkpoint.cursor });
 }
 

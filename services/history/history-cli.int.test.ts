@@ -152,6 +152,8 @@ describe('npm run history', () => {
       );
       const summary = JSON.parse(await runHistoryCommand([...args, '--resume'], deps()));
       expect(summary.rows).toBe(120);
+      // Finished by the resume: its checkpoint is gone with nothing left to resume.
+      expect(existsSync(`${out}.checkpoint.json`)).toBe(false);
       const rows = await collect(out);
       expect(rows.map((r) => r.verdict_id)).toEqual((await served()).map((r) => r.verdict_id));
       expect(new Set(rows.map((r) => r.verdict_id)).size).toBe(120);
@@ -470,13 +472,27 @@ describe('npm run history', () => {
     );
     const live = urlExport(out);
     expect(JSON.parse(await runHistoryCommand(live, deps())).rows).toBe(120);
-    // A finished export is never overwritten by a plain re-run.
-    await expect(runHistoryCommand(live, deps())).rejects.toThrow(`${out} exists: choose another --out`);
-    // Removed by hand, its checkpoint left beside it (a finished export keeps one): the same
-    // command exports it again, as the README's 'remove the export' reads.
+    // A finished export leaves no checkpoint: the README names one only for an export that stopped.
+    expect(existsSync(`${out}.checkpoint.json`)).toBe(false);
+    // A finished export is never overwritten by a plain re-run, nor resumed.
+    await expect(runHistoryCommand(live, deps())).rejects.toThrow(
+      new UsageError(`${out} exists: choose another --out, or remove ${out} to start over`),
+    );
+    await expect(runHistoryCommand([...live, '--resume'], deps())).rejects.toThrow(
+      new UsageError(
+        `nothing to resume: ${out}.checkpoint.json does not exist (an export keeps it only while it is unfinished)`,
+      ),
+    );
+    // Removed by hand: the same command exports it again, as the README's 'remove the export' reads;
+    // so it does beside a finished export's checkpoint (done), left by a run killed before removing it.
     rmSync(out);
+    writeFileSync(
+      `${out}.checkpoint.json`,
+      JSON.stringify({ format: 'ndjson', cursor: null, rows: 120, bytes: 1, parts: 0, done: true }),
+    );
     expect(JSON.parse(await runHistoryCommand(live, deps())).rows).toBe(120);
     expect(readFileSync(out, 'utf8').trim().split('\n')).toHaveLength(120);
+    expect(existsSync(`${out}.checkpoint.json`)).toBe(false);
     // Nor is anything more than an empty export, whatever its checkpoint says.
     const other = join(dir, 'not-empty.ndjson');
     writeFileSync(other, '{"someone":"else"}\n');

@@ -67,6 +67,9 @@ function ordinary(name: string): boolean {
   if (!/^[A-Z][A-Z0-9_]*$/.test(name)) return true;
   if (ORDINARY.has(name) || READ_ELSEWHERE.has(name)) return true;
   if (/^(NODE|NPM|LC|XDG)_/.test(name)) return true;
+  // libpq's PGHOST, PGPORT, PGUSER, PGSSLMODE...: the PostgreSQL driver (pg) reads them for what
+  // POSTGRES_URL leaves out, so they are not ignored (PGPORT is no misspelled PORT).
+  if (/^PG[A-Z]/.test(name)) return true;
   return SERVICE_LINK.test(name);
 }
 

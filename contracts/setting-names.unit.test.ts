@@ -61,6 +61,19 @@ describe('unknownSettings: the variables meant as a setting that none is', () =>
     expect(unknownSettings(env)).toEqual([]);
   });
 
+  it("names none of libpq's PG* variables: the PostgreSQL driver reads them where POSTGRES_URL leaves a part out", () => {
+    expect(
+      unknownSettings({
+        PGHOST: 'db',
+        PGPORT: '5433',
+        PGUSER: 'signal',
+        PGPASSWORD: 'x',
+        PGDATABASE: 'signals',
+        PGSSLMODE: 'require',
+      }),
+    ).toEqual([]);
+  });
+
   it('knows every variable docker-compose.yml reads that is no setting', () => {
     const compose = readFileSync(new URL('../docker-compose.yml', import.meta.url), 'utf8');
     const read = new Set([...compose.matchAll(/\$\{([A-Z][A-Z0-9_]*)/g)].map((m) => m[1]!));

@@ -19,7 +19,7 @@ import {
   TIMEFRAME_MS,
   type Timeframe,
 } from '../../contracts/market.ts';
-import { dayBlockInterval } from '../engine/evaluate/bootstrap.ts';
+import { seededRandom } from '../engine/evaluate/bootstrap.ts';
 import { wilson } from '../engine/evaluate/stats.ts';
 import { defaultCarry } from '../engine/funding/default-carry.ts';
 import { defaultBaselines } from '../engine/signals/default-baselines.ts';
@@ -290,45 +290,57 @@ export function riskBlocks(cells: readonly { day: number; cell: Cell }[], blockD
 
 /** Resamples of the risk intervals: the evaluation's count (docs/evaluation-risk.md). */
 const RISK_RESAMPLES = 200;
+/** The resamples' seed: a record gives the same intervals wherever it is computed (live, `history score`). */
+const RISK_SEED = 20_251_122;
 
-function sumOf(blocks: readonly (readonly RiskBlock[])[], f: (b: RiskBlock) => number): number {
-  let t = 0;
-  for (const day of blocks) for (const b of day) t += f(b);
-  return t;
+type Interval = { low: number; high: number };
+
+/** The 95 % percentile interval of the first `n` of `values` (sorted here), as dayBlockInterval takes it. */
+function percentiles(values: Float64Array, n: number): Interval | null {
+  if (n === 0) return null;
+  const sorted = values.subarray(0, n).sort();
+  const q = (p: number) => sorted[Math.min(n - 1, Math.max(0, Math.floor(p * n)))]!;
+  return { low: round(q(0.025), 6), high: round(q(0.975), 6) };
 }
 
 /**
- * The 95 % block-bootstrap interval of `stat` over `blocks` (seeded, so a record gives the same
- * interval wherever it is computed); null on fewer than MIN_INTERVAL_BLOCKS blocks, where a
- * resample says little (one block resamples to the estimate itself).
+ * The 95 % block-bootstrap intervals of σ served ÷ realised and of the coverage over `blocks`,
+ * both from the same resamples (whole blocks drawn with replacement, seeded); null on fewer than
+ * MIN_INTERVAL_BLOCKS blocks, where a resample says little (one block resamples to the estimate).
  */
-function riskInterval(
-  blocks: readonly RiskBlock[],
-  stat: (blocks: readonly (readonly RiskBlock[])[]) => number,
-): { low: number; high: number } | null {
-  if (blocks.length < MIN_INTERVAL_BLOCKS) return null;
-  const ci = dayBlockInterval(
-    blocks.map((b) => [b]),
-    stat,
-    { resamples: RISK_RESAMPLES },
-  );
-  return Number.isFinite(ci.low) && Number.isFinite(ci.high)
-    ? { low: round(ci.low, 6), high: round(ci.high, 6) }
-    : null;
+function riskIntervals(blocks: readonly RiskBlock[]): {
+  sigmaRatio: Interval | null;
+  coverage: Interval | null;
+} {
+  const m = blocks.length;
+  if (m < MIN_INTERVAL_BLOCKS) return { sigmaRatio: null, coverage: null };
+  const rnd = seededRandom(RISK_SEED);
+  const ratios = new Float64Array(RISK_RESAMPLES);
+  const coverages = new Float64Array(RISK_RESAMPLES);
+  let nr = 0;
+  let nc = 0;
+  for (let i = 0; i < RISK_RESAMPLES; i++) {
+    let served = 0;
+    let realised = 0;
+    let covered = 0;
+    let points = 0;
+    for (let k = 0; k < m; k++) {
+      const b = blocks[Math.floor(rnd() * m)]!;
+      served += b.sigma2;
+      realised += b.realised2;
+      covered += b.covered;
+      points += b.points;
+    }
+    if (realised > 0) ratios[nr++] = Math.sqrt(served / realised);
+    if (points > 0) coverages[nc++] = covered / points;
+  }
+  return { sigmaRatio: percentiles(ratios, nr), coverage: percentiles(coverages, nc) };
 }
-
-const sigmaRatioOf = (blocks: readonly (readonly RiskBlock[])[]) => {
-  const realised = sumOf(blocks, (b) => b.realised2);
-  return realised > 0 ? Math.sqrt(sumOf(blocks, (b) => b.sigma2) / realised) : Number.NaN;
-};
-const coverageOf = (blocks: readonly (readonly RiskBlock[])[]) => {
-  const n = sumOf(blocks, (b) => b.points);
-  return n > 0 ? sumOf(blocks, (b) => b.covered) / n : Number.NaN;
-};
 
 /** The risk record of `c`, its intervals resampled over `blocks` (c's points, per block). */
 function riskOf(c: Cell, blocks: readonly RiskBlock[]): RiskRecord {
   const n = c.riskPoints;
+  const intervals = riskIntervals(blocks);
   return {
     points: n,
     covered: c.riskCovered,
@@ -336,8 +348,8 @@ function riskOf(c: Cell, blocks: readonly RiskBlock[]): RiskRecord {
     nominalCoverage: n > 0 ? round(c.riskNominalMilli / n / 1000, 6) : null,
     sigmaRatio: c.realised2 > 0 ? round(Math.sqrt(c.sigma2 / c.realised2), 6) : null,
     blocks: blocks.length,
-    sigmaRatioInterval: riskInterval(blocks, sigmaRatioOf),
-    coverageInterval: riskInterval(blocks, coverageOf),
+    sigmaRatioInterval: intervals.sigmaRatio,
+    coverageInterval: intervals.coverage,
     unscored: c.riskUnscored,
   };
 }

@@ -11,7 +11,7 @@ export const DAY_MS = 86_400_000;
 const BOOTSTRAP_RESAMPLES = 400;
 
 /** Small, fast, seeded PRNG (mulberry32). */
-function seededRandom(seed: number): () => number {
+export function seededRandom(seed: number): () => number {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;

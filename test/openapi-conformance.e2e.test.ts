@@ -1168,6 +1168,17 @@ describe('the OpenAPI document describes every real answer', () => {
       ...none,
     });
     expect(answered.get('www-authenticate')).toContain('error="invalid_token"');
+    await conform({
+      method: 'POST',
+      template: signin,
+      body: list,
+      headers: signedIn,
+      secondAuthorization: `Bearer ${tokens.access_token}`,
+      status: 400,
+      sends: ['www-authenticate'],
+      ...none,
+    });
+    expect(answered.get('www-authenticate')).toContain('error="invalid_request"');
     await conform({ method: 'GET', template: signin, headers: signedIn, status: 400, ...none });
     await methodsAsAnswered(signin, signedIn);
     await conform({

@@ -11,7 +11,12 @@ import { JSON_UTF8 } from '../../shared/media-types.ts';
 import { sentValues } from '../../shared/raw-headers.ts';
 import { onResponseClosed } from '../../shared/response-closed.ts';
 import { answeredBy } from '../answer-at-turn-end.ts';
-import { errorHandler, rpcErrorBodyWithService, rpcErrorWithService } from '../errors.ts';
+import {
+  errorHandler,
+  RepeatedHeaderError,
+  rpcErrorBodyWithService,
+  rpcErrorWithService,
+} from '../errors.ts';
 import { codesText, documented, RESPONSE_HEADERS, type ResponseDoc, undocumented } from '../openapi.ts';
 import { envelopeRefusal } from './envelope.ts';
 import { MCP_INVALID_REQUEST } from './error-codes.ts';
@@ -59,6 +64,8 @@ export interface SignInGate {
   path: string;
   /** Throws the catalog's SERVICE_UNAVAILABLE (503, Retry-After) when the token cannot be checked now. */
   authenticate(request: FastifyRequest): Promise<SignInOutcome>;
+  /** The WWW-Authenticate challenge of a request refused as malformed (RFC 6750 invalid_request). */
+  invalidRequest(request: FastifyRequest, description: string): string;
 }
 
 /** The caller a sign-in path authenticated, for the transports that identify callers again. */
@@ -197,14 +204,22 @@ interface McpDocs {
 function mcpDocs(
   base: { summary: string; description: string; tags: string[]; auth: 'bearer' | 'bearer-optional' },
   extra: Record<number, ResponseDoc> = {},
+  /** Headers a 400 of every method may carry besides its own. */
+  badRequestHeaders: Record<string, string> = {},
 ): McpDocs {
-  const doc = (what: string, responses: Record<number, ResponseDoc>, body?: typeof MCP_BODY) =>
-    documented({
+  const doc = (what: string, responses: Record<number, ResponseDoc>, body?: typeof MCP_BODY) => {
+    const badRequest = responses[400];
+    const withHeaders =
+      badRequest === undefined || Object.keys(badRequestHeaders).length === 0
+        ? responses
+        : { ...responses, 400: { ...badRequest, headers: { ...badRequest.headers, ...badRequestHeaders } } };
+    return documented({
       ...base,
       summary: `${base.summary}: ${what}`,
       ...(body ? { body } : {}),
-      responses: { ...responses, ...extra },
+      responses: { ...withHeaders, ...extra },
     });
+  };
   return {
     POST: doc('send JSON-RPC messages', POST_RESPONSES, MCP_BODY),
     GET: doc("open the session's event stream", GET_RESPONSES),
@@ -246,6 +261,10 @@ const SIGNIN_DOCS = mcpDocs(
       ),
       headers: { 'Retry-After': 'seconds to wait before retrying' },
     },
+  },
+  {
+    'www-authenticate':
+      'With Authorization sent more than once (data.code BAD_REQUEST): Bearer resource_metadata="<origin>/.well-known/oauth-protected-resource/mcp/signin", scope="mcp", error="invalid_request" and error_description (RFC 6750 §3.1)',
   },
 );
 
@@ -692,6 +711,13 @@ function signInRoutes(app: FastifyInstance, gate: SignInGate, route: RouteHandle
       handler: route,
       config: docOf(SIGNIN_DOCS, method),
       onRequest: signInGate(gate),
+      // Authorization sent twice (refused 400 by the app's hook before the gate runs) is a Bearer
+      // request sending its token more than one way: RFC 6750 §3.1 invalid_request, with the challenge.
+      onError: async (request, reply, error) => {
+        if (error instanceof RepeatedHeaderError && error.header === 'Authorization') {
+          reply.header('www-authenticate', gate.invalidRequest(request, error.message));
+        }
+      },
     });
   }
 }

@@ -3,9 +3,12 @@ import { MCP_SCOPE } from '../../../contracts/oauth.ts';
 import type { KeyRecord } from '../../keys/key-registry.ts';
 import { type Caller, keyCaller } from '../../metering/caller.ts';
 
-/** Why a request to /mcp/signin is not served; `invalid_token` when a token was presented. */
+/**
+ * Why a request to /mcp/signin is not served; `invalid_token` when a token was presented,
+ * `invalid_request` when the request is malformed (its Authorization sent twice).
+ */
 export type TokenRefusal = {
-  error: 'missing_token' | 'invalid_token' | 'insufficient_scope';
+  error: 'missing_token' | 'invalid_request' | 'invalid_token' | 'insufficient_scope';
   description: string;
 };
 

@@ -201,6 +201,8 @@ export function oauthSignIn(deps: OAuthSignInDeps): {
         });
       }
     },
+    invalidRequest: (request, description) =>
+      challenge(siteFor(request).resourceMetadataUrl, { error: 'invalid_request', description }),
   };
 
   const plugin: FastifyPluginAsync = async (app) => {

@@ -21,8 +21,9 @@ import type { EventStore } from '../../adapters/event-store/port.ts';
 import { makeDirectory } from '../../adapters/make-directory.ts';
 import { unservedAnswer } from '../../adapters/market/errors.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
+import { openReplayFeed } from '../../adapters/market/replay.ts';
 import { recordedAnchor } from '../../adapters/market/replay-anchor.ts';
-import { feedOptionsFromConfig, selectFeed } from '../../adapters/market/select.ts';
+import { feedOptionsFromConfig } from '../../adapters/market/select.ts';
 import type { Config } from '../../contracts/config.ts';
 import {
   HISTORY_FORMATS,
@@ -121,12 +122,16 @@ export interface CliDeps {
   /** The configured store, opened on demand (for --store). */
   openStore: () => Promise<EventStore>;
   /**
-   * The configured market feed on the deployment's clock (deploymentFeed), opened on demand (for
-   * --store): a read from the store reveals on its clock, as the service does, and an --exchange or
-   * --timeframe the log holds no verdict of is judged by it, as the service judges it. Absent or
-   * null: none asked, and the reveal clock is wall time (a live feed's).
+   * The configured market feed, opened on demand (for --store) and only for an --exchange or
+   * --timeframe the log holds no verdict of, which it judges as the service judges it. Absent or
+   * null: none asked.
    */
   openFeed?: () => Promise<MarketFeed | null>;
+  /**
+   * The replay whose clock a read from the store reveals on (deploymentReplay), opened on demand
+   * (for --store). Absent or null: wall time, a live deployment's.
+   */
+  openReplay?: () => Promise<MarketFeed | null>;
   /** Progress bars go here (stderr); null: no bar. */
   progress: NodeJS.WritableStream | null;
   fetch?: typeof fetch;
@@ -237,19 +242,22 @@ function urlSource(
 }
 
 /**
- * The market feed the service is configured with (FEED, MARKET_DATA_DIR, REPLAY_*, LIVE_EXCHANGES,
- * ...), opened as the service opens it and on the deployment's clock: a replay's is REPLAY_ANCHOR's,
- * else the one the log records (`ReplayClockAnchored`, which every process of the deployment
- * adopts), read and never written; with neither, the one a service opened now would record. A
- * read from the store reveals on revealClock(feed), as GET /api/verdicts does. Its choice is not
- * logged; close it when done.
+ * The replay whose clock a read from the store reveals on (revealClock over it, as GET
+ * /api/verdicts reveals on the service's feed), or null for wall time. Decided as the service's
+ * clock is, from the settings and the log, never by asking the venues (FEED=auto's probe may answer
+ * otherwise here than it did for the service): FEED=live serves on wall time; any other FEED on the
+ * replay clock REPLAY_ANCHOR sets, else on the one the log records (`ReplayClockAnchored`, which
+ * every replaying process of the deployment adopts; read, never written), else on wall time (no
+ * process replayed on this log). The replay is opened over the configured data as the service opens
+ * it (openReplayFeed); its opening is not logged; close it when done.
  */
-export async function deploymentFeed(config: Config, store: EventStore): Promise<MarketFeed> {
-  const { feed } = await selectFeed({
-    ...feedOptionsFromConfig(config),
-    anchorStore: async (proposal) => (await recordedAnchor(store)) ?? proposal,
-  });
-  return feed;
+export async function deploymentReplay(config: Config, store: EventStore): Promise<MarketFeed | null> {
+  if (config.FEED === 'live') return null;
+  const { replay } = feedOptionsFromConfig(config);
+  if (config.REPLAY_ANCHOR !== undefined) return openReplayFeed(replay);
+  const recorded = await recordedAnchor(store);
+  if (recorded === undefined) return null;
+  return openReplayFeed({ ...replay, anchorStore: async () => recorded });
 }
 
 function storeSource(store: EventStore, filter: HistoryFilter, now: () => number): Source {
@@ -848,7 +856,7 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
     }
     if (values.store) {
       const store = await deps.openStore();
-      return storeSource(store, filter, revealClock((await deps.openFeed?.()) ?? null));
+      return storeSource(store, filter, revealClock((await deps.openReplay?.()) ?? null));
     }
     throw new UsageError('say where the history is: --url URL --key KEY, or --store');
   };
@@ -863,7 +871,7 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
       return exportCommand(
         values,
         deps,
-        storeSource(store, filter, revealClock((await deps.openFeed?.()) ?? null)),
+        storeSource(store, filter, revealClock((await deps.openReplay?.()) ?? null)),
         filter,
         true,
         store,

@@ -2,13 +2,14 @@
 import '../shared/node-version.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
+import { feedOptionsFromConfig, selectFeed } from '../../adapters/market/select.ts';
 import type { Config } from '../../contracts/config.ts';
 import { type Adapters, openAdapters } from '../adapters.ts';
 import { commandLineConfig } from '../shared/cli-config.ts';
 import { commandLineLogger, failureText, openedOrExit } from '../shared/cli-failure.ts';
 import { exitFlushed } from '../shared/exit-flushed.ts';
 import {
-  deploymentFeed,
+  deploymentReplay,
   ExportInterruptedError,
   ForeignCursorError,
   runHistoryCommand,
@@ -27,6 +28,7 @@ if (argv.length === 0 || argv[0] === '--help' || argv[0] === 'help') {
 }
 let adapters: Adapters | null = null;
 let feed: MarketFeed | null = null;
+let replay: MarketFeed | null = null;
 let config: Config | null = null;
 // A refused setting is told in the service's words, exit 2 as a DATA_DIR without a log (verify's
 // 1 means a broken chain): nothing was read.
@@ -46,12 +48,19 @@ try {
   };
   const output = await runHistoryCommand(argv, {
     progress: process.stderr,
-    // The feed the service is configured with, on the deployment's clock (REPLAY_ANCHOR, else the
-    // log's record, which is read, not written): a read from the store reveals on it, and an
-    // --exchange or --timeframe is judged by it. Its choice is not logged.
+    // The feed the service is configured with (FEED, MARKET_DATA_DIR, LIVE_EXCHANGES, ...), asked
+    // only whether it serves a venue or timeframe: a replay's clock is not run, nothing is
+    // written, and its choice is not logged.
     async openFeed() {
-      feed ??= await deploymentFeed(await configured(), await openStore());
+      const options = feedOptionsFromConfig(await configured());
+      feed ??= (await selectFeed({ ...options, replay: { ...options.replay, run: false } })).feed;
       return feed;
+    },
+    // The deployment's replay clock (REPLAY_ANCHOR, else the log's record, read and not written),
+    // or null for wall time: a read from the store reveals on it. No venue is asked.
+    async openReplay() {
+      replay ??= await deploymentReplay(await configured(), await openStore());
+      return replay;
     },
     openStore,
   });
@@ -85,6 +94,7 @@ try {
 } finally {
   await (adapters as Adapters | null)?.close();
   await (feed as MarketFeed | null)?.close();
+  await (replay as MarketFeed | null)?.close();
 }
 // Only once the output is all written: a pipe takes 64 KiB at a time.
 await exitFlushed(code);

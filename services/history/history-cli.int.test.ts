@@ -24,7 +24,7 @@ import { HOUR, recordHistory, startHistoryServer } from '../../test/history-harn
 import { verdictStream } from '../engine/verdict-recorder.ts';
 import {
   type CliDeps,
-  deploymentFeed,
+  deploymentReplay,
   ExportInterruptedError,
   ForeignCursorError,
   runHistoryCommand,
@@ -194,8 +194,19 @@ describe('npm run history', () => {
     expect(summary.rows).toBe(rows.length);
   });
 
-  it("reveals from the store on the deployment's replay clock, recorded on the log or set by REPLAY_ANCHOR, as the service does, not on wall time", async () => {
-    for (const clock of ['recorded', 'REPLAY_ANCHOR'] as const) {
+  it("reveals from the store on the deployment's clock, decided from the settings and the log as the service's, never by a venue probe", async () => {
+    // FEED=auto (.env.example's) and no venue reachable from the test: a probe would replay here
+    // whatever the deployment did. The clock is the replay's when REPLAY_ANCHOR sets it or the log
+    // records it (every replaying process of the deployment adopts the record), else wall time (a
+    // live deployment, FEED=live's whatever the log holds).
+    const cases = [
+      { clock: 'recorded', feed: 'auto', replayed: true },
+      { clock: 'REPLAY_ANCHOR', feed: 'auto', replayed: true },
+      { clock: 'none', feed: 'auto', replayed: false },
+      { clock: 'recorded', feed: 'live', replayed: false },
+    ] as const;
+    for (const { clock, feed: mode, replayed } of cases) {
+      const name = `${clock} ${mode}`;
       const replay = await recordHistory({ steps: 12, store: new MemoryEventStore() });
       const at = new Date(replay.feed.now()).toISOString();
       // The deployment's replay clock, here stopped at the fixture's feed time (speed 0), which is
@@ -214,16 +225,18 @@ describe('npm run history', () => {
         EVENT_STORE: 'memory',
         NODE_ENV: 'test',
         LOG_LEVEL: 'silent',
-        FEED: 'replay',
+        FEED: mode,
+        FEED_PROBE_TIMEOUT_MS: '200',
         MARKET_DATA_DIR: SHIPPED_MARKET_DIR,
-        ...(clock === 'REPLAY_ANCHOR'
-          ? { REPLAY_START: at, REPLAY_SPEED: '0', REPLAY_ANCHOR: new Date().toISOString() }
-          : {}),
+        // A replay's settings a live deployment leaves in place: its clock is still wall time.
+        REPLAY_START: at,
+        REPLAY_SPEED: '0',
+        ...(clock === 'REPLAY_ANCHOR' ? { REPLAY_ANCHOR: new Date().toISOString() } : {}),
       });
-      const feed = await deploymentFeed(config, replay.store);
+      const feed = await deploymentReplay(config, replay.store);
       const replayServer = await startHistoryServer({ store: replay.store, feed: replay.feed });
       try {
-        expect(new Date(feed.now()).toISOString(), clock).toBe(at);
+        expect(feed === null ? null : new Date(feed.now()).toISOString(), name).toBe(replayed ? at : null);
         await replayServer.settle();
         const res = await fetch(`${replayServer.url}/api/verdicts`, {
           headers: { authorization: `Bearer ${await replayServer.issue()}` },
@@ -233,22 +246,23 @@ describe('npm run history', () => {
           .split('\n')
           .map((l) => JSON.parse(l) as HistoryRow);
         // Wall time is past every reveal time of 2025's data: read on it, the last verdicts, whose
-        // six candles have not closed on the feed's clock, would come out revealed.
-        expect(servedRows.filter((r) => !r.revealed).length, clock).toBeGreaterThan(0);
-        const out = join(dir, `replay-clock-${clock}.ndjson`);
-        const cli = { openStore: async () => replay.store, openFeed: async () => feed, progress: null };
+        // six candles have not closed on the feed's clock, come out revealed.
+        expect(servedRows.filter((r) => !r.revealed).length, name).toBeGreaterThan(0);
+        const expected = replayed ? servedRows : servedRows.map((r) => ({ ...r, revealed: true }));
+        const out = join(dir, `replay-clock-${clock}-${mode}.ndjson`);
+        const cli = { openStore: async () => replay.store, openReplay: async () => feed, progress: null };
         await runHistoryCommand(['export', '--store', '--out', out], cli);
         const exported = await collect(out);
-        const shown = (rows: HistoryRow[]) => rows.map((r) => [r.verdict_id, r.revealed, r.call]);
-        expect(shown(exported), clock).toEqual(shown(servedRows));
+        const shown = (rows: HistoryRow[]) => rows.map((r) => [r.verdict_id, r.revealed]);
+        expect(shown(exported), name).toEqual(shown(expected));
         const report = JSON.parse(await runHistoryCommand(['verify', '--store'], cli));
-        expect(report.rehashed, clock).toBe(servedRows.filter((r) => r.revealed).length);
+        expect(report.rehashed, name).toBe(expected.filter((r) => r.revealed).length);
         // Read, never written: the CLI records no clock of its own.
-        expect(await replay.store.readStream('replay-clock'), clock).toHaveLength(
+        expect(await replay.store.readStream('replay-clock'), name).toHaveLength(
           clock === 'recorded' ? 1 : 0,
         );
       } finally {
-        await feed.close();
+        await feed?.close();
         await replayServer.close();
         await replay.engine.close();
       }

@@ -19,6 +19,7 @@ import { nanos } from '@nats-io/nats-core';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { type Logger, pino } from 'pino';
 import { maskUrlCredentials } from '../../contracts/mask-url.ts';
+import { beforeAbort } from '../before-abort.ts';
 import { DependencyRefusedError } from '../dependency-refused.ts';
 import { ConsumeLoop } from './consume-loop.ts';
 import {
@@ -98,7 +99,7 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<NatsBus> 
     // Awaited here, so a failure's stack names connectNatsBus (the start-failure log shows it).
     return await retryTransient(
       () =>
-        untilAborted(
+        beforeAbort(
           openOnce(options, subjectPrefix, logger, requestTimeoutMs, startupTimeoutMs),
           options.signal,
           (bus) => bus.close(),
@@ -132,36 +133,6 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<NatsBus> 
       cause: err,
     });
   }
-}
-
-/**
- * `pending`, or the reason of `signal` as soon as it aborts; what `pending` still yields after that
- * is handed to `discard` (a connection made too late is closed, not left open).
- */
-function untilAborted<T>(
-  pending: Promise<T>,
-  signal: AbortSignal | undefined,
-  discard: (late: T) => Promise<void>,
-): Promise<T> {
-  if (!signal) return pending;
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => {
-      reject(signal.reason);
-      pending.then(discard).catch(() => undefined);
-    };
-    if (signal.aborted) return onAbort();
-    signal.addEventListener('abort', onAbort, { once: true });
-    pending.then(
-      (value) => {
-        signal.removeEventListener('abort', onAbort);
-        resolve(value);
-      },
-      (err: unknown) => {
-        signal.removeEventListener('abort', onAbort);
-        reject(err);
-      },
-    );
-  });
 }
 
 /** An error and the causes it wraps, five deep at most (the driver wraps the socket's error). */

@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import type { z } from 'zod';
+import { beforeAbort } from '../../adapters/before-abort.ts';
 import { type EventStore, EventStoreUnavailableError } from '../../adapters/event-store/port.ts';
 import {
   MarketDataError,
@@ -31,7 +32,7 @@ import {
   type TradeCall,
 } from '../../contracts/tools.ts';
 import { verdictVerifyUrl } from '../../contracts/verify-url.ts';
-import { beforeAbort, WorkSlices } from '../shared/stoppable-work.ts';
+import { WorkSlices } from '../shared/stoppable-work.ts';
 import { keptAnswer } from './answer-revisions.ts';
 import { forEachLimited } from './for-each-limited.ts';
 import { isFresh } from './funding-arb.ts';

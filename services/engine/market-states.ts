@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import { beforeAbort } from '../../adapters/before-abort.ts';
 import { EventStoreUnavailableError } from '../../adapters/event-store/port.ts';
 import { KeyedLock } from '../../adapters/keyed-lock.ts';
 import { MarketDataError } from '../../adapters/market/errors.ts';
@@ -11,7 +12,7 @@ import {
   TIMEFRAME_MS,
   type Timeframe,
 } from '../../contracts/market.ts';
-import { beforeAbort, WorkSlices } from '../shared/stoppable-work.ts';
+import { WorkSlices } from '../shared/stoppable-work.ts';
 import { createMarketState, ENGINE_VERSION, type MarketState } from './signals/index.ts';
 import type { SavedBandScales } from './signals/market-state.ts';
 import { longestVarianceHalfLife } from './signals/volatility.ts';

@@ -1,9 +1,9 @@
 import type { Logger } from 'pino';
+import { beforeAbort } from '../../adapters/before-abort.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
 import type { Config } from '../../contracts/config.ts';
 import { type Exchange, marketKey, type Timeframe } from '../../contracts/market.ts';
 import type { RunFailure } from '../shared/run-failure.ts';
-import { beforeAbort } from '../shared/stoppable-work.ts';
 import { defaultExchange, type SignalEngine, scheduledCoins } from './engine.ts';
 import { forEachLimited } from './for-each-limited.ts';
 import { describeFailure } from './operation-errors.ts';

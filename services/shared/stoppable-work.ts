@@ -68,30 +68,3 @@ function resumeOne(): void {
   if (waiting.length > 0) setImmediate(resumeOne);
   resume?.();
 }
-
-/**
- * `work`'s outcome, or the signal's reason once it is aborted first: a stop need not wait for a
- * read whose answer nothing would use (a venue listing, a market's candles). The read goes on
- * and its outcome is dropped. Without a signal, `work` itself.
- */
-export function beforeAbort<T>(work: Promise<T>, signal?: AbortSignal): Promise<T> {
-  if (signal === undefined) return work;
-  if (signal.aborted) {
-    work.catch(() => undefined);
-    return Promise.reject(signal.reason);
-  }
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason);
-    signal.addEventListener('abort', onAbort, { once: true });
-    work.then(
-      (value) => {
-        signal.removeEventListener('abort', onAbort);
-        resolve(value);
-      },
-      (err: unknown) => {
-        signal.removeEventListener('abort', onAbort);
-        reject(err);
-      },
-    );
-  });
-}

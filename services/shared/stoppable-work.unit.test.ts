@@ -1,6 +1,5 @@
-import { getEventListeners } from 'node:events';
 import { describe, expect, it } from 'vitest';
-import { beforeAbort, WorkSlices } from './stoppable-work.ts';
+import { WorkSlices } from './stoppable-work.ts';
 
 describe('WorkSlices', () => {
   it('does not begin once aborted, and throws at the first step after an abort', () => {
@@ -28,47 +27,6 @@ describe('WorkSlices', () => {
       for (;;) if (slices.due()) await slices.turn();
     })();
     await expect(turns).rejects.toMatchObject({ name: 'AbortError' });
-  });
-});
-
-describe('beforeAbort', () => {
-  it("is the work's outcome while not aborted", async () => {
-    const stop = new AbortController();
-    await expect(beforeAbort(Promise.resolve(7), stop.signal)).resolves.toBe(7);
-    await expect(beforeAbort(Promise.reject(new Error('venue down')), stop.signal)).rejects.toThrow(
-      'venue down',
-    );
-  });
-
-  it("leaves no listener on the signal once the work settles: one signal serves a process's every read", async () => {
-    const stop = new AbortController();
-    for (let i = 0; i < 50; i++) {
-      await beforeAbort(Promise.resolve(i), stop.signal);
-      await beforeAbort(Promise.reject(new Error('venue down')), stop.signal).catch(() => undefined);
-    }
-    expect(getEventListeners(stop.signal, 'abort')).toHaveLength(0);
-  });
-
-  it('is the abort once aborted first, and the work failing after it is no unhandled rejection', async () => {
-    const stop = new AbortController();
-    let fail!: (err: Error) => void;
-    const work = new Promise<number>((_, reject) => {
-      fail = reject;
-    });
-    const given = beforeAbort(work, stop.signal);
-    stop.abort();
-    await expect(given).rejects.toMatchObject({ name: 'AbortError' });
-    const unhandled: unknown[] = [];
-    const onUnhandled = (reason: unknown) => unhandled.push(reason);
-    process.on('unhandledRejection', onUnhandled);
-    try {
-      fail(new Error('late'));
-      await expect(beforeAbort(work, stop.signal)).rejects.toMatchObject({ name: 'AbortError' });
-      await new Promise((resolve) => setImmediate(resolve));
-    } finally {
-      process.off('unhandledRejection', onUnhandled);
-    }
-    expect(unhandled).toEqual([]);
   });
 });
 

@@ -5,7 +5,7 @@ import ipaddr from 'ipaddr.js';
 import { z } from 'zod';
 import { EXCHANGES, Exchange, Timeframe } from './market.ts';
 import { maskUrlCredentials } from './mask-url.ts';
-import { parseCidrList, parsePortPolicy, splitList } from './setting-lists.ts';
+import { type Cidr, parseCidrList, parsePortPolicy, splitList } from './setting-lists.ts';
 
 /**
  * Service configuration, read from the environment and validated at start. Every variable is
@@ -298,10 +298,9 @@ export const ConfigSchema = z
      */
     TRUST_PROXY: z
       .string()
-      .regex(
-        /^$|^\d{1,2}$|^[0-9a-fA-F.:]+(\/\d{1,3})?(,[0-9a-fA-F.:]+(\/\d{1,3})?)*$/,
-        'empty, a hop count, or comma-separated proxy addresses/CIDRs',
-      )
+      // What the list may hold at all (digits, an address's or prefix's characters, commas and
+      // spaces): a word is told as no such value.
+      .regex(/^[0-9a-fA-F.:/,\s]*$/, 'empty, a hop count, or comma-separated proxy addresses/CIDRs')
       // Read here once (parseTrustProxy): an address or prefix the pattern lets through but that
       // is no address (`10.0.0.0/33`) stops the start naming the variable, not the listener later.
       .refine((value) => {
@@ -473,14 +472,14 @@ export const ConfigSchema = z
     REPLAY_ANCHOR: instant.optional(),
     LIVE_EXCHANGES: z
       .string()
-      .transform((s) => s.split(',').map((x) => x.trim().toUpperCase()))
+      .transform((s) => splitList(s).map((x) => x.toUpperCase()))
       .pipe(z.array(Exchange).min(1))
       .default([...EXCHANGES]),
     FEED_PROBE_TIMEOUT_MS: timerMs.default(3_000),
     /** Timeframes the engine computes verdicts for on every candle close. */
     SCHEDULE_TIMEFRAMES: z
       .string()
-      .transform((s) => (s.trim() === '' ? [] : s.split(',').map((x) => x.trim())))
+      .transform(splitList)
       .pipe(z.array(Timeframe))
       .default(['15m', '1h', '4h']),
     /**
@@ -489,7 +488,7 @@ export const ConfigSchema = z
      */
     SCHEDULE_EXCHANGE: z
       .string()
-      .transform((s) => s.split(',').map((x) => x.trim().toUpperCase()))
+      .transform((s) => splitList(s).map((x) => x.toUpperCase()))
       .pipe(z.array(Exchange).min(1))
       .optional(),
     /** The scheduled markets: the venue's top N by open interest or volume. */
@@ -726,7 +725,7 @@ export const ConfigSchema = z
     /** Ports a webhook URL may name: `443`, a list `443,8443`, ranges `8000-8999`, or `*`. */
     WEBHOOK_ALLOWED_PORTS: z
       .string()
-      .regex(/^(\*|\d{1,5}(-\d{1,5})?(,\d{1,5}(-\d{1,5})?)*)$/, 'ports and ranges, comma-separated, or *')
+      .regex(/^(\s*\*\s*|[\d\s,-]*)$/, 'ports and ranges, comma-separated, or *')
       // The pattern lets 99999 or 9000-8000 through: read here by the webhooks slice's own parser,
       // so it is refused naming the variable, not by that slice's start with a line that does not.
       .refine(
@@ -1077,29 +1076,25 @@ export interface TrustProxy {
 }
 
 /**
- * Parses TRUST_PROXY: empty = none, a hop count, or comma-separated addresses/CIDRs. Matching is
- * proxy-addr's (what Fastify did with the list before): an IPv4-mapped IPv6 entry or peer is read
- * as IPv4, and an IPv6 range matches an IPv4 peer by its mapped form. Throws on an entry that is
- * no address or prefix.
+ * Parses TRUST_PROXY: empty = none, a hop count, or comma-separated addresses/CIDRs read as every
+ * such list setting is (parseCidrList: entries trimmed, empty ones dropped; a list of none believes
+ * none). Matching is proxy-addr's (what Fastify did with the list before): an IPv4-mapped IPv6
+ * entry or peer is read as IPv4, and an IPv6 range matches an IPv4 peer by its mapped form. Throws
+ * on an entry that is no address or prefix.
  */
 export function parseTrustProxy(value: string): TrustProxy {
   const trimmed = value.trim();
-  if (trimmed === '') return { any: false, trusts: () => false, peer: () => false };
   if (/^\d+$/.test(trimmed)) {
     const hops = Number(trimmed);
     return { any: hops > 0, trusts: (_address, hop) => hop < hops, peer: () => hops > 0 };
   }
-  const ranges = trimmed.split(',').map((part): [ipaddr.IPv4 | ipaddr.IPv6, number] => {
-    const entry = part.trim();
-    let [ip, bits] = entry.includes('/')
-      ? ipaddr.parseCIDR(entry)
-      : [ipaddr.parse(entry), entry.includes(':') ? 128 : 32];
+  const ranges = parseCidrList(trimmed).map(([ip, bits]): Cidr => {
     if (ip.kind() === 'ipv6' && (ip as ipaddr.IPv6).isIPv4MappedAddress() && bits >= 96) {
-      ip = (ip as ipaddr.IPv6).toIPv4Address();
-      bits -= 96;
+      return [(ip as ipaddr.IPv6).toIPv4Address(), bits - 96];
     }
     return [ip, bits];
   });
+  if (ranges.length === 0) return { any: false, trusts: () => false, peer: () => false };
   const matches = (address: string): boolean => {
     if (!ipaddr.isValid(address)) return false;
     const ip = ipaddr.process(address);

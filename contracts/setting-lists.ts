@@ -17,12 +17,17 @@ export function splitList(raw: string): string[] {
 /** Which ports a webhook URL may name (WEBHOOK_ALLOWED_PORTS). */
 export type PortPolicy = (port: number) => boolean;
 
-/** `443`, `443,8443`, `1024-65535`, or `*` for any; throws naming the first part that is no port or range. */
+/**
+ * `443`, `443,8443`, `1024-65535`, or `*` for any, split as every list setting (splitList); throws
+ * naming the first part that is no port or range, or on a list of none.
+ */
 export function parsePortPolicy(raw: string): PortPolicy {
   const spec = raw.trim();
   if (spec === '*') return () => true;
-  const ranges = spec.split(',').map((part) => {
-    const [from, to = from] = part.trim().split('-');
+  const parts = splitList(spec);
+  if (parts.length === 0) throw new Error('no port or port range');
+  const ranges = parts.map((part) => {
+    const [, from, to = from] = /^(\d{1,5})(?:-(\d{1,5}))?$/.exec(part) ?? [];
     const lo = Number(from);
     const hi = Number(to);
     if (!Number.isInteger(lo) || !Number.isInteger(hi) || lo < 1 || hi > 65_535 || lo > hi) {
@@ -37,8 +42,9 @@ export function parsePortPolicy(raw: string): PortPolicy {
 export type Cidr = [ipaddr.IPv4 | ipaddr.IPv6, number];
 
 /**
- * Addresses and CIDRs, comma-separated (WEBHOOK_TEST_ALLOW_CIDRS); an address alone is its /32
- * or /128. Throws (ipaddr.js's error) on an entry that is neither.
+ * Addresses and CIDRs, comma-separated (WEBHOOK_TEST_ALLOW_CIDRS, TRUST_PROXY's list), split as
+ * every list setting (splitList); an address alone is its /32 or /128. Throws (ipaddr.js's error)
+ * on an entry that is neither.
  */
 export function parseCidrList(raw: string): Cidr[] {
   return splitList(raw).map((entry) =>

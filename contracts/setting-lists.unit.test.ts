@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { loadConfig } from './config.ts';
+import { loadConfig, parseTrustProxy } from './config.ts';
 import { parseCidrList, parsePortPolicy, splitList } from './setting-lists.ts';
 
 const takes = (parse: () => unknown) => {
@@ -24,11 +24,19 @@ describe('the list settings: the configuration refuses what the run-time parser 
       '99999',
       '9000-8000',
       '443,0-1',
+      '443,,',
+      ' 443 , 8000-8999 ',
+      ',',
+      '1-2-3',
+      '443-',
     ]) {
       expect(configTakes({ WEBHOOK_ALLOWED_PORTS: spec }), spec).toBe(takes(() => parsePortPolicy(spec)));
     }
     expect(parsePortPolicy('443,8000-8999')(8443)).toBe(true);
     expect(parsePortPolicy('443,8000-8999')(9000)).toBe(false);
+    expect(parsePortPolicy('443,,')(443)).toBe(true);
+    expect(() => parsePortPolicy(',')).toThrow('no port');
+    expect(() => parsePortPolicy('1-2-3')).toThrow('"1-2-3"');
   });
 
   it('WEBHOOK_TEST_ALLOW_CIDRS', () => {
@@ -48,9 +56,46 @@ describe('the list settings: the configuration refuses what the run-time parser 
     ]);
   });
 
+  it('TRUST_PROXY: its list is read as WEBHOOK_TEST_ALLOW_CIDRS is, beside the hop counts and empty', () => {
+    for (const raw of [
+      '10.0.0.1,,',
+      ' 10.0.0.1 , 10.0.0.0/8 ',
+      '127.0.0.1/32, ::1',
+      '10.0.0.0/33',
+      '::1/129',
+      '10.0.0.1 10.0.0.2',
+      ',',
+    ]) {
+      expect(configTakes({ TRUST_PROXY: raw }), raw).toBe(takes(() => parseCidrList(raw)));
+      expect(
+        takes(() => parseTrustProxy(raw)),
+        raw,
+      ).toBe(takes(() => parseCidrList(raw)));
+    }
+    const listed = parseTrustProxy(loadConfig({ TRUST_PROXY: '10.0.0.1,,' }).TRUST_PROXY);
+    expect([listed.any, listed.trusts('10.0.0.1', 0), listed.trusts('10.0.0.2', 0)]).toEqual([
+      true,
+      true,
+      false,
+    ]);
+    // A list of no entry believes no one, as an empty value does.
+    expect(parseTrustProxy(' , ').any).toBe(false);
+    expect(parseTrustProxy(' , ').peer('10.0.0.1')).toBe(false);
+    for (const hops of ['0', '1', '2']) expect(configTakes({ TRUST_PROXY: hops }), hops).toBe(true);
+    expect(parseTrustProxy('2').trusts('203.0.113.9', 1)).toBe(true);
+    expect(parseTrustProxy('::ffff:10.0.0.1').trusts('10.0.0.1', 0)).toBe(true);
+    for (const word of ['yes', 'true', '10.0.0.0/8;rm'])
+      expect(configTakes({ TRUST_PROXY: word }), word).toBe(false);
+  });
+
   it('splits a comma-separated value into its trimmed entries, the empty ones dropped', () => {
     expect(splitList(' a, ,b,')).toEqual(['a', 'b']);
     expect(splitList('')).toEqual([]);
     expect(loadConfig({ CHAT_MODELS: ' m1, ,m2,' }).CHAT_MODELS).toEqual(['m1', 'm2']);
+    const venues = loadConfig({ LIVE_EXCHANGES: 'binance, ,OKX,', SCHEDULE_EXCHANGE: 'BINANCE,' });
+    expect([venues.LIVE_EXCHANGES, venues.SCHEDULE_EXCHANGE]).toEqual([['BINANCE', 'OKX'], ['BINANCE']]);
+    expect(loadConfig({ SCHEDULE_TIMEFRAMES: '1h,,4h ' }).SCHEDULE_TIMEFRAMES).toEqual(['1h', '4h']);
+    // A venue list of none is still refused: a feed or a schedule needs one.
+    expect(configTakes({ LIVE_EXCHANGES: ',' })).toBe(false);
   });
 });

@@ -82,8 +82,9 @@ export const USAGE = `${invocation('history')} <command> [options]
 Exit 2: a usage error (a filter refused here or by the service; from --store, a --coin the log
 holds no verdict of, or an --exchange or --timeframe it holds none of and the feed does not serve),
 a DATA_DIR or POSTGRES_SCHEMA that holds no event log, or a setting the service would refuse
-(nothing was read); 1: the command failed (verify: a broken link; a file of no row, or with fewer
-rows than its NDJSON trailer says; a store that does not answer; a file cut short).`;
+(nothing was read); 1: the command failed (verify: a broken link; a file, --url answer or --store
+read of no row; a file with fewer rows than its NDJSON trailer says; a store that does not answer;
+a file cut short).`;
 
 export class UsageError extends Error {}
 
@@ -741,6 +742,15 @@ function incompleteFile(path: string, report: ChainReport, trailers: TrailerCoun
   return null;
 }
 
+/**
+ * A read from the service (--url) or the log (--store) that gave no row verified nothing, as a file
+ * of no row does (null: it gave rows).
+ */
+function incompleteRead(source: string, report: ChainReport): string | null {
+  if (report.rows > 0 || report.firstBroken !== null) return null;
+  return `${source} gave no rows: 0 rows checked, so nothing is verified (a log of no verdict is no evidence)`;
+}
+
 /** The anchors `verify --anchors` checks against, read from the chain at --rpc. */
 async function chainAnchors(values: Record<string, unknown>): Promise<ChainAnchor[]> {
   const rpcUrl = values.rpc as string | undefined;
@@ -902,8 +912,14 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
         const report = await verifyRows(rows, anchors || recompute ? { onRow } : {});
         const recomputed = recompute?.report;
         const anchored = anchors?.finish();
-        // A file of no row, or short of its trailer's count, is not verified: there is nothing to verify.
-        const incomplete = path ? incompleteFile(path, report, trailers) : null;
+        // A file or read of no row, or a file short of its trailer's count, is not verified: there
+        // is nothing to verify.
+        const incomplete = path
+          ? incompleteFile(path, report, trailers)
+          : incompleteRead(
+              values.url ? `${String(values.url).replace(/\/$/, '')}/api/verdicts` : 'the log (--store)',
+              report,
+            );
         const passed =
           report.ok && incomplete === null && (recomputed?.mismatched ?? 0) === 0 && (anchored?.ok ?? true);
         // An anchor beyond the file: its last rows are verified by none (a cut file looks the

@@ -29,6 +29,7 @@ import {
   ForeignCursorError,
   runHistoryCommand,
   UsageError,
+  verifyExitCode,
 } from './cli-commands.ts';
 import { readExport } from './files.ts';
 
@@ -459,6 +460,45 @@ describe('npm run history', () => {
     expect((noStore as { code: number }).code).toBe(2);
     expect((noStore as { stderr: string }).stderr).toContain(`DATA_DIR=${mistyped} holds no event log`);
     expect(existsSync(mistyped)).toBe(false);
+  });
+
+  it('verify over --url or --store that reads no row fails as a file of no row: nothing is verified', async () => {
+    const incomplete = (source: string) =>
+      `${source} gave no rows: 0 rows checked, so nothing is verified (a log of no verdict is no evidence)`;
+    const empty = new MemoryEventStore();
+    const stored = JSON.parse(
+      await runHistoryCommand(['verify', '--store'], deps({ openStore: async () => empty })),
+    );
+    expect(stored).toMatchObject({
+      ok: false,
+      rows: 0,
+      firstBroken: null,
+      incomplete: incomplete('the log (--store)'),
+    });
+    expect(verifyExitCode(stored)).toBe(1);
+    const emptyServer = await startHistoryServer({ store: empty, feed: null });
+    try {
+      const served = JSON.parse(
+        await runHistoryCommand(
+          ['verify', '--url', `${emptyServer.url}/`, '--key', await emptyServer.issue()],
+          deps(),
+        ),
+      );
+      expect(served).toMatchObject({
+        ok: false,
+        rows: 0,
+        incomplete: incomplete(`${emptyServer.url}/api/verdicts`),
+      });
+      expect(verifyExitCode(served)).toBe(1);
+    } finally {
+      await emptyServer.close();
+    }
+    // A log and a service that hold verdicts verify: the count, not the source, fails the empty read.
+    for (const source of [['--store'], ['--url', server.url, '--key', key]]) {
+      const whole = JSON.parse(await runHistoryCommand(['verify', ...source], deps()));
+      expect(whole.ok, source[0]).toBe(true);
+      expect(whole, source[0]).not.toHaveProperty('incomplete');
+    }
   });
 
   it('with the service down: says what failed, leaves nothing behind, and a plain re-run works', async () => {

@@ -401,35 +401,88 @@ export function dispatcherPool(
 
 /**
  * A webhook stack with no dispatcher of its own, a TLS receiver (`tls` starts more), and a pool of
- * dispatchers on the stack's store, bus and replay feed, whose clock the test steps by hand (the
- * harness opens it stopped). `dispatcher` is one started in beforeAll; `startDispatcher: false`
- * leaves every start to the test. Registers its beforeAll and afterAll in the calling describe;
- * `stack`, `receiver` and `dispatcher` are set once the beforeAll has run.
+ * dispatchers (`tag`) on the stack's store, bus and replay feed, whose clock the test steps by hand
+ * (the harness opens it stopped). `dispatcher` is one started in beforeAll; `startDispatcher: false`
+ * leaves every start to the test (a process stopped and started again). Options: `bus`, the bus
+ * between relay and dispatchers (NATS unless `memory`, one process standing in for the box);
+ * `lmdb`, the LMDB log in a directory of its own (as `npm start` keeps it) instead of the memory
+ * one; `digestCatchUpMs`, the dispatchers' digest wait for the verdict projection
+ * (DIGEST_CATCH_UP_MS). `newScheduler` makes an engine scheduler (the engine role in the
+ * dispatcher's process: 1h on BINANCE, HOURLY_DIGEST's top N), each stopped in the afterAll if the
+ * test has not; `digests` reads the scan digests the receiver got, in order. Registers its
+ * beforeAll and afterAll in the calling describe; `stack`, `receiver` and `dispatcher` are set once
+ * the beforeAll has run.
  */
 export function pooledDispatcherStack(
   tag: string,
-  options: { env?: Record<string, string>; startDispatcher?: boolean } = {},
+  options: {
+    env?: Record<string, string>;
+    startDispatcher?: boolean;
+    bus?: StackBus;
+    lmdb?: boolean;
+    digestCatchUpMs?: number;
+  } = {},
 ) {
   const tls = selfSignedCert();
   const env = options.env ?? {};
   const settings = { tls: { ca: tls.cert } };
+  const schedulers: VerdictScheduler[] = [];
+  let dir: string | undefined;
   const setup = { tls } as {
     tls: { key: string; cert: string };
     stack: WebhookStack;
     receiver: Receiver;
     pool: ReturnType<typeof dispatcherPool>;
     dispatcher: ReturnType<typeof dispatcherComponent>;
+    newScheduler(): VerdictScheduler;
+    digests(): Extract<WebhookData, { type: 'scan_digest' }>[];
   };
-  setup.pool = dispatcherPool(() => setup.stack, { tag, env, settings });
+  setup.pool = dispatcherPool(() => setup.stack, {
+    tag,
+    env,
+    settings,
+    ...(options.digestCatchUpMs === undefined ? {} : { digestCatchUpMs: options.digestCatchUpMs }),
+  });
+  setup.newScheduler = () => {
+    const scheduler = new VerdictScheduler({
+      engine: setup.stack.engine,
+      feed: setup.stack.engine.feed,
+      timeframes: ['1h'],
+      exchange: 'BINANCE',
+      topN: HOURLY_DIGEST.top_n,
+    });
+    schedulers.push(scheduler);
+    return scheduler;
+  };
+  setup.digests = () =>
+    setup.receiver.received.map((r) => {
+      const envelope = WebhookEnvelope.parse(JSON.parse(r.body));
+      if (envelope.data.type !== 'scan_digest') throw new Error('not a digest');
+      return envelope.data;
+    });
   beforeAll(async () => {
-    setup.stack = await startWebhookStack({ env, settings, dispatcher: false });
+    let store: EventStore | undefined;
+    if (options.lmdb) {
+      dir = mkdtempSync(join(tmpdir(), `${tag}-`));
+      store = await openLmdbEventStore({ path: dir });
+    }
+    setup.stack = await startWebhookStack({
+      env,
+      settings,
+      dispatcher: false,
+      ...(store ? { store } : {}),
+      ...(options.bus ? { bus: options.bus } : {}),
+    });
     setup.receiver = await startReceiver(tls);
     if (options.startDispatcher !== false) setup.dispatcher = await setup.pool.start();
   });
   afterAll(async () => {
     await setup.pool.stopAll();
+    for (const scheduler of schedulers) await scheduler.stop();
     await setup.stack?.close();
     await setup.receiver?.close();
+    if (options.lmdb) await setup.stack?.store.close();
+    if (dir) rmSync(dir, { recursive: true, force: true });
   });
   return setup;
 }
@@ -459,78 +512,4 @@ export function watchedEngine(scheduler: EngineProgress): EngineProgress & {
       return new Promise((resolve) => waiters.push({ close, resolve }));
     },
   };
-}
-
-/**
- * The digest suites' stack for a process stopped and started again: a webhook stack with no
- * dispatcher of its own on the in-process bus (`BUS=memory`, one process standing in for the box),
- * on the LMDB log in a directory of its own with `lmdb` (as `npm start` keeps it) else the memory
- * one; a TLS receiver; a pool of dispatchers (`tag`) that a test stops and starts again; and the
- * engine schedulers `newScheduler` makes (the engine role in the dispatcher's process, 1h on
- * BINANCE, HOURLY_DIGEST's top N), each stopped in the afterAll if the test has not;
- * `digestCatchUpMs`, the dispatchers' digest wait for the verdict projection (DIGEST_CATCH_UP_MS). `digests` reads
- * the scan digests the receiver got, in order. Registers its beforeAll and afterAll in the calling
- * describe; `stack` and `receiver` are set once the beforeAll has run.
- */
-export function restartedDigestStack(
-  tag: string,
-  options: { lmdb?: boolean; digestCatchUpMs?: number } = {},
-) {
-  const tls = selfSignedCert();
-  const settings = { tls: { ca: tls.cert } };
-  const schedulers: VerdictScheduler[] = [];
-  let dir: string | undefined;
-  const setup = {} as {
-    stack: WebhookStack;
-    receiver: Receiver;
-    pool: ReturnType<typeof dispatcherPool>;
-    newScheduler(): VerdictScheduler;
-    digests(): Extract<WebhookData, { type: 'scan_digest' }>[];
-  };
-  setup.pool = dispatcherPool(() => setup.stack, {
-    tag,
-    env: {},
-    settings,
-    ...(options.digestCatchUpMs === undefined ? {} : { digestCatchUpMs: options.digestCatchUpMs }),
-  });
-  setup.newScheduler = () => {
-    const scheduler = new VerdictScheduler({
-      engine: setup.stack.engine,
-      feed: setup.stack.engine.feed,
-      timeframes: ['1h'],
-      exchange: 'BINANCE',
-      topN: HOURLY_DIGEST.top_n,
-    });
-    schedulers.push(scheduler);
-    return scheduler;
-  };
-  setup.digests = () =>
-    setup.receiver.received.map((r) => {
-      const envelope = WebhookEnvelope.parse(JSON.parse(r.body));
-      if (envelope.data.type !== 'scan_digest') throw new Error('not a digest');
-      return envelope.data;
-    });
-  beforeAll(async () => {
-    let store: EventStore | undefined;
-    if (options.lmdb) {
-      dir = mkdtempSync(join(tmpdir(), `${tag}-`));
-      store = await openLmdbEventStore({ path: dir });
-    }
-    setup.stack = await startWebhookStack({
-      ...(store ? { store } : {}),
-      settings,
-      dispatcher: false,
-      bus: 'memory',
-    });
-    setup.receiver = await startReceiver(tls);
-  });
-  afterAll(async () => {
-    await setup.pool.stopAll();
-    for (const scheduler of schedulers) await scheduler.stop();
-    await setup.stack?.close();
-    await setup.receiver?.close();
-    if (options.lmdb) await setup.stack?.store.close();
-    if (dir) rmSync(dir, { recursive: true, force: true });
-  });
-  return setup;
 }

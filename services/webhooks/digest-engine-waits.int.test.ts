@@ -5,7 +5,7 @@ import { WebhookEnvelope } from '../../contracts/webhooks.ts';
 import {
   digestPassed,
   HOURLY_DIGEST,
-  restartedDigestStack,
+  pooledDispatcherStack,
   until,
   watchedEngine,
 } from '../../test/webhooks-harness.ts';
@@ -21,7 +21,7 @@ const SCANS = 12;
  * running sends each subscription that period's digest once, numbered 1.
  */
 describe('digests waiting together for the engine in their process', () => {
-  const setup = restartedDigestStack('enginewaits');
+  const setup = pooledDispatcherStack('enginewaits', { bus: 'memory', startDispatcher: false });
 
   it('go unclaimed on a stop during the wait, and are sent once each after it', async () => {
     const { stack, receiver, pool, newScheduler } = setup;

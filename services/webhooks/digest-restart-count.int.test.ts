@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { ReplayFeed } from '../../adapters/market/replay.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
-import { digestPassed, HOURLY_DIGEST, restartedDigestStack } from '../../test/webhooks-harness.ts';
+import { digestPassed, HOURLY_DIGEST, pooledDispatcherStack } from '../../test/webhooks-harness.ts';
 
 const HOUR = 3_600_000;
 
@@ -13,7 +13,7 @@ const HOUR = 3_600_000;
  * dispatcher has just claimed, which its projection may already hold when the count is made.
  */
 describe('digest periods skipped across a restart, on the LMDB log with a resumed projection', () => {
-  const setup = restartedDigestStack('skipcount', { lmdb: true });
+  const setup = pooledDispatcherStack('skipcount', { bus: 'memory', lmdb: true, startDispatcher: false });
 
   it('counts the boundaries passed while it was stopped', async () => {
     const { stack, receiver, pool } = setup;

@@ -4,7 +4,7 @@ import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts
 import {
   digestPassed,
   HOURLY_DIGEST,
-  restartedDigestStack,
+  pooledDispatcherStack,
   watchedEngine,
 } from '../../test/webhooks-harness.ts';
 
@@ -25,7 +25,12 @@ const CATCH_UP_MS = 1_000;
  * instead of naming every one in skipped as behind it.
  */
 describe('the first digest after a restart, on the LMDB log with the engine in the process', () => {
-  const setup = restartedDigestStack('restartengine', { lmdb: true, digestCatchUpMs: CATCH_UP_MS });
+  const setup = pooledDispatcherStack('restartengine', {
+    bus: 'memory',
+    lmdb: true,
+    digestCatchUpMs: CATCH_UP_MS,
+    startDispatcher: false,
+  });
   type Dispatcher = Awaited<ReturnType<typeof setup.pool.start>>;
 
   /**

@@ -43,13 +43,17 @@ export type Cidr = [ipaddr.IPv4 | ipaddr.IPv6, number];
 
 /**
  * Addresses and CIDRs, comma-separated (WEBHOOK_TEST_ALLOW_CIDRS, TRUST_PROXY's list), split as
- * every list setting (splitList); an address alone is its /32 or /128. Throws (ipaddr.js's error)
- * on an entry that is neither.
+ * every list setting (splitList); an address alone is its /32 or /128, an IPv4 one written as four
+ * decimal parts (ipaddr.js would read `1` as 0.0.0.1 and `10.1` as 10.0.0.1, so a hop count with a
+ * stray comma, `1,`, would pass as an address). Throws on an entry that is neither.
  */
 export function parseCidrList(raw: string): Cidr[] {
-  return splitList(raw).map((entry) =>
-    entry.includes('/')
-      ? ipaddr.parseCIDR(entry)
-      : ipaddr.parseCIDR(`${entry}/${ipaddr.parse(entry).kind() === 'ipv4' ? 32 : 128}`),
-  );
+  return splitList(raw).map((entry) => {
+    const address = entry.split('/')[0]!;
+    const ip = ipaddr.parse(address);
+    if (ip.kind() === 'ipv4' && !ipaddr.IPv4.isValidFourPartDecimal(address)) {
+      throw new Error(`${address} is no IPv4 address of four decimal parts`);
+    }
+    return ipaddr.parseCIDR(entry.includes('/') ? entry : `${entry}/${ip.kind() === 'ipv4' ? 32 : 128}`);
+  });
 }

@@ -86,6 +86,17 @@ describe('the list settings: the configuration refuses what the run-time parser 
     expect(parseTrustProxy('::ffff:10.0.0.1').trusts('10.0.0.1', 0)).toBe(true);
     for (const word of ['yes', 'true', '10.0.0.0/8;rm'])
       expect(configTakes({ TRUST_PROXY: word }), word).toBe(false);
+    // An IPv4 address is four decimal parts: a hop count with a stray comma ('1,') is no list of
+    // 0.0.0.1, nor is '10.1' 10.0.0.1 (ipaddr.js reads both so), in either setting.
+    for (const raw of ['1,', '1, 10.0.0.1', '10.1', '10.1/16', '1, 2', '010.0.0.1']) {
+      expect(
+        takes(() => parseCidrList(raw)),
+        raw,
+      ).toBe(false);
+      expect(configTakes({ TRUST_PROXY: raw }), raw).toBe(false);
+      expect(configTakes({ WEBHOOK_TEST_ALLOW_CIDRS: raw }), raw).toBe(false);
+    }
+    expect(() => parseCidrList('10.0.0.1, 10.1')).toThrow('10.1');
   });
 
   it('splits a comma-separated value into its trimmed entries, the empty ones dropped', () => {

@@ -88,11 +88,13 @@ async function main(): Promise<void> {
     }
   }
   const logger = createLogger(config, { roles: roles.join(',') });
-  // A variable the configuration does not know is ignored: one that looks meant as a setting
-  // (NATS_ULR) is named, else the service runs on the default without a word.
+  // A setting that holds only while the process is alone in its role (CACHE=memory on an api run
+  // apart) is told, not refused: the process cannot tell whether others serve beside it.
   for (const { setting, message } of roleSettingWarnings(config, roles, ROLES)) {
     logger.warn({ setting }, message);
   }
+  // A variable the configuration does not know is ignored: one that looks meant as a setting
+  // (NATS_ULR) is named, else the service runs on the default without a word.
   for (const { variable, nearest } of unknownSettings(process.env)) {
     logger.warn(
       { variable, nearest },

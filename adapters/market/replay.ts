@@ -263,23 +263,9 @@ export class ReplayFeed implements MarketFeed {
    * own tick. null (no rounding) when the file holds no candle before the data's end.
    */
   #priceDecimals(exchange: Exchange, coin: string): Promise<number | null> {
-    const laps = this.laps;
-    if (laps === null) return Promise.resolve(null);
-    const key = `${exchange}:${coin}`;
-    let decimals = this.#decimals.get(key);
-    if (decimals === undefined) {
-      const files = this.index.get(exchange)?.candles.get(coin)?.files;
-      const finest = [...(files?.keys() ?? [])].sort((a, b) => TIMEFRAME_MS[a] - TIMEFRAME_MS[b])[0];
-      if (files === undefined || finest === undefined) return Promise.resolve(null);
-      const path = files.get(finest)!;
-      decimals = this.#load(exchange, this.#candleCache, path, () => readCandleColumns(path)).then((series) =>
-        priceDecimals(series, finest, laps.end),
-      );
-      this.#decimals.set(key, decimals);
-      // A file that could not be read is tried again next time, as #load does.
-      decimals.catch(() => this.#decimals.delete(key));
-    }
-    return decimals;
+    return this.#ofFinest(this.#decimals, exchange, coin, null, (series, finest, laps) =>
+      priceDecimals(series, finest, laps.end),
+    );
   }
 
   /**
@@ -290,24 +276,38 @@ export class ReplayFeed implements MarketFeed {
    * perpetual's seam then moves by the basis change over the period (at most 11 bp there).
    */
   #seamFactor(exchange: Exchange, coin: string): Promise<number> {
-    const laps = this.laps;
-    if (laps === null) return Promise.resolve(1);
     const reference: Exchange = this.index.get('BINANCE_SPOT')?.candles.has(coin) ? 'BINANCE_SPOT' : exchange;
-    const key = `${reference}:${coin}`;
-    let factor = this.#factors.get(key);
-    if (factor === undefined) {
-      const files = this.index.get(reference)?.candles.get(coin)?.files;
+    return this.#ofFinest(this.#factors, reference, coin, 1, seamFactor);
+  }
+
+  /**
+   * `of` over the finest candle file `exchange` holds of `coin`, read once per venue and coin and
+   * kept in `cache`; `none` when not looping or without such a file. A file that could not be read
+   * is tried again next time, as #load does.
+   */
+  #ofFinest<T>(
+    cache: Map<string, Promise<T>>,
+    exchange: Exchange,
+    coin: string,
+    none: T,
+    of: (series: CandleColumns, finest: Timeframe, laps: Laps) => T,
+  ): Promise<T> {
+    const laps = this.laps;
+    if (laps === null) return Promise.resolve(none);
+    const key = `${exchange}:${coin}`;
+    let figure = cache.get(key);
+    if (figure === undefined) {
+      const files = this.index.get(exchange)?.candles.get(coin)?.files;
       const finest = [...(files?.keys() ?? [])].sort((a, b) => TIMEFRAME_MS[a] - TIMEFRAME_MS[b])[0];
-      if (files === undefined || finest === undefined) return Promise.resolve(1);
+      if (files === undefined || finest === undefined) return Promise.resolve(none);
       const path = files.get(finest)!;
-      factor = this.#load(reference, this.#candleCache, path, () => readCandleColumns(path)).then((series) =>
-        seamFactor(series, finest, laps),
+      figure = this.#load(exchange, this.#candleCache, path, () => readCandleColumns(path)).then((series) =>
+        of(series, finest, laps),
       );
-      this.#factors.set(key, factor);
-      // A file that could not be read is tried again next time, as #load does.
-      factor.catch(() => this.#factors.delete(key));
+      cache.set(key, figure);
+      figure.catch(() => cache.delete(key));
     }
-    return factor;
+    return figure;
   }
 
   /** The lap feed time `t` falls in: 0 up to the end of the data (always, when not looping). */

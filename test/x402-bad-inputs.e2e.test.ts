@@ -1,4 +1,3 @@
-import { connect } from 'node:net';
 import type { Hex } from 'viem';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BASE_USDC } from './chain/local-chain.ts';
@@ -15,6 +14,7 @@ import {
   v2Header,
   type X402Stack,
 } from './chain/x402-app.ts';
+import { rawRequest } from './raw-http.ts';
 
 let stack: X402Stack;
 let accepted: Record<string, unknown>;
@@ -47,48 +47,17 @@ function post(path: string, body: unknown, headers: Record<string, string> = {})
   });
 }
 
+const JSON_TYPE = { 'content-type': 'application/json' };
+
 /**
- * Sends `POST <target>` with the header lines as written (fetch sends origin form only and cannot
- * repeat a Content-Type line); the status, headers (lower-cased names) and body.
+ * POSTs `body` to this file's route with the fields as given (an array sends a field once per
+ * value, which fetch cannot); the status and body.
  */
-function rawExchange(
-  target: string,
-  lines: string[],
-  body: string,
-): Promise<{ status: number; headers: Map<string, string>; body: Record<string, unknown> }> {
-  const port = Number(new URL(stack.url).port);
-  const request = `POST ${target} HTTP/1.1\r\nHost: ${new URL(stack.url).host}\r\n${lines.map((h) => `${h}\r\n`).join('')}Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`;
-  return new Promise((resolve, reject) => {
-    const socket = connect(port, '127.0.0.1', () => socket.write(request));
-    let data = '';
-    socket.on('data', (chunk) => {
-      data += chunk.toString();
-    });
-    socket.on('error', reject);
-    socket.on('end', () => {
-      const [head, ...rest] = data.split('\r\n\r\n');
-      const fields = head!.split('\r\n');
-      resolve({
-        status: Number(fields[0]!.split(' ')[1]),
-        headers: new Map(
-          fields
-            .slice(1)
-            .map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()]),
-        ),
-        body: JSON.parse(rest.join('\r\n\r\n')),
-      });
-    });
-  });
-}
-
-const JSON_TYPE = 'Content-Type: application/json';
-
-/** `rawExchange` on this file's route: the status and body. */
 async function rawPost(
-  lines: string[],
+  headers: Record<string, string | string[]>,
   body: string,
 ): Promise<{ status: number; body: Record<string, unknown> }> {
-  const { status, body: answer } = await rawExchange(PATH, lines, body);
+  const { status, body: answer } = await rawRequest(`${stack.url}${PATH}`, { headers, body });
   return { status, body: answer };
 }
 
@@ -368,8 +337,9 @@ describe("a v2 payment's resource", () => {
 
 describe('an absolute-form request (POST http://host/x402/..., RFC 9112 §3.2.2), which the router serves', () => {
   it("is quoted and reserved with the route's URL as its resource, not <origin>http://host/x402/...", async () => {
+    // fetch sends the origin form only.
     const target = `${stack.url}${PATH}`;
-    const quoted = await rawExchange(target, [JSON_TYPE], JSON.stringify(BODY));
+    const quoted = await rawRequest(target, { target, headers: JSON_TYPE, body: JSON.stringify(BODY) });
     expect(quoted.status).toBe(402);
     const quote = fromBase64Json<{ resource: { url: string } }>(
       quoted.headers.get('payment-required') ?? null,
@@ -378,11 +348,11 @@ describe('an absolute-form request (POST http://host/x402/..., RFC 9112 §3.2.2)
 
     const p = await payer();
     const auth = authFor(p.address);
-    const paid = await rawExchange(
+    const paid = await rawRequest(target, {
       target,
-      [JSON_TYPE, `X-Payment: ${v1Header(auth, await signAuthorization(p.key, auth))}`],
-      JSON.stringify(BODY),
-    );
+      headers: { ...JSON_TYPE, 'x-payment': v1Header(auth, await signAuthorization(p.key, auth)) },
+      body: JSON.stringify(BODY),
+    });
     expect(paid.status).toBe(200);
     await stack.x402.settled();
     const authorized = (await stack.paymentEvents(auth.nonce)).find((e) => e.type === 'PaymentAuthorized');
@@ -527,14 +497,14 @@ describe('a POST without payment is quoted whatever its body; the body is judged
 describe('a request refused before its caller is known', () => {
   it('two Authorization or Host fields → 400 BAD_REQUEST without `_service`, as on /api: neither key is read', async () => {
     const body = JSON.stringify(BODY);
-    const json = 'Content-Type: application/json';
     const key = `Bearer sk_live_${'a'.repeat(43)}`;
-    for (const [header, lines] of [
-      ['Authorization', [json, `Authorization: ${key}`, 'Authorization: Bearer other']],
-      ['Authorization', [json, 'Authorization: Basic x', `Authorization: ${key}`]],
-      ['Host', [json, 'Host: 127.0.0.2']],
+    for (const [header, values] of [
+      ['Authorization', [key, 'Bearer other']],
+      ['Authorization', ['Basic x', key]],
+      ['Host', [new URL(stack.url).host, '127.0.0.2']],
     ] as [string, string[]][]) {
-      expect(await rawPost(lines, body), lines.join(' | ')).toEqual({
+      const fields = { ...JSON_TYPE, [header]: values };
+      expect(await rawPost(fields, body), JSON.stringify(fields)).toEqual({
         status: 400,
         body: {
           code: 'BAD_REQUEST',
@@ -549,7 +519,7 @@ describe('a request refused before its caller is known', () => {
 describe('invalid_content_type', () => {
   const body = JSON.stringify(BODY);
   it('Content-Type sent twice → 400', async () => {
-    const res = await rawPost(['Content-Type: application/json', 'Content-Type: application/json'], body);
+    const res = await rawPost({ 'content-type': ['application/json', 'application/json'] }, body);
     expect(res).toEqual({
       status: 400,
       body: {
@@ -597,7 +567,7 @@ describe('invalid_content_type', () => {
   });
 
   it('a string body as text/plain → 400', async () => {
-    const res = await rawPost(['Content-Type: text/plain'], '"ETH"');
+    const res = await rawPost({ 'content-type': 'text/plain' }, '"ETH"');
     expect(res).toEqual({
       status: 400,
       body: {

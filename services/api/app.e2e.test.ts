@@ -1,8 +1,8 @@
-import { connect } from 'node:net';
 import { gzipSync } from 'node:zlib';
 import type { FastifyInstance } from 'fastify';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
+import { rawExchange, readAnswer } from '../../test/raw-http.ts';
 import { readyzApp } from '../../test/readyz-app.ts';
 import { createMetrics } from '../shared/metrics.ts';
 import { Readiness } from '../shared/readiness.ts';
@@ -15,30 +15,15 @@ afterEach(async () => {
   app = null;
 });
 
-/** Writes raw bytes on a fresh socket and collects everything until the server closes it. */
-function rawExchange(url: string, chunks: string[]): Promise<string> {
-  const { hostname, port } = new URL(url);
-  return new Promise((resolve, reject) => {
-    let received = '';
-    const socket = connect(Number(port), hostname, () => {
-      for (const chunk of chunks) socket.write(chunk);
-    });
-    socket.on('data', (d) => {
-      received += d.toString();
-    });
-    socket.on('error', reject);
-    socket.on('close', () => resolve(received));
-  });
-}
-
 /** POSTs `body` as application/json, as it is (it may be malformed on purpose). */
 function postJson(url: string, body: string): Promise<Response> {
   return fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
 }
 
-function parseRaw(raw: string): { status: number; body: unknown } {
-  const [head, body] = raw.split('\r\n\r\n');
-  return { status: Number(head!.split(' ')[1]), body: JSON.parse(body!) };
+/** The first answer in `raw`: its status and JSON body. */
+function parseRaw(raw: Buffer): { status: number; body: unknown } {
+  const { status, text } = readAnswer(raw);
+  return { status, body: JSON.parse(text) };
 }
 
 async function start(readiness = new Readiness(), requestTimeoutMs?: number, trustProxy?: string) {
@@ -247,7 +232,7 @@ describe('HTTP app', () => {
     const longUrl = `GET /healthz?q=${'a'.repeat(17_000)} HTTP/1.1\r\nHost: x\r\n\r\n`;
     expect(parseRaw(await rawExchange(url, [longUrl]))).toEqual(tooLong);
     const second = await rawExchange(url, [`GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n${longUrl}`]);
-    expect(parseRaw(second.slice(second.indexOf('HTTP/1.1 414')))).toEqual(tooLong);
+    expect(parseRaw(second.subarray(second.indexOf('HTTP/1.1 414')))).toEqual(tooLong);
     // A URL within the limit whose headers take the request past it: the headers are too large.
     const both = await rawExchange(url, [
       `GET /healthz?q=${'a'.repeat(10_000)} HTTP/1.1\r\nHost: x\r\nX-Pad: ${'b'.repeat(10_000)}\r\n\r\n`,

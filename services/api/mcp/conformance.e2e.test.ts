@@ -1,8 +1,8 @@
-import { request as httpRequest } from 'node:http';
 import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryCache } from '../../../adapters/cache/memory.ts';
 import { startKeyedServer } from '../../../test/keyed-harness.ts';
+import { type RawAnswer, rawRequest } from '../../../test/raw-http.ts';
 import { mcpServerCard } from '../discovery/catalog.ts';
 import { PROTOCOL_VERSIONS } from './versions.ts';
 
@@ -21,40 +21,6 @@ const withService = (data: Record<string, unknown> = {}) => ({
   _service: { auth: expect.objectContaining({ outcome: 'OK', tier: 'pro' }), quota: expect.any(Object) },
 });
 type Server = Awaited<ReturnType<typeof startKeyedServer>>;
-
-interface Answer {
-  status: number;
-  headers: Record<string, string | string[] | undefined>;
-  text: string;
-  // biome-ignore lint/suspicious/noExplicitAny: a JSON answer read field by field
-  body: any;
-}
-
-/** A raw POST over node:http: headers as given (an array sends the header more than once). */
-function rawPost(
-  url: string,
-  headers: Record<string, string | string[]>,
-  body: string | Buffer,
-): Promise<Answer> {
-  return new Promise((resolve, reject) => {
-    const req = httpRequest(url, { method: 'POST', headers }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString('utf8');
-        let parsed: unknown;
-        try {
-          parsed = text.length > 0 ? JSON.parse(text) : undefined;
-        } catch {
-          parsed = undefined;
-        }
-        resolve({ status: res.statusCode!, headers: res.headers, text, body: parsed });
-      });
-    });
-    req.on('error', reject);
-    req.end(body);
-  });
-}
 
 const regime = (id: string | number, extra: Record<string, unknown> = {}) => ({
   jsonrpc: '2.0',
@@ -75,12 +41,12 @@ describe('MCP conformance of POST /mcp', () => {
   let url: string;
   const sessions: Record<string, string> = {};
 
+  /** POST /mcp with the headers as given: an array sends the field once per value, which fetch cannot. */
   const post = (body: unknown, headers: Record<string, string | string[]> = {}) =>
-    rawPost(
-      url,
-      { ...HEADERS, authorization: `Bearer ${key}`, ...headers },
-      typeof body === 'string' ? body : JSON.stringify(body),
-    );
+    rawRequest(url, {
+      headers: { ...HEADERS, authorization: `Bearer ${key}`, ...headers },
+      body: typeof body === 'string' ? body : JSON.stringify(body),
+    });
   const open = async (version: string): Promise<string> => {
     const answer = await post({
       jsonrpc: '2.0',
@@ -93,7 +59,7 @@ describe('MCP conformance of POST /mcp', () => {
       },
     });
     expect(answer.status).toBe(200);
-    const session = answer.headers['mcp-session-id'] as string;
+    const session = answer.headers.get('mcp-session-id')!;
     await post({ jsonrpc: '2.0', method: 'notifications/initialized' }, { 'mcp-session-id': session });
     return session;
   };
@@ -256,7 +222,7 @@ describe('MCP conformance of POST /mcp', () => {
         expect(Array.isArray(answer.body), answer.text).toBe(true);
         expect(answer.body).toHaveLength(1);
         expect(answer.body[0].id).toBe('b');
-        expect(Number(answer.headers['content-length'])).toBe(Buffer.byteLength(answer.text));
+        expect(Number(answer.headers.get('content-length'))).toBe(Buffer.byteLength(answer.text));
       }
       const two = await post([ping(1), ping(2)], headers);
       expect(two.body.map((m: { id: number }) => m.id).sort()).toEqual([1, 2]);
@@ -415,7 +381,7 @@ describe('MCP conformance of POST /mcp', () => {
   });
 
   it('every 415 has the documented shape: Content-Type twice, text/plain, a compressed body', async () => {
-    const documented = (answer: Answer, words: string) => {
+    const documented = (answer: RawAnswer, words: string) => {
       expect(answer.status, answer.text).toBe(415);
       expect(answer.body).toEqual({
         jsonrpc: '2.0',
@@ -436,13 +402,12 @@ describe('MCP conformance of POST /mcp', () => {
         await post(JSON.stringify(ping('x')), { ...headers, 'content-type': 'text/plain' }),
         'application/json',
       );
-      const gzip = await rawPost(
-        url,
-        { ...HEADERS, ...headers, authorization: `Bearer ${key}`, 'content-encoding': 'gzip' },
-        gzipSync(JSON.stringify(ping('x'))),
-      );
+      const gzip = await rawRequest(url, {
+        headers: { ...HEADERS, ...headers, authorization: `Bearer ${key}`, 'content-encoding': 'gzip' },
+        body: gzipSync(JSON.stringify(ping('x'))),
+      });
       documented(gzip, 'Content-Encoding gzip');
-      expect(gzip.headers['accept-encoding']).toBe('identity');
+      expect(gzip.headers.get('accept-encoding')).toBe('identity');
     }
   });
 

@@ -195,6 +195,11 @@ function filterRefusal(field: string, message: string, code: string, status?: nu
   return `--${field}: ${message} (${code}${status === undefined ? '' : `, HTTP ${status}`})`;
 }
 
+/** The export address of the service at `base` (a trailing slash or none). */
+function verdictsUrl(base: string): string {
+  return `${base.replace(/\/$/, '')}/api/verdicts`;
+}
+
 function urlSource(
   base: string,
   key: string,
@@ -211,7 +216,7 @@ function urlSource(
       trailer: 'true',
     });
     if (after) params.set('after', after);
-    const url = `${base.replace(/\/$/, '')}/api/verdicts`;
+    const url = verdictsUrl(base);
     let res: Response;
     try {
       res = await doFetch(`${url}?${params}`, {
@@ -916,10 +921,7 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
         // is nothing to verify.
         const incomplete = path
           ? incompleteFile(path, report, trailers)
-          : incompleteRead(
-              values.url ? `${String(values.url).replace(/\/$/, '')}/api/verdicts` : 'the log (--store)',
-              report,
-            );
+          : incompleteRead(values.url ? verdictsUrl(String(values.url)) : 'the log (--store)', report);
         const passed =
           report.ok && incomplete === null && (recomputed?.mismatched ?? 0) === 0 && (anchored?.ok ?? true);
         // An anchor beyond the file: its last rows are verified by none (a cut file looks the

@@ -7,7 +7,7 @@ import type { Config } from '../../contracts/config.ts';
 import { type Adapters, openAdapters } from '../adapters.ts';
 import { commandLineConfig } from '../shared/cli-config.ts';
 import { commandLineLogger, failureText, openedOrExit } from '../shared/cli-failure.ts';
-import { exitFlushed } from '../shared/exit-flushed.ts';
+import { exitFlushed, usageIfAsked } from '../shared/exit-flushed.ts';
 import {
   deploymentReplay,
   ExportInterruptedError,
@@ -22,10 +22,7 @@ import { HistoryQueryError } from './query.ts';
 
 /** The analyst's command line (`npm run history -- export|verify|score …`). */
 const argv = process.argv.slice(2);
-if (argv.length === 0 || argv[0] === '--help' || argv[0] === 'help') {
-  process.stdout.write(`${USAGE}\n`);
-  await exitFlushed(argv.length === 0 ? 2 : 0);
-}
+await usageIfAsked(argv, USAGE);
 let adapters: Adapters | null = null;
 let feed: MarketFeed | null = null;
 let replay: MarketFeed | null = null;

@@ -8,7 +8,7 @@ import type { Config } from '../../contracts/config.ts';
 import { requireExistingStore } from '../adapters.ts';
 import { commandLineConfig } from '../shared/cli-config.ts';
 import { failureText } from '../shared/cli-failure.ts';
-import { exitFlushed } from '../shared/exit-flushed.ts';
+import { exitFlushed, usageIfAsked } from '../shared/exit-flushed.ts';
 import { invocation } from '../shared/invocation.ts';
 
 export const USAGE = `usage: ${invocation('backup')} DEST
@@ -54,10 +54,7 @@ function refuse(config: Pick<Config, 'EVENT_STORE' | 'DATA_DIR'>, dest: string |
 }
 
 const argv = process.argv.slice(2);
-if (argv.length === 0 || argv[0] === '--help' || argv[0] === 'help') {
-  process.stdout.write(`${USAGE}\n`);
-  await exitFlushed(argv.length === 0 ? 2 : 0);
-}
+await usageIfAsked(argv, USAGE);
 let code = 0;
 try {
   const { positionals } = parseArgs({ args: argv, allowPositionals: true, strict: true, options: {} });

@@ -5,7 +5,7 @@ import { publicBaseUrl } from '../../contracts/config.ts';
 import { openAdapters } from '../adapters.ts';
 import { commandLineConfig, settingOrExit } from '../shared/cli-config.ts';
 import { commandLineLogger, failureText, openedOrExit } from '../shared/cli-failure.ts';
-import { exitFlushed } from '../shared/exit-flushed.ts';
+import { exitFlushed, usageIfAsked } from '../shared/exit-flushed.ts';
 import { type SecretBox, secretBoxFromConfig } from '../webhooks/secret-box.ts';
 import {
   OtherLogError,
@@ -20,10 +20,7 @@ import {
 
 /** Operator command line for keys (`npm run keys -- …`); uses the configured event store and cache. */
 const argv = process.argv.slice(2);
-if (argv.length === 0 || argv[0] === '--help' || argv[0] === 'help') {
-  console.log(USAGE);
-  await exitFlushed(argv.length === 0 ? 2 : 0);
-}
+await usageIfAsked(argv, USAGE);
 // A refused setting (a key too short, a URL that is none) is told in the service's words, exit 1.
 const config = await commandLineConfig(1);
 // The master keys reseal-webhook-secrets seals with are settings too (production requires

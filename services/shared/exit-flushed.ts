@@ -20,3 +20,14 @@ export async function exitFlushed(code: number): Promise<never> {
   );
   process.exit(code);
 }
+
+/**
+ * An operator command line's usage when it is asked for: with no argument it is written and the
+ * process exits 2 (a command was expected), with `--help` or `help` first it exits 0; with any
+ * other first argument this returns and the command runs.
+ */
+export async function usageIfAsked(argv: readonly string[], usage: string): Promise<void> {
+  if (argv.length > 0 && argv[0] !== '--help' && argv[0] !== 'help') return;
+  process.stdout.write(`${usage}\n`);
+  await exitFlushed(argv.length === 0 ? 2 : 0);
+}

@@ -57,12 +57,12 @@ function deps(extra: Partial<CliDeps> = {}): CliDeps {
   return { openStore: async () => fx.store, progress: null, ...extra };
 }
 
-/** A fetch whose third call fails as a dropped connection: an export cut after two pages. */
 /** `history export` from the test server with its key into `out`, then `more`. */
 function urlExport(out: string, ...more: string[]): string[] {
   return ['export', '--url', server.url, '--key', key, '--out', out, ...more];
 }
 
+/** A fetch whose third call fails as a dropped connection: an export cut after two pages. */
 function cutOnThirdFetch(): typeof fetch {
   let calls = 0;
   return async (input, init) => {

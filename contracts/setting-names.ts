@@ -104,6 +104,17 @@ function families(names: readonly string[]): Set<string> {
   return new Set([...count].flatMap(([prefix, n]) => (n >= 2 ? [prefix] : [])));
 }
 
+/** The name of `names` fewest edits from `variable` (the first of equals), and how many. */
+function nearestName(variable: string, names: readonly string[]): [string, number] {
+  let nearest = '';
+  let distance = Number.POSITIVE_INFINITY;
+  for (const name of names) {
+    const d = editDistance(variable, name);
+    if (d < distance) [nearest, distance] = [name, d];
+  }
+  return [nearest, distance];
+}
+
 export interface UnknownSetting {
   /** The variable, as set. */
   variable: string;
@@ -125,23 +136,15 @@ export function unknownSettings(
   const found: UnknownSetting[] = [];
   for (const variable of Object.keys(env)) {
     if (known.has(variable) || ordinary(variable)) continue;
-    let nearest = '';
-    let distance = Number.POSITIVE_INFINITY;
-    for (const name of names) {
-      const d = editDistance(variable, name);
-      if (d < distance) [nearest, distance] = [name, d];
-    }
+    const [nearest, distance] = nearestName(variable, names);
     const close = distance <= (variable.length < 6 ? 1 : 2);
     const prefix = [...prefixes].find((p) => variable.startsWith(p));
-    if (!close && prefix !== undefined) {
+    if (close) found.push({ variable, nearest });
+    else if (prefix !== undefined) {
       // In a family but far from each name: the nearest of that family's.
-      distance = Number.POSITIVE_INFINITY;
-      for (const name of names.filter((n) => n.startsWith(prefix))) {
-        const d = editDistance(variable, name);
-        if (d < distance) [nearest, distance] = [name, d];
-      }
+      const family = names.filter((n) => n.startsWith(prefix));
+      found.push({ variable, nearest: nearestName(variable, family)[0] });
     }
-    if (close || prefix !== undefined) found.push({ variable, nearest });
   }
   return found;
 }

@@ -177,6 +177,16 @@ describe('replay feed: candles', () => {
     const unknown = await feed.candles('BINANCE_SPOT', 'NOPE', '1h', { limit: 1 }).catch((e) => e);
     expect(unknown.message).toMatch(/coins served there: BNB, BTC, DOGE, ETH, SOL, XRP\)$/);
     await expect(feed.funding('BINANCE_SPOT', 'BTC')).rejects.toThrow(/spot venue has no funding/);
+    // A perpetual venue with candles and no funding: refused naming the venues that hold funding.
+    const candlesOnly = await manualFeed(
+      T,
+      await tempCopy(['candles/binance-usdm/BTCUSDT-1h.csv.gz', 'funding/bybit']),
+    );
+    const noFunding = await candlesOnly.funding('BINANCE', 'BTC').catch((e) => e);
+    expect(noFunding).toBeInstanceOf(UnsupportedExchangeError);
+    expect(noFunding.message).toBe(
+      'exchange BINANCE is not served by the replay feed: the replay data has no BINANCE funding; funding is served for BYBIT',
+    );
     await expect(feed.funding('HYPERLIQUID', 'PEPE')).rejects.toThrow(UnknownCoinError);
     await expect(feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 0 })).rejects.toThrow(RangeError);
   });

@@ -349,7 +349,7 @@ export class ReplayFeed implements MarketFeed {
       throw new UnsupportedExchangeError(
         exchange,
         'replay',
-        `the replay data has no ${exchange} candles (funding only); candles are served for ${this.#candleVenues()}`,
+        `the replay data has no ${exchange} candles (funding only); candles are served for ${this.#venuesWith('candles')}`,
       );
     }
     const files = venue.candles.get(symbol)?.files;
@@ -552,10 +552,10 @@ export class ReplayFeed implements MarketFeed {
     return venue;
   }
 
-  /** The venues with candles, for a refusal. */
-  #candleVenues(): string {
+  /** The venues whose replay data holds `kind`, for a refusal. */
+  #venuesWith(kind: 'candles' | 'funding'): string {
     return [...this.index]
-      .filter(([, v]) => v.candles.size > 0)
+      .filter(([, v]) => v[kind].size > 0)
       .map(([name]) => name)
       .join(', ');
   }
@@ -584,10 +584,7 @@ export class ReplayFeed implements MarketFeed {
       throw new UnsupportedExchangeError(
         exchange,
         'replay',
-        `the replay data has no ${exchange} funding; funding is served for ${[...this.index]
-          .filter(([, v]) => v.funding.size > 0)
-          .map(([name]) => name)
-          .join(', ')}`,
+        `the replay data has no ${exchange} funding; funding is served for ${this.#venuesWith('funding')}`,
       );
     }
     const paths = venue.funding.get(symbol);

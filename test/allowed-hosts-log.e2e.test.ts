@@ -1,26 +1,9 @@
 import { mkdtempSync, rmSync } from 'node:fs';
-import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { rawRequest } from './raw-http.ts';
 import { runServiceProcess, type ServiceProcess } from './service-process.ts';
-
-/** One raw request (fetch will not send a Host of our choosing); resolves with the status. */
-function rawRequest(port: number, head: string, body = ''): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const socket = net.connect(port, '127.0.0.1', () => {
-      socket.write(
-        `${head}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
-      );
-    });
-    let data = '';
-    socket.on('data', (chunk) => {
-      data += chunk;
-    });
-    socket.on('end', () => resolve(Number(data.split(' ')[1])));
-    socket.on('error', reject);
-  });
-}
 
 /**
  * A service reached by a name not in ALLOWED_HOSTS (put behind a proxy serving
@@ -49,6 +32,18 @@ describe('a Host refused by ALLOWED_HOSTS', () => {
     const url = service.lines.find((l) => l.msg === 'service started')?.url as string;
     expect(url, service.stderr).toBeDefined();
     const port = Number(new URL(url).port);
+    // A raw request: fetch will not send a Host of our choosing.
+    const refused = async (path: string, host: string, body: string) =>
+      (
+        await rawRequest(`${url}${path}`, {
+          headers: {
+            host,
+            'content-type': 'application/json',
+            accept: 'application/json, text/event-stream',
+          },
+          body,
+        })
+      ).status;
 
     const init = JSON.stringify({
       jsonrpc: '2.0',
@@ -56,9 +51,9 @@ describe('a Host refused by ALLOWED_HOSTS', () => {
       method: 'initialize',
       params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } },
     });
-    expect(await rawRequest(port, 'POST /mcp HTTP/1.1\r\nHost: signals.example.com', init)).toBe(403);
-    expect(await rawRequest(port, `POST /mcp HTTP/1.1\r\nHost: signals.example.com:${port}`, init)).toBe(403);
-    expect(await rawRequest(port, 'POST /api/keys HTTP/1.1\r\nHost: keys.example.com', '{}')).toBe(403);
+    expect(await refused('/mcp', 'signals.example.com', init)).toBe(403);
+    expect(await refused('/mcp', `signals.example.com:${port}`, init)).toBe(403);
+    expect(await refused('/api/keys', 'keys.example.com', '{}')).toBe(403);
 
     const warned = (name: string) =>
       service.lines.filter(

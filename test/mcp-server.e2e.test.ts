@@ -1,5 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import net from 'node:net';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
@@ -10,6 +9,7 @@ import { ServiceMeta } from '../services/metering/service-meta.ts';
 import { PAYMENT_REQUIRED, startKeyedServer } from './keyed-harness.ts';
 import { MCP_ACCEPT, mcpInitialize } from './mcp-wire.ts';
 import { freePort } from './ports.ts';
+import { rawRequest } from './raw-http.ts';
 import { REDIS_URL, shouldRunRedisSuite, wipePrefix } from './redis-probe.ts';
 
 const run = await shouldRunRedisSuite('MCP suite');
@@ -433,20 +433,10 @@ describe.runIf(run)(
       });
 
       it('refuses a foreign Host or Origin (DNS rebinding) with 403', async () => {
-        const host = await new Promise<{ status: number }>((resolve, reject) => {
-          // fetch will not send a forged Host header; a raw request does.
-          const req = net.connect(server.port, '127.0.0.1', () => {
-            const body = JSON.stringify(INIT);
-            req.write(
-              `POST /mcp HTTP/1.1\r\nHost: evil.example:${server.port}\r\nContent-Type: application/json\r\nAccept: ${BOTH}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
-            );
-          });
-          let data = '';
-          req.on('data', (chunk) => {
-            data += chunk;
-          });
-          req.on('end', () => resolve({ status: Number(data.split(' ')[1]) }));
-          req.on('error', reject);
+        // fetch will not send a forged Host header; a raw request does.
+        const host = await rawRequest(`${server.url}/mcp`, {
+          headers: { host: `evil.example:${server.port}`, 'content-type': 'application/json', accept: BOTH },
+          body: JSON.stringify(INIT),
         });
         expect(host.status).toBe(403);
         const origin = await post(INIT, { origin: 'http://evil.example' });

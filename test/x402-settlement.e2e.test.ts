@@ -1158,16 +1158,15 @@ describe('reconciliation after a restart', () => {
       const local = stack.x402.facilitator as LocalFacilitator;
       nonceManager.reset({ address: local.signerAddress, chainId: 8453 });
       expect(((await res.json()) as ServedBody)._service.payment.status).toBe('pending');
+      // The reconciler's clock 11 s on: past the request's settle wait and the reconciler's margin
+      // after it (10 s), well inside the authorisation's 120 s (the chain's own clock, not moved).
       const restarted = await startX402Stack(
         { X402_PAY_TO: stack.payTo, X402_SETTLE_CONFIRM_TIMEOUT_MS: '700' },
         chain,
         undefined,
-        { store: stack.store },
+        { store: stack.store, now: () => Date.now() + 11_000 },
       );
       try {
-        // Past the request's settle wait and the reconciler's margin after it (10 s), well inside
-        // the authorisation's 120 s.
-        await new Promise((resolve) => setTimeout(resolve, 11_000));
         expect(await restarted.x402.reconciler.runOnce()).toMatchObject({
           examined: 1,
           rebroadcast: 1,

@@ -159,6 +159,8 @@ export async function setupX402(
     cache?: Cache;
     /** Where the reconciler's open-payments projection keeps snapshots; without it, in memory. */
     projections?: ProjectionStore;
+    /** The reconciler's clock, which ages open payments; Date.now unless a test moves it on. */
+    now?: () => number;
   },
 ): Promise<X402Setup | null> {
   const plan = railPlan(config);
@@ -195,6 +197,7 @@ export async function setupX402(
     logger: deps.logger,
     snapshotEvery: config.PROJECTION_SNAPSHOT_EVERY,
     ...(deps.projections ? { projections: deps.projections } : {}),
+    ...(deps.now ? { now: deps.now } : {}),
   });
   const tools = paidTools(config);
   // Each tool's 402 carries its bazaar discovery extension and the idempotency key it accepts.

@@ -50,9 +50,10 @@ export async function startX402Stack(
   cache: Cache = createMemoryCache(),
   /**
    * A log shared with another stack: two replicas of one deployment (pass X402_PAY_TO too); or
-   * another store than the in-memory one (LMDB, to close it under the service).
+   * another store than the in-memory one (LMDB, to close it under the service). `now`: the
+   * reconciler's clock, moved on where a test would otherwise wait for a payment to age.
    */
-  shared: { store?: EventStore; feed?: ReplayFeed } = {},
+  shared: { store?: EventStore; feed?: ReplayFeed; now?: () => number } = {},
 ): Promise<X402Stack> {
   const localChain = chain ?? (await startLocalChain());
   const payTo =
@@ -75,7 +76,13 @@ export async function startX402Stack(
   const projectionStore = new MemoryProjectionStore();
   const history = await trackRecordSlice(config, store, projectionStore, feed);
   const ops = history.withTrackRecord(engine);
-  const x402 = (await setupX402(config, { ops, store, logger, cache }))!;
+  const x402 = (await setupX402(config, {
+    ops,
+    store,
+    logger,
+    cache,
+    ...(shared.now ? { now: shared.now } : {}),
+  }))!;
   const keyed = keyedChannel({
     config,
     adapters: { eventStore: store, projectionStore, cache },

@@ -74,9 +74,12 @@ describe('operator command lines on a refused setting', () => {
   it.each(Object.entries(settings))('%s: each says it in the service words and exits', async (_name, bad) => {
     const env = { DATA_DIR: dataDir, ...bad };
     const expected = refusal(env);
-    const service = await run('services/main.ts', [], env);
+    // The service and the command lines side by side: each refuses before it opens anything.
+    const [service, ...runs] = await Promise.all([
+      run('services/main.ts', [], env),
+      ...commands.map(([, entry, args]) => run(entry, args, env)),
+    ]);
     expect(service).toMatchObject({ code: 1, stderr: expected });
-    const runs = await Promise.all(commands.map(([, entry, args]) => run(entry, args, env)));
     for (const [i, [name, , , code]] of commands.entries()) {
       expect({ name, ...runs[i] }).toEqual({ name, code, stdout: '', stderr: expected });
     }
@@ -203,22 +206,19 @@ describe('operator command lines on an expected failure', () => {
   it('a DATA_DIR, --out or DEST under /proc, which takes no new directory: one line each, exit 1 (a recursive mkdir of Node hung there)', async () => {
     const proc = '/proc/signal-service-test';
     const line = `cannot use ${proc}: its parent takes no new directories (as /proc and /sys) (ENOENT); use a path on an ordinary writable file system`;
-    const service = await run('services/main.ts', [], { DATA_DIR: proc, PORT: '0' });
-    expect(service).toMatchObject({ code: 1, stderr: `DATA_DIR: ${line}\n` });
-    const created = await run('services/operator/cli.ts', ['create', '--plan', 'free', '--owner', 'ops'], {
-      DATA_DIR: proc,
-    });
-    expect(created).toMatchObject({ code: 1, stderr: `${line}\n` });
-    const exported = await run(
-      'services/history/cli.ts',
-      ['export', '--store', '--out', `${proc}/x.ndjson`],
-      {
+    // Side by side: each fails at its own path under /proc, and the log they read is not written.
+    const [service, created, exported, backup] = await Promise.all([
+      run('services/main.ts', [], { DATA_DIR: proc, PORT: '0' }),
+      run('services/operator/cli.ts', ['create', '--plan', 'free', '--owner', 'ops'], { DATA_DIR: proc }),
+      run('services/history/cli.ts', ['export', '--store', '--out', `${proc}/x.ndjson`], {
         DATA_DIR: dataDir,
-      },
-    );
+      }),
+      run('services/operator/backup.ts', [proc], { DATA_DIR: dataDir }),
+    ]);
+    expect(service).toMatchObject({ code: 1, stderr: `DATA_DIR: ${line}\n` });
+    expect(created).toMatchObject({ code: 1, stderr: `${line}\n` });
     expect(exported.code).toBe(1);
     expect(told(exported.stderr).split('\n').at(-1)).toBe(line);
-    const backup = await run('services/operator/backup.ts', [proc], { DATA_DIR: dataDir });
     expect(backup).toMatchObject({ code: 1, stderr: `backup failed: ${line}\n` });
   });
 
@@ -237,16 +237,14 @@ describe('operator command lines on an expected failure', () => {
     const lock = join(theirs, 'events', 'lock.mdb');
     chmodSync(lock, 0o444);
     const line = `cannot use ${lock}: permission denied (EACCES); use a path this user (uid ${asRoot ? 65534 : process.getuid?.()}) may write, or fix its permissions`;
-    const listed = await run('services/operator/cli.ts', ['list'], { DATA_DIR: theirs }, user);
+    // Side by side: each fails opening the lock file, before anything is written.
+    const [listed, backup, service] = await Promise.all([
+      run('services/operator/cli.ts', ['list'], { DATA_DIR: theirs }, user),
+      run('services/operator/backup.ts', [join(theirs, 'backup')], { DATA_DIR: theirs }, user),
+      run('services/main.ts', [], { DATA_DIR: theirs, PORT: '0' }, user),
+    ]);
     expect(listed).toMatchObject({ code: 1, stderr: `${line}\n` });
-    const backup = await run(
-      'services/operator/backup.ts',
-      [join(theirs, 'backup')],
-      { DATA_DIR: theirs },
-      user,
-    );
     expect(backup).toMatchObject({ code: 1, stderr: `backup failed: ${line}\n` });
-    const service = await run('services/main.ts', [], { DATA_DIR: theirs, PORT: '0' }, user);
     expect(service.code).toBe(1);
     expect(service.stdout).toContain(`"msg":"failed to start: ${line}"`);
   });
@@ -291,13 +289,13 @@ describe('operator command lines on an expected failure', () => {
   });
 
   it('history export to an --out it cannot make, and backup to such a DEST: one line, exit 1', async () => {
-    const exported = await run(
-      'services/history/cli.ts',
-      ['export', '--store', '--out', join(aFile, 'x.ndjson')],
-      {
+    // Side by side: each fails at its own path through the file.
+    const [exported, backup] = await Promise.all([
+      run('services/history/cli.ts', ['export', '--store', '--out', join(aFile, 'x.ndjson')], {
         DATA_DIR: dataDir,
-      },
-    );
+      }),
+      run('services/operator/backup.ts', [join(aFile, 'backup')], { DATA_DIR: dataDir }),
+    ]);
     expect(exported.code).toBe(1);
     expect(
       told(exported.stderr)
@@ -310,7 +308,6 @@ describe('operator command lines on an expected failure', () => {
         ),
       ),
     ]);
-    const backup = await run('services/operator/backup.ts', [join(aFile, 'backup')], { DATA_DIR: dataDir });
     expect(backup.code).toBe(1);
     expect(told(backup.stderr)).toMatch(
       new RegExp(

@@ -61,9 +61,26 @@ afterAll(async () => {
   await chain?.stop();
 });
 
+/**
+ * Seconds the chain's clock runs ahead of this machine's: a test that needs an authorisation lapsed
+ * moves the chain's clock past it (lapse) rather than waiting for it, and authorisations are signed
+ * on the chain's clock, so a later test's stay as valid on chain as it asks. The three lapses of
+ * this file keep it well under the minute of skew the service allows past maxTimeoutSeconds.
+ */
+let chainAhead = 0n;
+const chainSeconds = () => nowSeconds() + chainAhead;
+
+/** Moves the chain's clock past `validBefore`: the next block mined is at least 2 s after it. */
+async function lapse(validBefore: bigint): Promise<void> {
+  const by = validBefore + 2n - chainSeconds();
+  if (by <= 0n) return;
+  await chain.testClient.increaseTime({ seconds: Number(by) });
+  chainAhead += by;
+}
+
 /** An authorisation of PRICE from the payer to the stack's payTo, valid for `validFor` s, signed. */
 async function signedAuthorization(payer: { key: Hex; address: Hex }, stack: X402Stack, validFor = 120n) {
-  const now = nowSeconds();
+  const now = chainSeconds();
   const auth = {
     from: payer.address,
     to: stack.payTo,
@@ -573,7 +590,7 @@ describe('an authorisation used on chain by someone else before the settlement',
       const auth = await payLeftPending(stack, payer, 12n);
       // Past validBefore, then blocks beyond a reader whose lookback is 2 blocks: the oldest block
       // it reads is newer than the authorisation's expiry (interval 0 keeps the chain's clock).
-      while (nowSeconds() <= auth.validBefore + 1n) await new Promise((resolve) => setTimeout(resolve, 250));
+      await lapse(auth.validBefore);
       await chain.testClient.mine({ blocks: 3, interval: 0 });
       const reconciler = new PaymentReconciler({
         store: stack.store,
@@ -605,7 +622,7 @@ describe('an authorisation used on chain by someone else before the settlement',
       expect(handedOff.at(-1)).toBe('PaymentSettlementPending');
       expect(handedOff).not.toContain('PaymentAnswerServed');
       expect(await chain.authorizationState(payer.address, nonce)).toBe(true);
-      while (nowSeconds() <= validBefore + 1n) await new Promise((resolve) => setTimeout(resolve, 250));
+      await lapse(validBefore);
       await chain.testClient.mine({ blocks: 3, interval: 0 });
       const reconciler = new PaymentReconciler({
         store: stack.store,
@@ -756,7 +773,7 @@ describe('a settlement that fails after its answer was served', () => {
       ]);
       // While the authorisation is valid it could still pay: the reconciler keeps it open.
       expect(await reconcilerOf(stack).runOnce()).toMatchObject({ lost: 0, stillPending: 1 });
-      while (nowSeconds() <= auth.validBefore + 1n) await new Promise((resolve) => setTimeout(resolve, 250));
+      await lapse(auth.validBefore);
       await chain.testClient.mine({ blocks: 1 });
       expect(await reconcilerOf(stack).runOnce()).toMatchObject({ lost: 1 });
       expect((await stack.paymentEvents(auth.nonce)).at(-1)).toMatchObject({
@@ -1037,7 +1054,7 @@ describe('reconciliation after a restart', () => {
       const { PaymentLedger } = await import('../services/payments/ledger.ts');
       const ledger = new PaymentLedger(stack.store);
       const payer = await chain.fundedPayer(1_000_000n);
-      const now = nowSeconds();
+      const now = chainSeconds();
       const base = {
         network: 'eip155:8453',
         asset: '0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913',

@@ -19,7 +19,7 @@ import {
   TIMEFRAME_MS,
   type Timeframe,
 } from '../../contracts/market.ts';
-import { seededRandom } from '../engine/evaluate/bootstrap.ts';
+import { BOOTSTRAP_SEED, percentileInterval, seededRandom } from '../engine/evaluate/bootstrap.ts';
 import { wilson } from '../engine/evaluate/stats.ts';
 import { defaultCarry } from '../engine/funding/default-carry.ts';
 import { defaultBaselines } from '../engine/signals/default-baselines.ts';
@@ -290,17 +290,14 @@ export function riskBlocks(cells: readonly { day: number; cell: Cell }[], blockD
 
 /** Resamples of the risk intervals: the evaluation's count (docs/evaluation-risk.md). */
 const RISK_RESAMPLES = 200;
-/** The resamples' seed: a record gives the same intervals wherever it is computed (live, `history score`). */
-const RISK_SEED = 20_251_122;
 
 type Interval = { low: number; high: number };
 
-/** The 95 % percentile interval of the first `n` of `values` (sorted here), as dayBlockInterval takes it. */
+/** The 95 % percentile interval of the first `n` of `values`, as the evaluation's; null for none. */
 function percentiles(values: Float64Array, n: number): Interval | null {
   if (n === 0) return null;
-  const sorted = values.subarray(0, n).sort();
-  const q = (p: number) => sorted[Math.min(n - 1, Math.max(0, Math.floor(p * n)))]!;
-  return { low: round(q(0.025), 6), high: round(q(0.975), 6) };
+  const { low, high } = percentileInterval(values.subarray(0, n));
+  return { low: round(low, 6), high: round(high, 6) };
 }
 
 /**
@@ -314,7 +311,9 @@ function riskIntervals(blocks: readonly RiskBlock[]): {
 } {
   const m = blocks.length;
   if (m < MIN_INTERVAL_BLOCKS) return { sigmaRatio: null, coverage: null };
-  const rnd = seededRandom(RISK_SEED);
+  // Seeded as the evaluation's: a record gives the same intervals wherever it is computed (live,
+  // `history score`).
+  const rnd = seededRandom(BOOTSTRAP_SEED);
   const ratios = new Float64Array(RISK_RESAMPLES);
   const coverages = new Float64Array(RISK_RESAMPLES);
   let nr = 0;

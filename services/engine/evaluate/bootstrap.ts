@@ -9,6 +9,8 @@ import type { OneSided } from './stats.ts';
 
 export const DAY_MS = 86_400_000;
 const BOOTSTRAP_RESAMPLES = 400;
+/** The resamples' seed: an interval of the same data is the same wherever it is computed. */
+export const BOOTSTRAP_SEED = 20_251_122;
 
 /** Small, fast, seeded PRNG (mulberry32). */
 export function seededRandom(seed: number): () => number {
@@ -77,8 +79,7 @@ export function dayBlockInterval<T>(
   options: { resamples?: number; level?: number; seed?: number } = {},
 ): OneSided {
   const b = options.resamples ?? BOOTSTRAP_RESAMPLES;
-  const level = options.level ?? 0.95;
-  const rnd = seededRandom(options.seed ?? 20_251_122);
+  const rnd = seededRandom(options.seed ?? BOOTSTRAP_SEED);
   const values: number[] = [];
   if (days.length === 0) return { low: Number.NaN, high: Number.NaN, lowOneSided: Number.NaN };
   const pick: (readonly T[])[] = new Array(days.length);
@@ -87,9 +88,18 @@ export function dayBlockInterval<T>(
     const v = stat(pick);
     if (Number.isFinite(v)) values.push(v);
   }
+  return percentileInterval(values, options.level);
+}
+
+/**
+ * The percentile interval at `level` (95 % unless given) of a statistic's resampled values (sorted
+ * here, in place): both tails and the one-sided lower bound; NaN when there is no value.
+ */
+export function percentileInterval(values: number[] | Float64Array, level = 0.95): OneSided {
+  const n = values.length;
+  if (n === 0) return { low: Number.NaN, high: Number.NaN, lowOneSided: Number.NaN };
   values.sort((x, y) => x - y);
-  const q = (p: number) => values[Math.min(values.length - 1, Math.max(0, Math.floor(p * values.length)))]!;
-  if (values.length === 0) return { low: Number.NaN, high: Number.NaN, lowOneSided: Number.NaN };
+  const q = (p: number) => values[Math.min(n - 1, Math.max(0, Math.floor(p * n)))]!;
   const tail = (1 - level) / 2;
   return { low: q(tail), high: q(1 - tail), lowOneSided: q(1 - level) };
 }

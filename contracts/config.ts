@@ -47,7 +47,8 @@ const privateKey = z.string().regex(/^0x[0-9a-fA-F]{64}$/, 'a 0x-prefixed 32-byt
 /**
  * A URL-valued setting: it must parse, with one of `schemes` (and a host unless `hostOptional`),
  * so a typo stops the start naming the variable instead of failing later in a client
- * (`getaddrinfo ENOTFOUND base`, `TypeError: Invalid URL`). `list`: comma-separated URLs.
+ * (`getaddrinfo ENOTFOUND base`, `TypeError: Invalid URL`). `list`: comma-separated URLs, split
+ * as every list setting (splitList), at least one.
  */
 function urlSetting(
   schemes: string[],
@@ -59,7 +60,10 @@ function urlSetting(
     ? `one or more ${names} URLs, comma-separated, such as ${example}`
     : `a ${names} URL such as ${example}`;
   return z.string().superRefine((raw, ctx) => {
-    for (const part of opts.list ? raw.split(',').map((p) => p.trim()) : [raw]) {
+    // A list is split as every list setting (splitList); one with no entry (`,`) names no server.
+    const parts = opts.list ? splitList(raw) : [raw];
+    if (parts.length === 0) ctx.addIssue({ code: 'custom', message: expected });
+    for (const part of parts) {
       let parsed: URL | null = null;
       try {
         parsed = new URL(part);
@@ -426,12 +430,17 @@ export const ConfigSchema = z
      */
     NATS_STARTUP_TIMEOUT_MS: timerMs.default(60_000),
     /**
-     * Event types the relay publishes to the bus (comma-separated), or `*` for every type. The
-     * default is what the service's consumers subscribe to (the webhook dispatcher).
+     * Event types the relay publishes to the bus (comma-separated, split as every list setting:
+     * splitList, at least one), or `*` for every type. The default is what the service's consumers
+     * subscribe to (the webhook dispatcher).
      */
     RELAY_EVENT_TYPES: z
       .string()
-      .regex(/^(\*|[A-Za-z]+(,[A-Za-z]+)*)$/, 'event type names, comma-separated, or *')
+      .refine((raw) => {
+        if (raw.trim() === '*') return true;
+        const names = splitList(raw);
+        return names.length > 0 && names.every((name) => /^[A-Za-z]+$/.test(name));
+      }, 'event type names, comma-separated, or *')
       .default('VerdictRecorded,RegimeShifted,RiskShifted,SubscriptionReEnabled,SubscriptionDisabled'),
     CACHE: z.enum(['memory', 'redis']).default('memory'),
     REDIS_URL: urlSetting(['redis', 'rediss'], 'redis://127.0.0.1:6379')

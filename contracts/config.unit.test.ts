@@ -105,6 +105,11 @@ describe('loadConfig', () => {
     [{ NATS_URL: '::bad::' }, 'NATS_URL'],
     [{ NATS_URL: 'nats://a:4222,::bad::' }, 'NATS_URL'],
     [{ NATS_URL: 'http://h:4222' }, 'NATS_URL'],
+    // A list is split as every list setting (splitList): one of no entry names no server.
+    [{ NATS_URL: ',' }, 'NATS_URL'],
+    [{ NATS_URL: ' , ,' }, 'NATS_URL'],
+    [{ RELAY_EVENT_TYPES: ',' }, 'RELAY_EVENT_TYPES'],
+    [{ RELAY_EVENT_TYPES: 'VerdictRecorded,Regime-Shifted' }, 'RELAY_EVENT_TYPES'],
     [{ REDIS_URL: 'localhost:6379' }, 'REDIS_URL'],
     [{ REDIS_URL: 'redis://' }, 'REDIS_URL'],
     [{ REDIS_URL: '::bad::' }, 'REDIS_URL'],
@@ -389,6 +394,13 @@ describe('loadConfig', () => {
       X402_RPC_URL: 'http://127.0.0.1:8545',
     });
     expect(config.NATS_URL).toBe('nats://u:p@n1:4222, nats://n2:4222,tls://n3:4222');
+    // Split as every list setting (splitList): trimmed, an empty entry (a trailing comma) dropped.
+    expect(loadConfig({ NATS_URL: 'nats://n1:4222, ,nats://n2:4222,' }).NATS_URL).toBe(
+      'nats://n1:4222, ,nats://n2:4222,',
+    );
+    expect(loadConfig({ RELAY_EVENT_TYPES: 'VerdictRecorded, RegimeShifted,' }).RELAY_EVENT_TYPES).toBe(
+      'VerdictRecorded, RegimeShifted,',
+    );
     expect(
       loadConfig({ POSTGRES_URL: 'postgres:///signals?host=/run/postgresql' }).POSTGRES_URL,
     ).toBeDefined();

@@ -19,6 +19,7 @@ import { nanos } from '@nats-io/nats-core';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { type Logger, pino } from 'pino';
 import { maskUrlCredentials } from '../../contracts/mask-url.ts';
+import { splitList } from '../../contracts/setting-lists.ts';
 import { beforeAbort } from '../before-abort.ts';
 import { DependencyRefusedError } from '../dependency-refused.ts';
 import { ConsumeLoop } from './consume-loop.ts';
@@ -85,11 +86,22 @@ export interface NatsBusOptions {
 
 const NAME = /^[A-Za-z0-9_-]+$/;
 
+/**
+ * NATS_URL's servers: one, or a cluster's comma-separated, split as every list setting (splitList:
+ * trimmed, empty entries dropped); throws on a list of none.
+ */
+export function natsServers(url: string): string[] {
+  const servers = splitList(url);
+  if (servers.length === 0) throw new Error('NATS_URL names no server');
+  return servers;
+}
+
 /** Connects, makes sure the stream exists and returns the JetStream bus. */
 export async function connectNatsBus(options: NatsBusOptions): Promise<NatsBus> {
   const subjectPrefix = options.subjectPrefix ?? DEFAULT_SUBJECT_PREFIX;
   assertSubjectPrefix(subjectPrefix);
   if (!NAME.test(options.stream)) throw new Error(`invalid stream name "${options.stream}"`);
+  const servers = natsServers(options.url);
   const logger = (options.logger ?? pino({ name: 'bus' })).child({ bus: 'nats', stream: options.stream });
   const requestTimeoutMs = options.requestTimeoutMs ?? 5_000;
   const startupTimeoutMs = options.startupTimeoutMs ?? 60_000;
@@ -100,7 +112,7 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<NatsBus> 
     return await retryTransient(
       () =>
         beforeAbort(
-          openOnce(options, subjectPrefix, logger, requestTimeoutMs, startupTimeoutMs),
+          openOnce(options, servers, subjectPrefix, logger, requestTimeoutMs, startupTimeoutMs),
           options.signal,
           (bus) => bus.close(),
         ),
@@ -227,6 +239,7 @@ function describe(err: unknown): string {
 
 async function openOnce(
   options: NatsBusOptions,
+  servers: string[],
   subjectPrefix: string,
   logger: Logger,
   requestTimeoutMs: number,
@@ -234,7 +247,7 @@ async function openOnce(
 ): Promise<NatsBus> {
   const nc = await connect({
     // NATS_URL may list a cluster's servers, comma-separated; the client takes them as an array.
-    servers: options.url.split(',').map((s) => s.trim()),
+    servers,
     name: options.name ?? 'signal-bus',
     // The bus must outlive server restarts: never stop trying to reconnect.
     maxReconnectAttempts: -1,

@@ -1,0 +1,23 @@
+import { describe, expect, it } from 'vitest';
+import { relayTypes } from './relay-types.ts';
+
+describe('relayTypes (RELAY_EVENT_TYPES as the relay reads it)', () => {
+  it('splits the list as every list setting: trimmed, an empty entry (a trailing comma) dropped', () => {
+    expect(relayTypes({ RELAY_EVENT_TYPES: 'VerdictRecorded,' })).toEqual(new Set(['VerdictRecorded']));
+    expect(relayTypes({ RELAY_EVENT_TYPES: ' VerdictRecorded, ,RegimeShifted ' })).toEqual(
+      new Set(['VerdictRecorded', 'RegimeShifted']),
+    );
+    expect(relayTypes({ RELAY_EVENT_TYPES: ' * ' })).toBeNull();
+  });
+
+  it('refuses a list of no entry and an unknown name, naming the variable', () => {
+    for (const empty of ['', ',', ' , ,']) {
+      expect(() => relayTypes({ RELAY_EVENT_TYPES: empty })).toThrow(
+        /^RELAY_EVENT_TYPES names no event type/,
+      );
+    }
+    expect(() => relayTypes({ RELAY_EVENT_TYPES: 'VerdictRecorded,NoSuchEvent,' })).toThrow(
+      /^RELAY_EVENT_TYPES names unknown event types: NoSuchEvent$/,
+    );
+  });
+});

@@ -1,4 +1,7 @@
+import { mkdtempSync, rmSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { pino } from 'pino';
 import { MemoryCache } from '../adapters/cache/memory.ts';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
@@ -173,6 +176,50 @@ export async function startHistoryServer(options: {
       await registry.stop();
     },
   };
+}
+
+/** What startSettledHistory started: the recorded history, its server, a key, a directory. */
+export interface SettledHistory {
+  fx: Awaited<ReturnType<typeof recordHistory>>;
+  server: Awaited<ReturnType<typeof startHistoryServer>>;
+  key: string;
+  dir: string;
+  /** Stops the server and the engine, removes the directory. */
+  close(): Promise<void>;
+}
+
+/**
+ * A recorded history (recordHistory) served on a real port (startHistoryServer), its due outcomes
+ * resolved and folded (settle), a pro key issued and an empty temporary directory made (named from
+ * `tmpPrefix`): the setup of the suites that read the history as an analyst does. `close` stops
+ * the server and the engine and removes the directory; a start that fails part-way undoes what it
+ * had started before rethrowing.
+ */
+export async function startSettledHistory(
+  options: Parameters<typeof recordHistory>[0] & { tmpPrefix: string },
+): Promise<SettledHistory> {
+  const { tmpPrefix, ...record } = options;
+  const fx = await recordHistory(record);
+  let server: Awaited<ReturnType<typeof startHistoryServer>> | undefined;
+  let dir: string | undefined;
+  const close = async () => {
+    try {
+      await server?.close();
+      await fx.engine.close();
+    } finally {
+      if (dir) rmSync(dir, { recursive: true, force: true });
+    }
+  };
+  try {
+    server = await startHistoryServer({ store: fx.store, feed: fx.feed });
+    await server.settle();
+    const key = await server.issue();
+    dir = mkdtempSync(join(tmpdir(), tmpPrefix));
+    return { fx, server, key, dir, close };
+  } catch (err) {
+    await close().catch(() => {});
+    throw err;
+  }
 }
 
 // ---- synthetic history for benchmarks and streaming tests (a real hash chain, fake markets) ----

@@ -11,7 +11,7 @@ import { Exchange, Timeframe } from '../contracts/market.ts';
 import { MAX_TOOL_RESULT_CHARS } from '../contracts/tools.ts';
 import { escapeJson } from '../services/api/mcp/answer-json.ts';
 import { startX402Stack, type X402Stack } from './chain/x402-app.ts';
-import { recordHistory, startHistoryServer } from './history-harness.ts';
+import { type SettledHistory, startSettledHistory } from './history-harness.ts';
 
 /**
  * Agents read the track record through MCP (the get_track_record tool and the track-record://
@@ -19,15 +19,15 @@ import { recordHistory, startHistoryServer } from './history-harness.ts';
  * the same answer GET /api/track-record serves, over a real recorded history whose outcomes the
  * real resolver labelled.
  */
-let fx: Awaited<ReturnType<typeof recordHistory>>;
-let history: Awaited<ReturnType<typeof startHistoryServer>>;
+let settled: SettledHistory;
+let history: SettledHistory['server'];
 let stack: X402Stack;
 let client: Client;
 
 beforeAll(async () => {
-  fx = await recordHistory({ steps: 40 });
-  history = await startHistoryServer({ store: fx.store, feed: fx.feed });
-  await history.settle();
+  settled = await startSettledHistory({ steps: 40, tmpPrefix: 'track-record-tool-' });
+  history = settled.server;
+  const { fx } = settled;
   // The selling side over the same log and the same replay clock (the track record's `asOf`).
   stack = await startX402Stack({}, undefined, undefined, { store: fx.store, feed: fx.feed });
   client = new Client({ name: 'analyst-agent', version: '1.0.0' });
@@ -36,8 +36,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await client?.close();
   await stack?.stop();
-  await history?.close();
-  await fx?.engine.close();
+  await settled?.close();
 });
 
 async function publicRecord(window: string): Promise<TrackRecordResponse> {

@@ -1,12 +1,11 @@
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { DuckDBInstance } from '@duckdb/node-api';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { HISTORY_COLUMNS, type HistoryRow, TrackRecordResponse } from '../../contracts/history.ts';
-import { recordHistory, startHistoryServer } from '../../test/history-harness.ts';
+import { type SettledHistory, startSettledHistory } from '../../test/history-harness.ts';
 import { DEFAULT_HOLD_BAND } from '../engine/signals/verdict.ts';
 import { KINDS } from './writers.ts';
 
@@ -29,22 +28,17 @@ const DUCKDB_TYPES = {
  * write, reads the export (the README's one-liner: the evaluation's would-be figure per cell).
  */
 describe('an analyst with a key, through npm run history and DuckDB', () => {
-  let fx: Awaited<ReturnType<typeof recordHistory>>;
-  let server: Awaited<ReturnType<typeof startHistoryServer>>;
+  let settled: SettledHistory;
+  let server: SettledHistory['server'];
   let key: string;
   let dir: string;
 
   beforeAll(async () => {
-    fx = await recordHistory({ steps: 40 });
-    server = await startHistoryServer({ store: fx.store, feed: fx.feed });
-    await server.settle();
-    key = await server.issue();
-    dir = mkdtempSync(join(tmpdir(), 'history-analyst-'));
+    settled = await startSettledHistory({ steps: 40, tmpPrefix: 'history-analyst-' });
+    ({ server, key, dir } = settled);
   });
   afterAll(async () => {
-    await server?.close();
-    await fx?.engine.close();
-    if (dir) rmSync(dir, { recursive: true, force: true });
+    await settled?.close();
   });
 
   /** `npm run history -- …` in its own process; its answer is the JSON after npm's banner. */

@@ -1,10 +1,9 @@
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { DuckDBInstance } from '@duckdb/node-api';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type HistoryRow, replayLapOf } from '../../contracts/history.ts';
-import { MARKETS, recordHistory, startHistoryServer } from '../../test/history-harness.ts';
+import { MARKETS, type SettledHistory, startSettledHistory } from '../../test/history-harness.ts';
 
 /**
  * The README's DuckDB queries on an export that crosses the replay's end: the rows of a looped
@@ -13,8 +12,8 @@ import { MARKETS, recordHistory, startHistoryServer } from '../../test/history-h
  * data's end (75 minutes), spot 1h's would-be figure read −10.36 bps against −11.70 without them.
  */
 describe("the README's DuckDB queries count no looped replay lap", () => {
-  let fx: Awaited<ReturnType<typeof recordHistory>>;
-  let server: Awaited<ReturnType<typeof startHistoryServer>>;
+  let settled: SettledHistory;
+  let server: SettledHistory['server'];
   let key: string;
   let dir: string;
 
@@ -22,16 +21,17 @@ describe("the README's DuckDB queries count no looped replay lap", () => {
     // Hourly verdicts from two days before the shipped data's end (2025-11-01) to a day past it:
     // the outcomes of the last day's verdicts come from the looped lap.
     const market = MARKETS.filter((m) => m.exchange === 'BINANCE' && m.coin === 'BTC');
-    fx = await recordHistory({ steps: 72, markets: market, start: Date.UTC(2025, 9, 30), settleHours: 30 });
-    server = await startHistoryServer({ store: fx.store, feed: fx.feed });
-    await server.settle();
-    key = await server.issue();
-    dir = mkdtempSync(join(tmpdir(), 'readme-duckdb-laps-'));
+    settled = await startSettledHistory({
+      steps: 72,
+      markets: market,
+      start: Date.UTC(2025, 9, 30),
+      settleHours: 30,
+      tmpPrefix: 'readme-duckdb-laps-',
+    });
+    ({ server, key, dir } = settled);
   });
   afterAll(async () => {
-    await server?.close();
-    await fx?.engine.close();
-    if (dir) rmSync(dir, { recursive: true, force: true });
+    await settled?.close();
   });
 
   it('the would-be figure and the typed read, as printed, leave the looped rows out', async () => {

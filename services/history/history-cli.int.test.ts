@@ -21,6 +21,7 @@ import { loadConfig } from '../../contracts/config.ts';
 import { type EventData, newEvent } from '../../contracts/events.ts';
 import { type HistoryRow, TrackRecordResponse } from '../../contracts/history.ts';
 import { HOUR, recordHistory, startHistoryServer } from '../../test/history-harness.ts';
+import { recordIntervalHistory } from '../../test/interval-history.ts';
 import { verdictStream } from '../engine/verdict-recorder.ts';
 import {
   type CliDeps,
@@ -1217,5 +1218,41 @@ describe('history score --as-of --as-of-position, on an export taken after outco
     await expect(runHistoryCommand(['score', out, '--as-of-position', 'soon'], deps())).rejects.toThrow(
       /--as-of-position must be a log position/,
     );
+  });
+});
+
+describe('history score over weeks of verdicts, where a line has risk intervals', () => {
+  let weeks: Awaited<ReturnType<typeof recordIntervalHistory>>;
+  let weeksServer: Awaited<ReturnType<typeof startHistoryServer>>;
+  beforeAll(async () => {
+    weeks = await recordIntervalHistory();
+    weeksServer = await startHistoryServer({ store: weeks.store, feed: weeks.feed });
+    await weeksServer.settle();
+  });
+  afterAll(async () => {
+    await weeksServer?.close();
+    await weeks?.engine.close();
+  });
+
+  it('reproduces /api/track-record with its intervals, the ones resampled and the null ones', async () => {
+    const weeksKey = await weeksServer.issue();
+    const live = TrackRecordResponse.parse(
+      await (await fetch(`${weeksServer.url}/api/track-record?window=all`)).json(),
+    );
+    const spot = live.lines.find((l) => l.exchange === 'BINANCE_SPOT')!.risk;
+    const perp = live.lines.find((l) => l.exchange === 'BINANCE')!.risk;
+    expect(spot.blocks).toBeGreaterThanOrEqual(20);
+    expect(spot.sigmaRatioInterval).not.toBeNull();
+    expect(spot.coverageInterval).not.toBeNull();
+    expect([perp.sigmaRatioInterval, live.overall.risk.sigmaRatioInterval]).toEqual([null, null]);
+    const out = join(dir, 'weeks.ndjson');
+    await runHistoryCommand(['export', '--url', weeksServer.url, '--key', weeksKey, '--out', out], deps());
+    const offline = JSON.parse(
+      await runHistoryCommand(
+        ['score', out, '--window', 'all', '--as-of', live.asOf, '--as-of-position', `${live.asOfPosition}`],
+        deps(),
+      ),
+    );
+    expect(offline).toEqual(live);
   });
 });

@@ -6,6 +6,7 @@ import { axeViolations } from '../../test/axe.ts';
 import { CHROMIUM, launchChromium } from '../../test/chromium.ts';
 import { contrast } from '../../test/contrast.ts';
 import { MARKETS, recordHistory, startHistoryServer } from '../../test/history-harness.ts';
+import { recordIntervalHistory } from '../../test/interval-history.ts';
 
 const present = existsSync(CHROMIUM);
 // Outside CI a machine without Debian's chromium says so loudly; under CI=true the suite runs and fails.
@@ -23,6 +24,9 @@ let holds: Awaited<ReturnType<typeof startHistoryServer>>;
 /** A history none of whose verdicts is revealed yet. */
 let youngFx: Awaited<ReturnType<typeof recordHistory>>;
 let young: Awaited<ReturnType<typeof startHistoryServer>>;
+/** Weeks of history: a line whose risk record has intervals beside lines without. */
+let intervalsFx: Awaited<ReturnType<typeof recordIntervalHistory>>;
+let intervals: Awaited<ReturnType<typeof startHistoryServer>>;
 let browser: BrowserContext;
 let closeBrowser: (() => Promise<void>) | undefined;
 
@@ -40,6 +44,9 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     youngFx = await recordHistory({ steps: 3, markets: perp });
     young = await startHistoryServer({ store: youngFx.store, feed: youngFx.feed });
     await young.settle();
+    intervalsFx = await recordIntervalHistory();
+    intervals = await startHistoryServer({ store: intervalsFx.store, feed: intervalsFx.feed });
+    await intervals.settle();
     ({ browser, close: closeBrowser } = await launchChromium('track-record'));
   });
   afterAll(async () => {
@@ -50,6 +57,8 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     await holdsFx?.engine.close();
     await young?.close();
     await youngFx?.engine.close();
+    await intervals?.close();
+    await intervalsFx?.engine.close();
   });
 
   /** Opens the page at a viewport width and waits for its figures; collects every console problem. */
@@ -285,10 +294,12 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     };
     const overallRow = (await page.locator('#risk-record tbody tr').first().textContent())!;
     expect(overallRow).toContain(String(live.overall.risk.points));
-    // The blocks its figures rest on, and [–] for the interval until they span 20.
+    // The blocks its figures rest on, and [–] for the interval until they span 20 (days: these
+    // span three; a printed interval is the weeks-long history's test below).
     expect(overallRow).toContain(`${live.overall.risk.points}${live.overall.risk.blocks}`);
-    if (live.overall.risk.sigmaRatioInterval === null) expect(overallRow).toContain('[–]');
-    else expect(overallRow).toContain(`[${live.overall.risk.sigmaRatioInterval.low.toFixed(2)}, `);
+    expect(live.overall.risk.blocks).toBeLessThan(20);
+    expect(live.overall.risk.sigmaRatioInterval).toBeNull();
+    expect(overallRow).toContain('[–]');
     // Each market's line sits beside the evaluation's figures for its cell at the verdict's horizon.
     const spot = (await page.locator('#risk-record tbody tr', { hasText: 'BINANCE_SPOT' }).textContent())!;
     const cell = tr.baselines.risk.find(
@@ -647,6 +658,69 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
       /^No BUY or SELL call has a resolved outcome in this window: all \d+ resolved verdicts were HOLD/,
     );
     expect(await page.locator('#calibration-note').isVisible()).toBe(false);
+    expect(problems).toEqual([]);
+    await page.close();
+  });
+
+  it('weeks of verdicts: the line over 20 blocks prints its risk intervals, the lines under 20 print [–]', async () => {
+    type Risk = {
+      points: number;
+      blocks: number;
+      coverage: number;
+      nominalCoverage: number;
+      sigmaRatio: number;
+      coverageInterval: { low: number; high: number } | null;
+      sigmaRatioInterval: { low: number; high: number } | null;
+    };
+    type Line = { exchange: string; timeframe: string; risk: Risk };
+    const tr = (await (await fetch(`${intervals.url}/api/track-record?window=all`)).json()) as {
+      overall: Line;
+      lines: Line[];
+    };
+    const [perp, spot] = tr.lines;
+    expect([perp!.exchange, perp!.timeframe, spot!.exchange, spot!.timeframe]).toEqual([
+      'BINANCE',
+      '4h',
+      'BINANCE_SPOT',
+      '5m',
+    ]);
+    // One-day blocks on 5m reach 20; two-day blocks (4h, and the overall line with it) do not.
+    expect(spot!.risk.blocks).toBeGreaterThanOrEqual(20);
+    expect(spot!.risk.coverageInterval).not.toBeNull();
+    expect(spot!.risk.sigmaRatioInterval).not.toBeNull();
+    for (const l of [tr.overall, perp!]) {
+      expect(l.risk.blocks, l.exchange).toBeLessThan(20);
+      expect(l.risk.points, l.exchange).toBeGreaterThan(0);
+      expect([l.risk.coverageInterval, l.risk.sigmaRatioInterval], l.exchange).toEqual([null, null]);
+    }
+    const { page, problems } = await open(1400, 1000, `${intervals.url}/track-record?window=all#`);
+    // Each row's cells: exchange, timeframe, points, blocks, coverage, σ ratio, then the rest.
+    const rows = (await page.evaluate(`[...document.querySelectorAll('#risk-record tbody tr')]
+      .map((tr) => [...tr.cells].slice(0, 6).map((td) => td.textContent))`)) as string[][];
+    const pct = (x: number) => `${(100 * x).toFixed(1)} %`;
+    const two = (x: number) => x.toFixed(2);
+    const c = spot!.risk.coverageInterval!;
+    const s = spot!.risk.sigmaRatioInterval!;
+    const without = (l: Line) => [
+      l.exchange,
+      l.timeframe,
+      String(l.risk.points),
+      String(l.risk.blocks),
+      `${pct(l.risk.coverage)} [–] (${pct(l.risk.nominalCoverage)})`,
+      `${two(l.risk.sigmaRatio)} [–]`,
+    ];
+    expect(rows).toEqual([
+      without(tr.overall),
+      without(perp!),
+      [
+        'BINANCE_SPOT',
+        '5m',
+        String(spot!.risk.points),
+        String(spot!.risk.blocks),
+        `${pct(spot!.risk.coverage)} [${pct(c.low)}, ${pct(c.high)}] (${pct(spot!.risk.nominalCoverage)})`,
+        `${two(spot!.risk.sigmaRatio)} [${two(s.low)}, ${two(s.high)}]`,
+      ],
+    ]);
     expect(problems).toEqual([]);
     await page.close();
   });

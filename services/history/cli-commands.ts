@@ -136,6 +136,12 @@ export interface CliDeps {
   /** Progress bars go here (stderr); null: no bar. */
   progress: NodeJS.WritableStream | null;
   fetch?: typeof fetch;
+  /**
+   * Runs `finish` once the command's output is written (cli.ts: once stdout took it); absent, at
+   * once. A finished export's checkpoint is removed so: a run killed before its summary is out
+   * keeps the checkpoint (done), and `--resume` prints the summary.
+   */
+  afterOutput?: (finish: () => void) => void;
 }
 
 interface Page {
@@ -599,6 +605,12 @@ async function exportCommand(
         `${out} holds an interrupted export (${saved.rows} rows so far): run the same command with --resume to continue it, or ${startOver(out, checkpointPath)}`,
       );
     }
+    // Finished, but stopped before its summary was out: --resume prints it.
+    if (!restarted && saved?.done === true) {
+      throw new UsageError(
+        `${out} holds a finished export (${saved.rows} rows) whose summary was not printed: run the same command with --resume to finish it, or ${startOver(out, checkpointPath)}`,
+      );
+    }
     if (!restarted && (existsSync(out) || existsSync(checkpointPath))) {
       throw new UsageError(
         `${existsSync(out) ? out : checkpointPath} exists: choose another --out, or ${startOver(out, checkpointPath)}`,
@@ -692,9 +704,11 @@ async function exportCommand(
   } finally {
     if (barStarted) bar?.stop();
   }
-  // Finished: nothing is left to resume, so its checkpoint goes; what it held (rows, cursor) is
-  // in the summary printed.
-  rmSync(checkpointPath, { force: true });
+  // Finished: nothing is left to resume, so its checkpoint goes once the summary printed holds
+  // what it held (rows, cursor).
+  const removeCheckpoint = () => rmSync(checkpointPath, { force: true });
+  if (deps.afterOutput) deps.afterOutput(removeCheckpoint);
+  else removeCheckpoint();
   return JSON.stringify({ out, format, rows: checkpoint.rows, cursor: checkpoint.cursor });
 }
 

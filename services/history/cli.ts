@@ -34,6 +34,8 @@ const configured = async (): Promise<Config> => {
   return config;
 };
 let code = 0;
+/** What a command leaves until its output is written (a finished export's checkpoint). */
+const afterOutput: (() => void)[] = [];
 try {
   const openStore = async (): Promise<EventStore> => {
     const config = await configured();
@@ -60,8 +62,13 @@ try {
       return replay;
     },
     openStore,
+    afterOutput: (finish) => afterOutput.push(finish),
   });
-  process.stdout.write(`${output}\n`);
+  // Handed to the OS first: killed before, a finished export keeps its checkpoint for --resume.
+  const written = await new Promise<boolean>((resolve) =>
+    process.stdout.write(`${output}\n`, (err) => resolve(!err)),
+  );
+  if (written) for (const finish of afterOutput) finish();
   if (argv[0] === 'verify') {
     const report = JSON.parse(output) as { ok: boolean; incomplete?: string };
     code = verifyExitCode(report);

@@ -570,6 +570,48 @@ describe('npm run history', () => {
     expect(stderr).not.toMatch(/TypeError|\n\s+at /);
   });
 
+  it("keeps a finished export's checkpoint until its summary is out; --resume then prints the summary and removes it", async () => {
+    const out = join(dir, 'summary-first.ndjson');
+    const checkpoint = `${out}.checkpoint.json`;
+    const finishes: (() => void)[] = [];
+    const summary = JSON.parse(
+      await runHistoryCommand(urlExport(out), deps({ afterOutput: (finish) => finishes.push(finish) })),
+    );
+    expect(summary).toMatchObject({ out, format: 'ndjson', rows: 120 });
+    // Returned, not yet printed: a kill here leaves the checkpoint, done, with what the summary holds.
+    expect(finishes).toHaveLength(1);
+    expect(JSON.parse(readFileSync(checkpoint, 'utf8'))).toMatchObject({
+      done: true,
+      rows: 120,
+      cursor: summary.cursor,
+    });
+    // A plain re-run says --resume finishes it, and touches nothing.
+    await expect(runHistoryCommand(urlExport(out), deps())).rejects.toThrow(
+      new UsageError(
+        `${out} holds a finished export (120 rows) whose summary was not printed: run the same command with --resume to finish it, or remove ${out} and ${checkpoint} to start over`,
+      ),
+    );
+    expect(existsSync(checkpoint)).toBe(true);
+    // The real command line's --resume: the summary, exit 0, the checkpoint gone, the rows as they were.
+    const resumed = await run(process.execPath, [
+      '--import',
+      'tsx',
+      'services/history/cli.ts',
+      ...urlExport(out),
+      '--resume',
+    ]);
+    expect(JSON.parse(resumed.stdout)).toEqual(summary);
+    expect(existsSync(checkpoint)).toBe(false);
+    expect((await collect(out)).map((r) => r.verdict_id)).toEqual((await served()).map((r) => r.verdict_id));
+    // Nothing is left to resume now, and a plain re-run says the export exists.
+    await expect(runHistoryCommand([...urlExport(out), '--resume'], deps())).rejects.toThrow(
+      /^nothing to resume: /,
+    );
+    await expect(runHistoryCommand(urlExport(out), deps())).rejects.toThrow(
+      new UsageError(`${out} exists: choose another --out, or remove ${out} to start over`),
+    );
+  });
+
   it("refuses a filter the service refuses as one it refuses itself: the option and the service's words, exit 2, nothing left behind", async () => {
     const out = join(dir, 'refused-coin.ndjson');
     const refused = runHistoryCommand(urlExport(out, '--coin', 'ZZZ'), deps());

@@ -178,26 +178,36 @@ export async function startHistoryServer(options: {
   };
 }
 
-/** What startSettledHistory started: the recorded history, its server, a key, a directory. */
-export interface SettledHistory {
+/** What startSettledHistory started: the recorded history and its server. */
+export interface ServedHistory {
   fx: Awaited<ReturnType<typeof recordHistory>>;
   server: Awaited<ReturnType<typeof startHistoryServer>>;
-  key: string;
-  dir: string;
-  /** Stops the server and the engine, removes the directory. */
+  /** Stops the server and the engine (and removes the directory, when one was made). */
   close(): Promise<void>;
 }
 
+/** What startSettledHistory started with `tmpPrefix`: besides, a pro key and a directory. */
+export interface SettledHistory extends ServedHistory {
+  key: string;
+  dir: string;
+}
+
+type RecordOptions = Parameters<typeof recordHistory>[0];
+
 /**
  * A recorded history (recordHistory) served on a real port (startHistoryServer), its due outcomes
- * resolved and folded (settle), a pro key issued and an empty temporary directory made (named from
- * `tmpPrefix`): the setup of the suites that read the history as an analyst does. `close` stops
- * the server and the engine and removes the directory; a start that fails part-way undoes what it
- * had started before rethrowing.
+ * resolved and folded (settle): the setup of the suites that read the history as an analyst does.
+ * With `tmpPrefix`, a pro key is issued and an empty temporary directory made (named from it).
+ * `close` stops the server and the engine and removes the directory; a start that fails part-way
+ * undoes what it had started before rethrowing.
  */
 export async function startSettledHistory(
-  options: Parameters<typeof recordHistory>[0] & { tmpPrefix: string },
-): Promise<SettledHistory> {
+  options: RecordOptions & { tmpPrefix: string },
+): Promise<SettledHistory>;
+export async function startSettledHistory(options: RecordOptions): Promise<ServedHistory>;
+export async function startSettledHistory(
+  options: RecordOptions & { tmpPrefix?: string },
+): Promise<ServedHistory | SettledHistory> {
   const { tmpPrefix, ...record } = options;
   const fx = await recordHistory(record);
   let server: Awaited<ReturnType<typeof startHistoryServer>> | undefined;
@@ -213,6 +223,7 @@ export async function startSettledHistory(
   try {
     server = await startHistoryServer({ store: fx.store, feed: fx.feed });
     await server.settle();
+    if (tmpPrefix === undefined) return { fx, server, close };
     const key = await server.issue();
     dir = mkdtempSync(join(tmpdir(), tmpPrefix));
     return { fx, server, key, dir, close };

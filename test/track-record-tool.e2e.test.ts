@@ -11,7 +11,7 @@ import { Exchange, Timeframe } from '../contracts/market.ts';
 import { MAX_TOOL_RESULT_CHARS } from '../contracts/tools.ts';
 import { escapeJson } from '../services/api/mcp/answer-json.ts';
 import { startX402Stack, type X402Stack } from './chain/x402-app.ts';
-import { type SettledHistory, startSettledHistory } from './history-harness.ts';
+import { type ServedHistory, startSettledHistory } from './history-harness.ts';
 
 /**
  * Agents read the track record through MCP (the get_track_record tool and the track-record://
@@ -19,13 +19,13 @@ import { type SettledHistory, startSettledHistory } from './history-harness.ts';
  * the same answer GET /api/track-record serves, over a real recorded history whose outcomes the
  * real resolver labelled.
  */
-let settled: SettledHistory;
-let history: SettledHistory['server'];
+let settled: ServedHistory;
+let history: ServedHistory['server'];
 let stack: X402Stack;
 let client: Client;
 
 beforeAll(async () => {
-  settled = await startSettledHistory({ steps: 40, tmpPrefix: 'track-record-tool-' });
+  settled = await startSettledHistory({ steps: 40 });
   history = settled.server;
   const { fx } = settled;
   // The selling side over the same log and the same replay clock (the track record's `asOf`).

@@ -1,15 +1,6 @@
 import { execFile, spawn } from 'node:child_process';
-import {
-  existsSync,
-  mkdirSync,
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-  writeFileSync,
-} from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import { promisify } from 'node:util';
@@ -20,7 +11,13 @@ import { SHIPPED_MARKET_DIR } from '../../adapters/market/replay.ts';
 import { loadConfig } from '../../contracts/config.ts';
 import { type EventData, newEvent } from '../../contracts/events.ts';
 import { type HistoryRow, TrackRecordResponse } from '../../contracts/history.ts';
-import { HOUR, recordHistory, startHistoryServer } from '../../test/history-harness.ts';
+import {
+  HOUR,
+  recordHistory,
+  type SettledHistory,
+  startHistoryServer,
+  startSettledHistory,
+} from '../../test/history-harness.ts';
 import { recordIntervalHistory } from '../../test/interval-history.ts';
 import { verdictStream } from '../engine/verdict-recorder.ts';
 import {
@@ -36,22 +33,18 @@ import { readExport } from './files.ts';
 
 const run = promisify(execFile);
 
-let fx: Awaited<ReturnType<typeof recordHistory>>;
-let server: Awaited<ReturnType<typeof startHistoryServer>>;
+let settled: SettledHistory;
+let fx: SettledHistory['fx'];
+let server: SettledHistory['server'];
 let key: string;
 let dir: string;
 
 beforeAll(async () => {
-  fx = await recordHistory({ steps: 40 });
-  server = await startHistoryServer({ store: fx.store, feed: fx.feed });
-  await server.settle();
-  key = await server.issue();
-  dir = mkdtempSync(join(tmpdir(), 'history-cli-'));
+  settled = await startSettledHistory({ steps: 40, tmpPrefix: 'history-cli-' });
+  ({ fx, server, key, dir } = settled);
 });
 afterAll(async () => {
-  await server?.close();
-  await fx?.engine.close();
-  if (dir) rmSync(dir, { recursive: true, force: true });
+  await settled?.close();
 });
 
 function deps(extra: Partial<CliDeps> = {}): CliDeps {

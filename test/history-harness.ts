@@ -213,11 +213,16 @@ export async function startSettledHistory(
   let server: Awaited<ReturnType<typeof startHistoryServer>> | undefined;
   let dir: string | undefined;
   const close = async () => {
+    // Each step runs even when the one before throws: a server that fails to close must not
+    // leave the engine open (its timers would hold the test process) or the directory behind.
     try {
       await server?.close();
-      await fx.engine.close();
     } finally {
-      if (dir) rmSync(dir, { recursive: true, force: true });
+      try {
+        await fx.engine.close();
+      } finally {
+        if (dir) rmSync(dir, { recursive: true, force: true });
+      }
     }
   };
   try {

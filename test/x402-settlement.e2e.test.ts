@@ -28,6 +28,7 @@ import { type LmdbEventStore, openLmdbEventStore } from '../adapters/event-store
 import { chainReadersFor } from '../services/payments/chain-reader.ts';
 import { ledgerTotals, readLedger } from '../services/payments/ledger-report.ts';
 import { createLocalFacilitator, type LocalFacilitator } from '../services/payments/local-facilitator.ts';
+import { VALID_BEFORE_SKEW_S } from '../services/payments/payment-flow.ts';
 import { PaymentReconciler } from '../services/payments/reconcile.ts';
 import {
   BASE_USDC,
@@ -74,6 +75,13 @@ const chainSeconds = () => nowSeconds() + chainAhead;
 async function lapse(validBefore: bigint): Promise<void> {
   const by = validBefore + 2n - chainSeconds();
   if (by <= 0n) return;
+  // An authorisation signed on the chain's clock lapses that much later by this machine's: once the
+  // chain runs a minute ahead, the service refuses every later one as signed too far ahead, in a
+  // test far from this cause.
+  if (chainAhead + by > BigInt(VALID_BEFORE_SKEW_S - 15))
+    throw new Error(
+      `lapse would put the chain ${chainAhead + by} s ahead of this machine, past the ${VALID_BEFORE_SKEW_S - 15} s this file allows itself under the service's ${VALID_BEFORE_SKEW_S} s of skew: lapse a shorter authorisation`,
+    );
   await chain.testClient.increaseTime({ seconds: Number(by) });
   chainAhead += by;
 }

@@ -303,7 +303,7 @@ function toolPaidFor(url: string): string | null {
 }
 
 /** Seconds past the quote's maxTimeoutSeconds that an authorisation's validBefore may reach. */
-const VALID_BEFORE_SKEW_S = 60;
+export const VALID_BEFORE_SKEW_S = 60;
 /** The exact scheme's reason for a validBefore it refuses (there: one past or too close). */
 const FAR_VALID_BEFORE: ErrorCode = 'invalid_exact_evm_payload_authorization_valid_before';
 

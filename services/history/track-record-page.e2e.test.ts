@@ -2,6 +2,7 @@ import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type TrackRecordLine, TrackRecordResponse } from '../../contracts/history.ts';
 import { axeViolations } from '../../test/axe.ts';
 import { CHROMIUM, launchChromium } from '../../test/chromium.ts';
 import { contrast } from '../../test/contrast.ts';
@@ -31,6 +32,13 @@ let browser: BrowserContext;
 let closeBrowser: (() => Promise<void>) | undefined;
 
 const CHARTS = ['chart-calibration', 'chart-coverage', 'chart-hit', 'chart-net', 'chart-sigma'];
+
+/** The server's /api/track-record?window=all, parsed with the contract's schema. */
+async function trackRecord(url: string): Promise<TrackRecordResponse> {
+  const res = await fetch(`${url}/api/track-record?window=all`);
+  expect(res.status).toBe(200);
+  return TrackRecordResponse.parse(await res.json());
+}
 
 describe.runIf(present || process.env.CI === 'true')('GET /track-record in headless Chromium', () => {
   beforeAll(async () => {
@@ -265,33 +273,20 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     expect(rows).toBe(3);
     expect(await page.locator('#lines tbody tr').first().textContent()).toContain('ALL');
     // The free baselines beside the figures sold, as the API serves them.
-    const tr = (await (await fetch(`${server.url}/api/track-record?window=all`)).json()) as {
-      baselines: {
-        cells: { cell: string; bestFreeRule: string }[];
-        risk: {
-          set: string;
-          timeframe: string;
-          horizon: string;
-          coverage: { value: number };
-          desk?: unknown;
-        }[];
-      };
-    };
-    expect(await page.locator('#baselines tbody tr').count()).toBe(tr.baselines.cells.length);
-    expect(tr.baselines.cells.length).toBeGreaterThan(0);
+    const { baselines } = await trackRecord(server.url);
+    if (!baselines) throw new Error('/api/track-record served no baselines');
+    expect(await page.locator('#baselines tbody tr').count()).toBe(baselines.cells.length);
+    expect(baselines.cells.length).toBeGreaterThan(0);
     expect(await page.locator('#baselines tbody tr').first().textContent()).toContain(
-      tr.baselines.cells[0]!.bestFreeRule,
+      baselines.cells[0]!.bestFreeRule,
     );
-    expect(await page.locator('#risk tbody tr').count()).toBe(tr.baselines.risk.length);
+    expect(await page.locator('#risk tbody tr').count()).toBe(baselines.risk.length);
     // The risk desk's out-of-sample figures where the shipped table has them, the words where not.
-    const unscored = tr.baselines.risk.filter((r) => !r.desk).length;
+    const unscored = baselines.risk.filter((r) => !r.desk).length;
     expect(await page.locator('#risk tbody tr', { hasText: 'not yet scored' }).count()).toBe(unscored);
     // The live risk record per line, and the shipped carry fit with the sentence saying what it is.
     expect(await page.locator('#risk-record tbody tr').count()).toBe(3);
-    const live = (await (await fetch(`${server.url}/api/track-record?window=all`)).json()) as {
-      overall: { risk: { points: number; blocks: number; sigmaRatioInterval: { low: number } | null } };
-      carry: { buckets: { horizons: unknown[] }[] };
-    };
+    const live = await trackRecord(server.url);
     const overallRow = (await page.locator('#risk-record tbody tr').first().textContent())!;
     expect(overallRow).toContain(String(live.overall.risk.points));
     // The blocks its figures rest on, and [–] for the interval until they span 20 (days: these
@@ -302,10 +297,10 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     expect(overallRow).toContain('[–]');
     // Each market's line sits beside the evaluation's figures for its cell at the verdict's horizon.
     const spot = (await page.locator('#risk-record tbody tr', { hasText: 'BINANCE_SPOT' }).textContent())!;
-    const cell = tr.baselines.risk.find(
+    const cell = baselines.risk.find(
       (r) => r.set === 'spot' && r.timeframe === '5m' && r.horizon === 'verdict',
     )!;
-    expect(spot).toContain(`${(100 * cell.coverage.value).toFixed(1)} %`);
+    expect(spot).toContain(`${(100 * cell.coverage.value!).toFixed(1)} %`);
     if (!cell.desk) expect(spot).toContain('not yet scored');
     expect(await page.locator('#carry tbody tr').count()).toBe(
       live.carry.buckets.reduce((n, b) => n + b.horizons.length, 0),
@@ -316,9 +311,7 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     expect(await feedNote.isVisible()).toBe(true);
     expect(await feedNote.getAttribute('data-feed')).toBe('replay');
     expect(await feedNote.textContent()).toContain('not a live track record');
-    const overall = (await (await fetch(`${server.url}/api/track-record?window=all`)).json()) as {
-      overall: { calls: number; holds: number };
-    };
+    const overall = await trackRecord(server.url);
     expect(await page.locator('#lines tbody tr').first().textContent()).toContain(
       `0 / ${overall.overall.calls + overall.overall.holds}`,
     );
@@ -340,16 +333,7 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
   it('each chart has a text alternative: a summary as its label and its figures in a table', async () => {
     const { page, problems } = await open(1400, 1000);
     const points = await chartsOrSentences(page);
-    const tr = (await (await fetch(`${server.url}/api/track-record?window=all`)).json()) as {
-      series: {
-        day: string;
-        calls: number;
-        hitRate: number;
-        alwaysBuy: number;
-        alwaysSell: number;
-        random: number;
-      }[];
-    };
+    const tr = await trackRecord(server.url);
     for (const id of CHARTS) {
       // The plot area is the image; the legend beside it is not part of it.
       const chart = page.locator(`#${id} .u-wrap`);
@@ -375,14 +359,14 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     const last = days.at(-1)!;
     expect(cells).toEqual([
       last.day,
-      pct(last.hitRate),
-      pct(last.alwaysBuy),
-      pct(last.alwaysSell),
-      pct(last.random),
+      pct(last.hitRate!),
+      pct(last.alwaysBuy!),
+      pct(last.alwaysSell!),
+      pct(last.random!),
     ]);
     const label = (await page.locator('#chart-hit .u-wrap').getAttribute('aria-label'))!;
     expect(label).toContain(`${days[0]!.day} to ${last.day}`);
-    expect(label).toContain(`calls ${pct(last.hitRate)}`);
+    expect(label).toContain(`calls ${pct(last.hitRate!)}`);
     expect(problems).toEqual([]);
     await page.close();
   });
@@ -535,10 +519,7 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
 
   it('beside its time, the log position the figures are folded to (asOfPosition)', async () => {
     const { page, problems } = await open(1400, 1000);
-    const tr = (await (await fetch(`${server.url}/api/track-record?window=all`)).json()) as {
-      asOf: string;
-      asOfPosition: number;
-    };
+    const tr = await trackRecord(server.url);
     expect(tr.asOfPosition).toBeGreaterThan(0);
     expect(await page.locator('#asof').textContent()).toBe(
       ` as of ${tr.asOf}, log position ${tr.asOfPosition}`,
@@ -663,20 +644,7 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
   });
 
   it('weeks of verdicts: the line over 20 blocks prints its risk intervals, the lines under 20 print [–]', async () => {
-    type Risk = {
-      points: number;
-      blocks: number;
-      coverage: number;
-      nominalCoverage: number;
-      sigmaRatio: number;
-      coverageInterval: { low: number; high: number } | null;
-      sigmaRatioInterval: { low: number; high: number } | null;
-    };
-    type Line = { exchange: string; timeframe: string; risk: Risk };
-    const tr = (await (await fetch(`${intervals.url}/api/track-record?window=all`)).json()) as {
-      overall: Line;
-      lines: Line[];
-    };
+    const tr = await trackRecord(intervals.url);
     const [perp, spot] = tr.lines;
     expect([perp!.exchange, perp!.timeframe, spot!.exchange, spot!.timeframe]).toEqual([
       'BINANCE',
@@ -701,13 +669,13 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     const two = (x: number) => x.toFixed(2);
     const c = spot!.risk.coverageInterval!;
     const s = spot!.risk.sigmaRatioInterval!;
-    const without = (l: Line) => [
+    const without = (l: TrackRecordLine) => [
       l.exchange,
       l.timeframe,
       String(l.risk.points),
       String(l.risk.blocks),
-      `${pct(l.risk.coverage)} [–] (${pct(l.risk.nominalCoverage)})`,
-      `${two(l.risk.sigmaRatio)} [–]`,
+      `${pct(l.risk.coverage!)} [–] (${pct(l.risk.nominalCoverage!)})`,
+      `${two(l.risk.sigmaRatio!)} [–]`,
     ];
     expect(rows).toEqual([
       without(tr.overall),
@@ -717,8 +685,8 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
         '5m',
         String(spot!.risk.points),
         String(spot!.risk.blocks),
-        `${pct(spot!.risk.coverage)} [${pct(c.low)}, ${pct(c.high)}] (${pct(spot!.risk.nominalCoverage)})`,
-        `${two(spot!.risk.sigmaRatio)} [${two(s.low)}, ${two(s.high)}]`,
+        `${pct(spot!.risk.coverage!)} [${pct(c.low)}, ${pct(c.high)}] (${pct(spot!.risk.nominalCoverage!)})`,
+        `${two(spot!.risk.sigmaRatio!)} [${two(s.low)}, ${two(s.high)}]`,
       ],
     ]);
     expect(problems).toEqual([]);
@@ -727,10 +695,7 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
 
   it('no revealed verdict yet: every chart is a sentence, never an empty frame', async () => {
     // The API says so in figures: nothing scored, no rate or ratio made up.
-    const tr = (await (await fetch(`${young.url}/api/track-record?window=all`)).json()) as {
-      overall: { calls: number; holds: number; risk: Record<string, unknown> };
-      series: unknown[];
-    };
+    const tr = await trackRecord(young.url);
     expect(tr.overall).toMatchObject({ calls: 0, holds: 0 });
     expect(tr.overall.risk).toEqual({
       points: 0,

@@ -178,9 +178,12 @@ export async function startHistoryServer(options: {
   };
 }
 
+/** A recorded history: the feed, the store and the engine recordHistory (or another recorder) returns. */
+export type RecordedHistory = Awaited<ReturnType<typeof recordHistory>>;
+
 /** What startSettledHistory started: the recorded history and its server. */
 export interface ServedHistory {
-  fx: Awaited<ReturnType<typeof recordHistory>>;
+  fx: RecordedHistory;
   server: Awaited<ReturnType<typeof startHistoryServer>>;
   /** Stops the server and the engine (and removes the directory, when one was made). */
   close(): Promise<void>;
@@ -192,24 +195,28 @@ export interface SettledHistory extends ServedHistory {
   dir: string;
 }
 
-type RecordOptions = Parameters<typeof recordHistory>[0];
+/**
+ * The history startSettledHistory serves: recordHistory's options, or `record`, a recorder of
+ * another history (recordIntervalHistory, say) called once.
+ */
+export type HistorySource = Parameters<typeof recordHistory>[0] | { record: () => Promise<RecordedHistory> };
 
 /**
- * A recorded history (recordHistory) served on a real port (startHistoryServer), its due outcomes
- * resolved and folded (settle): the setup of the suites that read the history as an analyst does.
- * With `tmpPrefix`, a pro key is issued and an empty temporary directory made (named from it).
- * `close` stops the server and the engine and removes the directory; a start that fails part-way
- * undoes what it had started before rethrowing.
+ * A recorded history (recordHistory, or the given recorder's) served on a real port
+ * (startHistoryServer), its due outcomes resolved and folded (settle): the setup of the suites
+ * that read the history as an analyst does. With `tmpPrefix`, a pro key is issued and an empty
+ * temporary directory made (named from it). `close` stops the server and the engine and removes
+ * the directory; a start that fails part-way undoes what it had started before rethrowing.
  */
 export async function startSettledHistory(
-  options: RecordOptions & { tmpPrefix: string },
+  options: HistorySource & { tmpPrefix: string },
 ): Promise<SettledHistory>;
-export async function startSettledHistory(options: RecordOptions): Promise<ServedHistory>;
+export async function startSettledHistory(options: HistorySource): Promise<ServedHistory>;
 export async function startSettledHistory(
-  options: RecordOptions & { tmpPrefix?: string },
+  options: HistorySource & { tmpPrefix?: string },
 ): Promise<ServedHistory | SettledHistory> {
-  const { tmpPrefix, ...record } = options;
-  const fx = await recordHistory(record);
+  const { tmpPrefix, ...source } = options;
+  const fx = 'record' in source ? await source.record() : await recordHistory(source);
   let server: Awaited<ReturnType<typeof startHistoryServer>> | undefined;
   let dir: string | undefined;
   const close = async () => {

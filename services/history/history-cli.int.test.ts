@@ -14,6 +14,7 @@ import { type HistoryRow, TrackRecordResponse } from '../../contracts/history.ts
 import {
   HOUR,
   recordHistory,
+  type ServedHistory,
   type SettledHistory,
   startHistoryServer,
   startSettledHistory,
@@ -1257,16 +1258,14 @@ describe('history score --as-of --as-of-position, on an export taken after outco
 });
 
 describe('history score over weeks of verdicts, where a line has risk intervals', () => {
-  let weeks: Awaited<ReturnType<typeof recordIntervalHistory>>;
-  let weeksServer: Awaited<ReturnType<typeof startHistoryServer>>;
+  let weeks: ServedHistory;
+  let weeksServer: ServedHistory['server'];
   beforeAll(async () => {
-    weeks = await recordIntervalHistory();
-    weeksServer = await startHistoryServer({ store: weeks.store, feed: weeks.feed });
-    await weeksServer.settle();
+    weeks = await startSettledHistory({ record: recordIntervalHistory });
+    weeksServer = weeks.server;
   });
   afterAll(async () => {
-    await weeksServer?.close();
-    await weeks?.engine.close();
+    await weeks?.close();
   });
 
   it('reproduces /api/track-record with its intervals, the ones resampled and the null ones', async () => {

@@ -6,7 +6,13 @@ import { type TrackRecordLine, TrackRecordResponse } from '../../contracts/histo
 import { axeViolations } from '../../test/axe.ts';
 import { CHROMIUM, launchChromium } from '../../test/chromium.ts';
 import { contrast } from '../../test/contrast.ts';
-import { MARKETS, recordHistory, startHistoryServer } from '../../test/history-harness.ts';
+import {
+  MARKETS,
+  recordHistory,
+  type ServedHistory,
+  startHistoryServer,
+  startSettledHistory,
+} from '../../test/history-harness.ts';
 import { recordIntervalHistory } from '../../test/interval-history.ts';
 
 const present = existsSync(CHROMIUM);
@@ -17,17 +23,14 @@ if (!present && process.env.CI !== 'true') {
   );
 }
 
-let fx: Awaited<ReturnType<typeof recordHistory>>;
-let server: Awaited<ReturnType<typeof startHistoryServer>>;
+let main: ServedHistory;
+let server: ServedHistory['server'];
 /** A history of HOLDs only (the perp 1h market the shipped table answers HOLD on). */
-let holdsFx: Awaited<ReturnType<typeof recordHistory>>;
-let holds: Awaited<ReturnType<typeof startHistoryServer>>;
+let holds: ServedHistory;
 /** A history none of whose verdicts is revealed yet. */
-let youngFx: Awaited<ReturnType<typeof recordHistory>>;
-let young: Awaited<ReturnType<typeof startHistoryServer>>;
+let young: ServedHistory;
 /** Weeks of history: a line whose risk record has intervals beside lines without. */
-let intervalsFx: Awaited<ReturnType<typeof recordIntervalHistory>>;
-let intervals: Awaited<ReturnType<typeof startHistoryServer>>;
+let intervals: ServedHistory;
 let browser: BrowserContext;
 let closeBrowser: (() => Promise<void>) | undefined;
 
@@ -42,31 +45,20 @@ async function trackRecord(url: string): Promise<TrackRecordResponse> {
 
 describe.runIf(present || process.env.CI === 'true')('GET /track-record in headless Chromium', () => {
   beforeAll(async () => {
-    fx = await recordHistory({ steps: 60 });
-    server = await startHistoryServer({ store: fx.store, feed: fx.feed });
-    await server.settle();
+    main = await startSettledHistory({ steps: 60 });
+    server = main.server;
     const perp = MARKETS.filter((m) => m.exchange === 'BINANCE' && m.coin === 'BTC');
-    holdsFx = await recordHistory({ steps: 40, markets: perp });
-    holds = await startHistoryServer({ store: holdsFx.store, feed: holdsFx.feed });
-    await holds.settle();
-    youngFx = await recordHistory({ steps: 3, markets: perp });
-    young = await startHistoryServer({ store: youngFx.store, feed: youngFx.feed });
-    await young.settle();
-    intervalsFx = await recordIntervalHistory();
-    intervals = await startHistoryServer({ store: intervalsFx.store, feed: intervalsFx.feed });
-    await intervals.settle();
+    holds = await startSettledHistory({ steps: 40, markets: perp });
+    young = await startSettledHistory({ steps: 3, markets: perp });
+    intervals = await startSettledHistory({ record: recordIntervalHistory });
     ({ browser, close: closeBrowser } = await launchChromium('track-record'));
   });
   afterAll(async () => {
     await closeBrowser?.();
-    await server?.close();
-    await fx?.engine.close();
+    await main?.close();
     await holds?.close();
-    await holdsFx?.engine.close();
     await young?.close();
-    await youngFx?.engine.close();
     await intervals?.close();
-    await intervalsFx?.engine.close();
   });
 
   /** Opens the page at a viewport width and waits for its figures; collects every console problem. */
@@ -629,7 +621,7 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
   });
 
   it('HOLDs only: the direction charts say so in words, the risk charts are drawn', async () => {
-    const { page, problems } = await open(1400, 1000, holds.url);
+    const { page, problems } = await open(1400, 1000, holds.server.url);
     const points = await chartsOrSentences(page);
     expect(points).toMatchObject({ 'chart-hit': 0, 'chart-calibration': 0, 'chart-net': 0 });
     expect(points['chart-coverage']).toBeGreaterThan(0);
@@ -644,7 +636,7 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
   });
 
   it('weeks of verdicts: the line over 20 blocks prints its risk intervals, the lines under 20 print [–]', async () => {
-    const tr = await trackRecord(intervals.url);
+    const tr = await trackRecord(intervals.server.url);
     const [perp, spot] = tr.lines;
     expect([perp!.exchange, perp!.timeframe, spot!.exchange, spot!.timeframe]).toEqual([
       'BINANCE',
@@ -661,7 +653,7 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
       expect(l.risk.points, l.exchange).toBeGreaterThan(0);
       expect([l.risk.coverageInterval, l.risk.sigmaRatioInterval], l.exchange).toEqual([null, null]);
     }
-    const { page, problems } = await open(1400, 1000, `${intervals.url}/track-record?window=all#`);
+    const { page, problems } = await open(1400, 1000, `${intervals.server.url}/track-record?window=all#`);
     // Each row's cells: exchange, timeframe, points, blocks, coverage, σ ratio, then the rest.
     const rows = (await page.evaluate(`[...document.querySelectorAll('#risk-record tbody tr')]
       .map((tr) => [...tr.cells].slice(0, 6).map((td) => td.textContent))`)) as string[][];
@@ -695,7 +687,7 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
 
   it('no revealed verdict yet: every chart is a sentence, never an empty frame', async () => {
     // The API says so in figures: nothing scored, no rate or ratio made up.
-    const tr = await trackRecord(young.url);
+    const tr = await trackRecord(young.server.url);
     expect(tr.overall).toMatchObject({ calls: 0, holds: 0 });
     expect(tr.overall.risk).toEqual({
       points: 0,
@@ -709,7 +701,7 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
       unscored: 0,
     });
     expect(tr.series).toEqual([]);
-    const { page, problems } = await open(1400, 1000, young.url);
+    const { page, problems } = await open(1400, 1000, young.server.url);
     const points = await chartsOrSentences(page);
     for (const id of CHARTS) expect(points[id], id).toBe(0);
     expect(await page.locator('#chart-hit-empty').textContent()).toContain(

@@ -9,8 +9,9 @@ import { firstAfter } from './funding-series.ts';
  * Candle times, verdict ids and hash chains therefore stay unique and increasing. Prices carry on
  * across the seam instead of jumping back to where the period began: lap j's open, high, low and
  * close are the data's times factor^j (`seamFactor`), rounded to the decimals the data writes the
- * market's prices with (`priceDecimals`), so each lap starts where the one before ended and every
- * return inside a lap is the data's to that tick; volume and funding are served as they are.
+ * market's prices with (`priceDecimals`, one more per power of ten the factor shrinks them by), so
+ * each lap starts where the one before ended and every return inside a lap is the data's but for
+ * that rounding (within half a unit of the last place); volume and funding are served as they are.
  * A timeframe's history runs across the seam: until a lap has closed its first candle of the
  * timeframe, the latest are the lap before's. Pure functions.
  */

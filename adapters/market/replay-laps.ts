@@ -93,12 +93,6 @@ export function priceDecimals(series: CandleSeries, timeframe: Timeframe, end: n
 /** The most places a lapped price is rounded to: 10^20 and its multiples stay exact doubles. */
 const MAX_PLACES = 20;
 
-/** `x` to `places` decimals: the double nearest that decimal, as the data's own prices are. */
-function rounded(x: number, places: number): number {
-  const unit = 10 ** places;
-  return Math.round(x * unit) / unit;
-}
-
 /**
  * A data candle as lap `j` serves it: `j` periods later, prices times factor^j, volume as it is.
  * With `decimals` (priceDecimals) the prices are rounded to that many places, one more for each
@@ -113,19 +107,30 @@ export function lapCandle(
   factor: number,
   decimals: number | null = null,
 ): Candle {
-  if (j === 0) return c;
+  return lapper(j, laps, factor, decimals)(c);
+}
+
+/**
+ * lapCandle for every candle of lap `j`: the lap's scale and places worked out once, not per
+ * candle. Each price is rounded to the double nearest its decimal, as the data's own prices are.
+ */
+function lapper(j: number, laps: Laps, factor: number, decimals: number | null): (c: Candle) => Candle {
+  if (j === 0) return (c) => c;
   const scale = factor ** j;
+  const shift = j * laps.period;
   const places =
     decimals === null ? null : Math.min(MAX_PLACES, decimals + Math.max(0, Math.round(-Math.log10(scale))));
-  const price = places === null ? (p: number) => p * scale : (p: number) => rounded(p * scale, places);
-  return {
-    openTime: c.openTime + j * laps.period,
+  const unit = places === null ? 1 : 10 ** places;
+  const price =
+    places === null ? (p: number) => p * scale : (p: number) => Math.round(p * scale * unit) / unit;
+  return (c) => ({
+    openTime: c.openTime + shift,
     open: price(c.open),
     high: price(c.high),
     low: price(c.low),
     close: price(c.close),
     volume: c.volume,
-  };
+  });
 }
 
 /**
@@ -156,7 +161,7 @@ export function lappedCandles(
       local = laps.end;
       continue;
     }
-    parts.unshift(part.map((c) => lapCandle(c, j, laps, factor, decimals)));
+    parts.unshift(part.map(lapper(j, laps, factor, decimals)));
     have += part.length;
     // Only a lap that starts at loopStart joins the lap before it; a series with a hole there
     // ends here rather than passing older candles off as the latest.

@@ -33,7 +33,13 @@ import {
   TRACK_RECORD_WINDOWS,
   type TrackRecordWindow,
 } from '../../contracts/history.ts';
-import { EXCHANGES, type Exchange, TIMEFRAMES, type Timeframe } from '../../contracts/market.ts';
+import {
+  EXCHANGES,
+  type Exchange,
+  type MarketKey,
+  TIMEFRAMES,
+  type Timeframe,
+} from '../../contracts/market.ts';
 import { parseVerdictStream, verdictStream } from '../engine/verdict-recorder.ts';
 import { CommandFailedError } from '../shared/cli-failure.ts';
 import { invocation } from '../shared/invocation.ts';
@@ -312,16 +318,27 @@ const HELD_COINS_NAMED = 20;
  */
 async function heldCoins(store: EventStore, exchange: Exchange | undefined, most: number): Promise<string[]> {
   const coins = new Set<string>();
-  for (let after = 0; coins.size <= most; ) {
+  for await (const market of verdictMarkets(store)) {
+    if (exchange === undefined || market.exchange === exchange) coins.add(market.coin);
+    if (coins.size > most) break;
+  }
+  return [...coins];
+}
+
+/**
+ * The market of every verdict the log records, in log order, from its stream's name
+ * (`verdicts-<exchange>-<coin>-<timeframe>`): read a page at a time, as far as the caller goes.
+ */
+async function* verdictMarkets(store: EventStore): AsyncGenerator<MarketKey> {
+  for (let after = 0; ; ) {
     const page = await store.readAll({ after, maxCount: 1_000 });
-    if (page.length === 0) break;
+    if (page.length === 0) return;
     for (const event of page) {
       const market = event.type === 'VerdictRecorded' ? parseVerdictStream(event.stream) : undefined;
-      if (market && (exchange === undefined || market.exchange === exchange)) coins.add(market.coin);
+      if (market) yield market;
     }
     after = page[page.length - 1]!.position;
   }
-  return [...coins];
 }
 
 /**
@@ -360,20 +377,14 @@ async function logHolds(
   store: EventStore,
   ask: { exchange?: Exchange; timeframe?: Timeframe },
 ): Promise<boolean> {
-  for (let after = 0; ; ) {
-    const page = await store.readAll({ after, maxCount: 1_000 });
-    if (page.length === 0) return false;
-    for (const event of page) {
-      const market = event.type === 'VerdictRecorded' ? parseVerdictStream(event.stream) : undefined;
-      if (
-        market &&
-        (ask.exchange === undefined || market.exchange === ask.exchange) &&
-        (ask.timeframe === undefined || market.timeframe === ask.timeframe)
-      )
-        return true;
-    }
-    after = page[page.length - 1]!.position;
+  for await (const market of verdictMarkets(store)) {
+    if (
+      (ask.exchange === undefined || market.exchange === ask.exchange) &&
+      (ask.timeframe === undefined || market.timeframe === ask.timeframe)
+    )
+      return true;
   }
+  return false;
 }
 
 /**

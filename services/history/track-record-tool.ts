@@ -1,7 +1,7 @@
 import { OUTCOME_AFTER_CANDLES, type TrackRecordResponse } from '../../contracts/history.ts';
 import { type Exchange, TIMEFRAME_MS, type Timeframe } from '../../contracts/market.ts';
 import { cellKey } from '../engine/signals/calibration.ts';
-import { WINDOW_DAYS } from './track-record.ts';
+import { DAY_MS, WINDOW_DAYS } from './track-record.ts';
 
 /**
  * The track record as the get_track_record tool answers it: GET /api/track-record's answer for
@@ -70,7 +70,7 @@ function noLine(
   const said = `No line for ${asked} in this window: no verdict of it has resolved there (each counts once its outcome, ${OUTCOME_AFTER_CANDLES} candles after its close, is in).`;
   const windowDays = WINDOW_DAYS[window];
   if (timeframe === undefined || windowDays === null) return said;
-  const outcomeDays = (OUTCOME_AFTER_CANDLES * TIMEFRAME_MS[timeframe]) / 86_400_000;
+  const outcomeDays = (OUTCOME_AFTER_CANDLES * TIMEFRAME_MS[timeframe]) / DAY_MS;
   return outcomeDays >= windowDays
     ? `${said} A ${timeframe} verdict's outcome comes ${outcomeDays} days after its close, so a ${window} window never holds one: ask a longer window.`
     : said;

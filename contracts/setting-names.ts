@@ -78,20 +78,22 @@ function ordinary(name: string): boolean {
  * swapped (NATS_ULR to NATS_URL is one).
  */
 export function editDistance(a: string, b: string): number {
-  const d: number[][] = Array.from({ length: a.length + 1 }, (_, i) =>
-    Array.from({ length: b.length + 1 }, (_, j) => (i === 0 ? j : j === 0 ? i : 0)),
-  );
+  // Row i of the table is d[i * w .. i * w + b.length], one flat array rather than a row each.
+  const w = b.length + 1;
+  const d = new Uint32Array((a.length + 1) * w);
+  for (let j = 0; j <= b.length; j++) d[j] = j;
   for (let i = 1; i <= a.length; i++) {
+    d[i * w] = i;
     for (let j = 1; j <= b.length; j++) {
       const cost = a[i - 1] === b[j - 1] ? 0 : 1;
-      let best = Math.min(d[i - 1]![j]! + 1, d[i]![j - 1]! + 1, d[i - 1]![j - 1]! + cost);
+      let best = Math.min(d[(i - 1) * w + j]! + 1, d[i * w + j - 1]! + 1, d[(i - 1) * w + j - 1]! + cost);
       if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) {
-        best = Math.min(best, d[i - 2]![j - 2]! + 1);
+        best = Math.min(best, d[(i - 2) * w + j - 2]! + 1);
       }
-      d[i]![j] = best;
+      d[i * w + j] = best;
     }
   }
-  return d[a.length]![b.length]!;
+  return d[a.length * w + b.length]!;
 }
 
 /** The first words two or more settings share (`X402_`, `WEBHOOK_`, `NATS_`, `REDIS_`…). */
@@ -104,13 +106,24 @@ function families(names: readonly string[]): Set<string> {
   return new Set([...count].flatMap(([prefix, n]) => (n >= 2 ? [prefix] : [])));
 }
 
-/** The name of `names` fewest edits from `variable` (the first of equals), and how many. */
-function nearestName(variable: string, names: readonly string[]): [string, number] {
+/**
+ * The name of `names` fewest edits from `variable` (the first of equals), and how many; only names
+ * within `within` edits are weighed (none: `['', Infinity]`). A name whose length differs by more
+ * than that, or by as much as the nearest so far, cannot be nearer (each letter of the difference
+ * is an edit), so its distance is not worked out: the scan runs at every start.
+ */
+function nearestName(
+  variable: string,
+  names: readonly string[],
+  within = Number.POSITIVE_INFINITY,
+): [string, number] {
   let nearest = '';
   let distance = Number.POSITIVE_INFINITY;
   for (const name of names) {
+    const gap = Math.abs(variable.length - name.length);
+    if (gap > within || gap >= distance) continue;
     const d = editDistance(variable, name);
-    if (d < distance) [nearest, distance] = [name, d];
+    if (d <= within && d < distance) [nearest, distance] = [name, d];
   }
   return [nearest, distance];
 }
@@ -136,8 +149,10 @@ export function unknownSettings(
   const found: UnknownSetting[] = [];
   for (const variable of Object.keys(env)) {
     if (known.has(variable) || ordinary(variable)) continue;
-    const [nearest, distance] = nearestName(variable, names);
-    const close = distance <= (variable.length < 6 ? 1 : 2);
+    // Only a name close enough to be named is looked for: a farther nearest one is named only
+    // within its family, below.
+    const [nearest, distance] = nearestName(variable, names, variable.length < 6 ? 1 : 2);
+    const close = distance !== Number.POSITIVE_INFINITY;
     const prefix = [...prefixes].find((p) => variable.startsWith(p));
     if (close) found.push({ variable, nearest });
     else if (prefix !== undefined) {

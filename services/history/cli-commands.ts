@@ -889,14 +889,16 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
     throw new UsageError(`--${String(first.path[0])}: ${first.message}`);
   }
   const filter = historyFilter(read.data);
+  // A read from the log reveals on the deployment's clock (its replay's, else wall time).
+  const storeRead = async (store: EventStore): Promise<Source> =>
+    storeSource(store, filter, revealClock((await deps.openReplay?.()) ?? null));
   const source = async (): Promise<Source> => {
     if (values.url) {
       if (typeof values.key !== 'string') throw new UsageError('--url needs --key');
       return urlSource(values.url as string, values.key, filters, deps.fetch ?? fetch);
     }
     if (values.store) {
-      const store = await deps.openStore();
-      return storeSource(store, filter, revealClock((await deps.openReplay?.()) ?? null));
+      return storeRead(await deps.openStore());
     }
     throw new UsageError('say where the history is: --url URL --key KEY, or --store');
   };
@@ -908,14 +910,7 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
       // the venue and timeframe, then the coin.
       await checkServedVenue(store, filter, deps.openFeed);
       if (filter.coin !== undefined) await checkHeldCoin(store, filter.coin, filter.exchange);
-      return exportCommand(
-        values,
-        deps,
-        storeSource(store, filter, revealClock((await deps.openReplay?.()) ?? null)),
-        filter,
-        true,
-        store,
-      );
+      return exportCommand(values, deps, await storeRead(store), filter, true, store);
     }
     case 'verify': {
       // Read past a malformed row: the chain walk stops at it, the anchors and --data check every row.

@@ -5,7 +5,14 @@ import ipaddr from 'ipaddr.js';
 import { z } from 'zod';
 import { EXCHANGES, Exchange, Timeframe } from './market.ts';
 import { maskUrlCredentials } from './mask-url.ts';
-import { type Cidr, parseCidrList, parsePortPolicy, splitList } from './setting-lists.ts';
+import {
+  type Cidr,
+  parseCidrList,
+  parseEventTypes,
+  parsePortPolicy,
+  parseSchedule,
+  splitList,
+} from './setting-lists.ts';
 
 /**
  * Service configuration, read from the environment and validated at start. Every variable is
@@ -125,6 +132,20 @@ function parses(parse: () => unknown): boolean {
   } catch {
     return false;
   }
+}
+
+/**
+ * A setting its run-time parser (`parse`, one of setting-lists.ts) reads: what that refuses is
+ * refused here in the parser's own words, which name the entry that is wrong.
+ */
+function parsedBy(parse: (raw: string) => unknown) {
+  return z.string().superRefine((raw, ctx) => {
+    try {
+      parse(raw);
+    } catch (err) {
+      ctx.addIssue({ code: 'custom', message: (err as Error).message });
+    }
+  });
 }
 
 /**
@@ -432,16 +453,12 @@ export const ConfigSchema = z
     /**
      * Event types the relay publishes to the bus (comma-separated, split as every list setting:
      * splitList, at least one), or `*` for every type. The default is what the service's consumers
-     * subscribe to (the webhook dispatcher).
+     * subscribe to (the webhook dispatcher). Read by the relay's parser (parseEventTypes): a name
+     * the event catalog does not hold stops the start, listing the ones it does.
      */
-    RELAY_EVENT_TYPES: z
-      .string()
-      .refine((raw) => {
-        if (raw.trim() === '*') return true;
-        const names = splitList(raw);
-        return names.length > 0 && names.every((name) => /^[A-Za-z]+$/.test(name));
-      }, 'event type names, comma-separated, or *')
-      .default('VerdictRecorded,RegimeShifted,RiskShifted,SubscriptionReEnabled,SubscriptionDisabled'),
+    RELAY_EVENT_TYPES: parsedBy(parseEventTypes).default(
+      'VerdictRecorded,RegimeShifted,RiskShifted,SubscriptionReEnabled,SubscriptionDisabled',
+    ),
     CACHE: z.enum(['memory', 'redis']).default('memory'),
     REDIS_URL: urlSetting(['redis', 'rediss'], 'redis://127.0.0.1:6379')
       // The path is the database number, read by the client as SELECT <path>: `/abc` crashed the
@@ -755,11 +772,12 @@ export const ConfigSchema = z
         'addresses or CIDRs, comma-separated, such as 127.0.0.1/32',
       )
       .default(''),
-    /** Delays before each attempt (the first is normally 0): ms or 5s/5m/2h/1d, comma-separated. */
-    WEBHOOK_RETRY_SCHEDULE: z
-      .string()
-      .regex(/^\d+(ms|s|m|h|d)?(,\d+(ms|s|m|h|d)?)*$/, 'durations such as 0,5s,5m,30m,2h')
-      .default('0,5s,5m,30m,2h,5h,10h,10h'),
+    /**
+     * Delays before each attempt (the first is normally 0): ms or 5s/5m/2h/1d, comma-separated,
+     * split as every list setting (splitList). Read by the dispatcher's parser (parseSchedule),
+     * whose refusal names the entry that is no delay.
+     */
+    WEBHOOK_RETRY_SCHEDULE: parsedBy(parseSchedule).default('0,5s,5m,30m,2h,5h,10h,10h'),
     /** Each retry delay is varied by up to this fraction either way. */
     WEBHOOK_RETRY_JITTER: decimalNumber.pipe(z.number().min(0).max(1)).default(0.2),
     /** A receiver's Retry-After is honoured up to this many ms. */

@@ -1,9 +1,11 @@
 import ipaddr from 'ipaddr.js';
+import { EVENT_TYPES, type EventType, isEventType } from './events.ts';
 
 /**
  * The parsers of the list settings, one each: the configuration's check (contracts/config.ts)
- * and the code that reads the value at run time (the Host/Origin guard, the webhook SSRF policy,
- * the OAuth cookie keys) call the same one, so a value the check passes is the value that runs.
+ * and the code that reads the value at run time (the Host/Origin guard, the webhook SSRF policy
+ * and retry schedule, the relay's event types, the OAuth cookie keys) call the same one, so a
+ * value the check passes is the value that runs.
  */
 
 /** A comma-separated setting's entries, each trimmed, the empty ones dropped (`a, ,b,` is `a`, `b`). */
@@ -56,4 +58,45 @@ export function parseCidrList(raw: string): Cidr[] {
     }
     return ipaddr.parseCIDR(entry.includes('/') ? entry : `${entry}/${ip.kind() === 'ipv4' ? 32 : 128}`);
   });
+}
+
+const UNIT_MS = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const;
+
+/** A delay in ms: whole milliseconds, or a whole number of ms, s, m, h or d (`0`, `250`, `5s`, `2h`). */
+export function parseDuration(raw: string): number {
+  const m = /^(\d+)(ms|s|m|h|d)?$/.exec(raw.trim());
+  if (!m)
+    throw new Error(
+      `"${raw.trim()}" is no delay: whole milliseconds, or a whole number with ms, s, m, h or d, such as 5s, 5m or 2h`,
+    );
+  return Number(m[1]) * UNIT_MS[(m[2] ?? 'ms') as keyof typeof UNIT_MS];
+}
+
+/**
+ * WEBHOOK_RETRY_SCHEDULE: the delay before each attempt (`0,5s,5m,30m`), split as every list
+ * setting (splitList). The delays need no order: each counts from when the attempt before was due.
+ * Throws naming the first entry that is no delay (parseDuration), or on a list of none.
+ */
+export function parseSchedule(raw: string): number[] {
+  const delays = splitList(raw).map(parseDuration);
+  if (delays.length === 0) throw new Error('names no delay: set at least one, such as 0,5s,5m');
+  return delays;
+}
+
+/**
+ * RELAY_EVENT_TYPES: the event types named, split as every list setting (splitList), or null for
+ * `*` (every type). A name is checked by the event catalog's own predicate (isEventType); throws
+ * naming the unknown ones and listing the catalog's, or on a list of none.
+ */
+export function parseEventTypes(raw: string): ReadonlySet<EventType> | null {
+  if (raw.trim() === '*') return null;
+  const names = splitList(raw);
+  if (names.length === 0) throw new Error('names no event type (set names or *)');
+  const unknown = names.filter((name) => !isEventType(name));
+  if (unknown.length > 0) {
+    throw new Error(
+      `names unknown event types: ${unknown.join(', ')}; the event types are ${EVENT_TYPES.join(', ')}`,
+    );
+  }
+  return new Set(names as EventType[]);
 }

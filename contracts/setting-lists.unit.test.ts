@@ -1,6 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import { loadConfig, parseTrustProxy } from './config.ts';
-import { parseCidrList, parsePortPolicy, splitList } from './setting-lists.ts';
+import { EVENT_TYPES } from './events.ts';
+import {
+  parseCidrList,
+  parseEventTypes,
+  parsePortPolicy,
+  parseSchedule,
+  splitList,
+} from './setting-lists.ts';
 
 const takes = (parse: () => unknown) => {
   try {
@@ -97,6 +104,69 @@ describe('the list settings: the configuration refuses what the run-time parser 
       expect(configTakes({ WEBHOOK_TEST_ALLOW_CIDRS: raw }), raw).toBe(false);
     }
     expect(() => parseCidrList('10.0.0.1, 10.1')).toThrow('10.1');
+  });
+
+  it('WEBHOOK_RETRY_SCHEDULE: split as every list setting, its refusal naming the variable and the entry', () => {
+    for (const raw of [
+      '0,5s,5m',
+      ' 0 , 5s ,5m ',
+      '0,5s,',
+      '0,,5s',
+      '5m,0,5s',
+      ',',
+      ' , ',
+      '0,-5s',
+      '0,5x',
+      '5.5s',
+      'abc',
+    ]) {
+      expect(configTakes({ WEBHOOK_RETRY_SCHEDULE: raw }), raw).toBe(takes(() => parseSchedule(raw)));
+    }
+    // Blanks around an entry and an empty entry (a trailing comma) as in every list setting.
+    expect(parseSchedule(' 0 , 5s ,5m ')).toEqual([0, 5_000, 300_000]);
+    expect(parseSchedule('0,5s,')).toEqual([0, 5_000]);
+    expect(parseSchedule('0,,5s')).toEqual([0, 5_000]);
+    expect(configTakes({ WEBHOOK_RETRY_SCHEDULE: ' 0 , 5s ,5m ' })).toBe(true);
+    // No order is asked: each delay counts from the attempt before it.
+    expect(parseSchedule('5m,0,5s')).toEqual([300_000, 0, 5_000]);
+    const refusal = (raw: string) => {
+      try {
+        loadConfig({ WEBHOOK_RETRY_SCHEDULE: raw });
+      } catch (err) {
+        return (err as Error).message;
+      }
+      throw new Error(`${raw} was taken`);
+    };
+    expect(refusal(' , ')).toContain('WEBHOOK_RETRY_SCHEDULE: names no delay');
+    for (const [raw, entry] of [
+      ['0,-5s,5m', '-5s'],
+      ['0, 5x', '5x'],
+      ['0,5.5s', '5.5s'],
+      ['five', 'five'],
+    ]) {
+      expect(refusal(raw!)).toContain(`WEBHOOK_RETRY_SCHEDULE: "${entry}" is no delay`);
+      expect(() => parseSchedule(raw!)).toThrow(`"${entry}" is no delay`);
+    }
+  });
+
+  it("RELAY_EVENT_TYPES: a name the event catalog does not hold is refused, listing the catalog's", () => {
+    for (const raw of [
+      'VerdictRecorded',
+      ' VerdictRecorded, ,RegimeShifted,',
+      '*',
+      ',',
+      'VerdictRecordd',
+      'Regime-Shifted',
+    ]) {
+      expect(configTakes({ RELAY_EVENT_TYPES: raw }), raw).toBe(takes(() => parseEventTypes(raw)));
+    }
+    expect(parseEventTypes(' VerdictRecorded, ,RegimeShifted,')).toEqual(
+      new Set(['VerdictRecorded', 'RegimeShifted']),
+    );
+    expect(parseEventTypes(' * ')).toBeNull();
+    expect(() => loadConfig({ RELAY_EVENT_TYPES: 'VerdictRecorded,VerdictRecordd' })).toThrow(
+      `RELAY_EVENT_TYPES: names unknown event types: VerdictRecordd; the event types are ${EVENT_TYPES.join(', ')} (got`,
+    );
   });
 
   it('splits a comma-separated value into its trimmed entries, the empty ones dropped', () => {

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
-import { newEvent } from '../contracts/events.ts';
+import { EVENT_TYPES, newEvent } from '../contracts/events.ts';
 import { holdWriteLock, type LockHolder } from './lmdb-lock-holder.ts';
 import { freePortIn } from './ports.ts';
 import { type ServiceProcess as Run, runServiceProcess as run } from './service-process.ts';
@@ -37,6 +37,19 @@ describe('the service process', () => {
     expect(r.stderr).toContain('PORT');
     expect(r.stderr).toContain('"eighty"');
     expect(r.stderr).toContain('EVENT_STORE');
+  });
+
+  it('refuses a misspelled RELAY_EVENT_TYPES as a bad setting, listing the event types, before it opens anything', async () => {
+    const dataDir = join(await tempDir(), 'data');
+    const r = run({ DATA_DIR: dataDir, RELAY_EVENT_TYPES: 'VerdictRecorded,VerdictRecordd' });
+    running.push(r);
+    expect(await r.exit).toBe(1);
+    expect(r.stderr).toBe(
+      `invalid configuration:\n  RELAY_EVENT_TYPES: names unknown event types: VerdictRecordd; the event types are ${EVENT_TYPES.join(', ')} (got "VerdictRecorded,VerdictRecordd")\n`,
+    );
+    // No log line: neither the event store nor the feed was opened.
+    expect(r.lines).toEqual([]);
+    expect(existsSync(dataDir)).toBe(false);
   });
 
   it('refuses an unknown role', async () => {

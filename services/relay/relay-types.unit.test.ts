@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { EVENT_TYPES } from '../../contracts/events.ts';
 import { relayTypes } from './relay-types.ts';
 
 describe('relayTypes (RELAY_EVENT_TYPES as the relay reads it)', () => {
@@ -10,14 +11,14 @@ describe('relayTypes (RELAY_EVENT_TYPES as the relay reads it)', () => {
     expect(relayTypes({ RELAY_EVENT_TYPES: ' * ' })).toBeNull();
   });
 
-  it('refuses a list of no entry and an unknown name, naming the variable', () => {
+  it('refuses a list of no entry and an unknown name, naming the variable and listing the event types', () => {
     for (const empty of ['', ',', ' , ,']) {
       expect(() => relayTypes({ RELAY_EVENT_TYPES: empty })).toThrow(
         /^RELAY_EVENT_TYPES names no event type/,
       );
     }
     expect(() => relayTypes({ RELAY_EVENT_TYPES: 'VerdictRecorded,NoSuchEvent,' })).toThrow(
-      /^RELAY_EVENT_TYPES names unknown event types: NoSuchEvent$/,
+      `RELAY_EVENT_TYPES names unknown event types: NoSuchEvent; the event types are ${EVENT_TYPES.join(', ')}`,
     );
   });
 });

@@ -1,8 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../../contracts/config.ts';
+import { parseSchedule } from '../../contracts/setting-lists.ts';
 import { classifyFailure, nextAttemptAt, parseRetryAfter } from './retry-policy.ts';
 import { generateWebhookSecret, SecretBox, secretBoxFromConfig } from './secret-box.ts';
-import { addressPolicyFromConfig, parseSchedule, webhookSettings } from './settings.ts';
+import { addressPolicyFromConfig, webhookSettings } from './settings.ts';
 
 const policy = {
   schedule: parseSchedule('0,5s,5m,30m,2h,5h,10h,10h'),

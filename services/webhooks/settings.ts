@@ -1,5 +1,5 @@
 import { type Config, publicBaseUrl } from '../../contracts/config.ts';
-import { parseCidrList, parsePortPolicy } from '../../contracts/setting-lists.ts';
+import { parseCidrList, parsePortPolicy, parseSchedule } from '../../contracts/setting-lists.ts';
 import type { AddressPolicy } from '../shared/ssrf/address-policy.ts';
 import type { UrlPolicy } from '../shared/ssrf/url-policy.ts';
 import type { RetryPolicy } from './retry-policy.ts';
@@ -29,20 +29,6 @@ export interface WebhookSettings {
   urlPolicy: UrlPolicy;
   /** Extra trust for receivers' certificates (tests trust their self-signed receiver here). */
   tls?: { ca?: string | string[] };
-}
-
-const UNIT_MS = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const;
-
-export function parseDuration(raw: string): number {
-  const m = /^(\d+)(ms|s|m|h|d)?$/.exec(raw.trim());
-  if (!m) throw new Error(`invalid duration "${raw}"`);
-  return Number(m[1]) * UNIT_MS[(m[2] ?? 'ms') as keyof typeof UNIT_MS];
-}
-
-export function parseSchedule(raw: string): number[] {
-  const delays = raw.split(',').map(parseDuration);
-  if (delays.length === 0) throw new Error('the retry schedule needs at least one entry');
-  return delays;
 }
 
 export function addressPolicyFromConfig(

@@ -163,3 +163,8 @@ export function unknownSettings(
   }
   return found;
 }
+
+/** What the service and the operator command lines say of a variable unknownSettings finds. */
+export function unknownSettingWarning({ variable, nearest }: UnknownSetting): string {
+  return `${variable} is not a setting of this service and is ignored; the nearest setting is ${nearest}`;
+}

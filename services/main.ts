@@ -9,7 +9,7 @@ import {
   refuseRoleSettings,
   roleSettingWarnings,
 } from '../contracts/config.ts';
-import { unknownSettings } from '../contracts/setting-names.ts';
+import { unknownSettings, unknownSettingWarning } from '../contracts/setting-names.ts';
 import { flushAccessLines } from './api/request-log.ts';
 import { ROLES, type Role } from './component.ts';
 import type { RunningService } from './service.ts';
@@ -95,11 +95,8 @@ async function main(): Promise<void> {
   }
   // A variable the configuration does not know is ignored: one that looks meant as a setting
   // (NATS_ULR) is named, else the service runs on the default without a word.
-  for (const { variable, nearest } of unknownSettings(process.env)) {
-    logger.warn(
-      { variable, nearest },
-      `${variable} is not a setting of this service and is ignored; the nearest setting is ${nearest}`,
-    );
+  for (const unknown of unknownSettings(process.env)) {
+    logger.warn({ variable: unknown.variable, nearest: unknown.nearest }, unknownSettingWarning(unknown));
   }
   // A signal may come while the process still starts (a supervisor stopping a slow start): it ends
   // the start at its next step, which closes what it opened, and the process exits 0 as a stop of a

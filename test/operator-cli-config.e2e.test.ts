@@ -87,6 +87,16 @@ describe('operator command lines on a refused setting', () => {
     expect(existsSync(join(root, 'backup'))).toBe(false);
   });
 
+  it("history --store with a misspelled setting in its environment: named once on stderr, in the service's words", async () => {
+    const out = await run('services/history/cli.ts', ['verify', '--store'], {
+      DATA_DIR: dataDir,
+      NATS_ULR: 'nats://127.0.0.1:4222',
+    });
+    const warning =
+      'NATS_ULR is not a setting of this service and is ignored; the nearest setting is NATS_URL';
+    expect(out.stderr.split('\n').filter((line) => line.includes('NATS_ULR'))).toEqual([warning]);
+  });
+
   it('keys reseal-webhook-secrets in production without WEBHOOK_MASTER_KEY: the one line, no log created', async () => {
     const empty = join(root, 'empty');
     const out = await run('services/operator/cli.ts', ['reseal-webhook-secrets'], {

@@ -24,7 +24,7 @@ import { capConnections, defaultMaxConnections } from './connection-caps.ts';
 import { echoedPath, noRouteDetail, RepeatedHeaderError, useApiErrors } from './errors.ts';
 import { indexRoute } from './index-route.ts';
 import { registerJsonParser } from './json-body.ts';
-import { EVERY_ANSWER_HEADERS, keyChallenge, registerOpenApi } from './openapi.ts';
+import { EVERY_ANSWER_HEADERS, keyChallenge, keyInvalidRequest, registerOpenApi } from './openapi.ts';
 import { opsRoutes } from './ops-routes.ts';
 import { OneLinePerRequest, requestLoggers } from './request-log.ts';
 
@@ -119,7 +119,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     if (
       reply.statusCode === 401 &&
       !reply.hasHeader('www-authenticate') &&
-      (request.routeOptions.config as { keyChallenge?: boolean } | undefined)?.keyChallenge
+      request.routeOptions.config?.keyChallenge
     )
       reply.header('www-authenticate', keyChallenge(request.headers.authorization));
     done(null, payload);
@@ -132,8 +132,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   useApiErrors(app);
   registerJsonParser(app);
   // RFC 9112 §3.2: a request with more than one Host is refused, as a proxy in front and this
-  // process could each take another one; so is one with two Authorization fields, whose keys a
-  // proxy and this process could each read differently (Node keeps the first and drops the rest).
+  // process could each take another one; so is one with two Authorization fields (or one field a
+  // proxy joined from two), whose keys a proxy and this process could each read differently (Node
+  // keeps the first and drops the rest).
   // On /api/*, so is one with two Content-Type fields, a singleton field whose repetition RFC 9110
   // §8.3 calls an error that recipients resolve differently (Node reads the first, others the
   // last); /mcp (415) and /x402 (400 invalid_content_type, contract §7.2) refuse it in words of
@@ -148,7 +149,13 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     const onApi = request.routeOptions.url?.startsWith('/api/') ?? false;
     const repeated = repeatedField(request.raw.rawHeaders, onApi);
     if (repeated !== null) {
-      done(new RepeatedHeaderError(repeated));
+      const refusal = new RepeatedHeaderError(repeated);
+      // On a route taking a Bearer credential, a request sending it more than one way is RFC 6750
+      // §3.1's invalid_request, and the 400 says so in the route's challenge (whatever its body).
+      const challenge =
+        repeated === 'Authorization' ? invalidRequestChallenge(request, refusal.message) : null;
+      if (challenge !== null) reply.header('www-authenticate', challenge);
+      done(refusal);
       return;
     }
     done();
@@ -376,13 +383,47 @@ function overflowInRequestLine(error: ParserError): boolean {
 
 /**
  * The first of Host, Authorization and (when `contentType`) Content-Type that a request carries
- * more than once, or null.
+ * more than once, or null. Authorization counts twice too when one field holds two credentials
+ * (`Bearer a, Bearer b`: a proxy joining two fields with a comma, RFC 9110 §5.3).
  */
 function repeatedField(
   rawHeaders: string[],
   contentType: boolean,
 ): 'Host' | 'Authorization' | 'Content-Type' | null {
   if (sentValues(rawHeaders, 'host').length > 1) return 'Host';
-  if (sentValues(rawHeaders, 'authorization').length > 1) return 'Authorization';
+  const authorization = sentValues(rawHeaders, 'authorization');
+  if (authorization.length > 1 || (authorization.length === 1 && joinsCredentials(authorization[0]!)))
+    return 'Authorization';
   return contentType && sentValues(rawHeaders, 'content-type').length > 1 ? 'Content-Type' : null;
+}
+
+/** A comma, then what starts a credential: an auth scheme, spaces, and a value that is not `=` (an auth-param's). */
+const SECOND_CREDENTIAL = /,[ \t]*[!#$%&'*+.^_`|~0-9A-Za-z-]+[ \t]+[^\s=,]/;
+
+/**
+ * Whether one Authorization value holds two credentials. A credential holds no comma outside its
+ * auth-params (RFC 9110 §11.4), and those are `name=value`, a quoted value read as a whole.
+ */
+function joinsCredentials(value: string): boolean {
+  if (!value.includes(',')) return false;
+  return SECOND_CREDENTIAL.test(value.replace(/"(?:[^"\\]|\\.)*"/g, '""'));
+}
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** The route takes an API key (documented()): its 401 and invalid_request 400 challenge for one. */
+    keyChallenge?: boolean;
+    /** The route's own invalid_request challenge, where its Bearer credential is not an API key. */
+    invalidRequestChallenge?: (request: FastifyRequest, description: string) => string;
+  }
+}
+
+/**
+ * The `WWW-Authenticate` of a 400 refusing Authorization sent twice (RFC 6750 §3.1 invalid_request)
+ * on a route taking a Bearer credential; null on a route that takes none.
+ */
+function invalidRequestChallenge(request: FastifyRequest, description: string): string | null {
+  const config = request.routeOptions.config;
+  if (config?.invalidRequestChallenge) return config.invalidRequestChallenge(request, description);
+  return config?.keyChallenge ? keyInvalidRequest(description) : null;
 }

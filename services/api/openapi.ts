@@ -56,7 +56,7 @@ export const RESPONSE_HEADERS = {
     'Sent as an HTTP trailer (announced by Trailer): the cursor after the last row sent; after=<cursor> resumes there',
   Trailer: 'The fields sent as HTTP trailers after the body (X-History-Cursor)',
   'WWW-Authenticate':
-    'The challenge of a 401 (RFC 9110 §11.6.1, RFC 6750 §3): Bearer realm="signal-service", with error="invalid_token" when the Bearer key sent is not a live one',
+    'The challenge of a 401 (RFC 9110 §11.6.1, RFC 6750 §3): Bearer realm="signal-service", with error="invalid_token" when the Bearer key sent is not a live one; on a 400 refusing Authorization sent more than once, error="invalid_request" (RFC 6750 §3.1)',
 } as const;
 export type ResponseHeader = keyof typeof RESPONSE_HEADERS;
 
@@ -244,6 +244,14 @@ export function keyChallenge(authorization: string | string[] | undefined): stri
   return /^Bearer\s+\S/i.test(sent)
     ? `Bearer realm="${KEY_REALM}", error="invalid_token", error_description="the API key is not a live key of this service"`
     : `Bearer realm="${KEY_REALM}"`;
+}
+
+/**
+ * The `WWW-Authenticate` of a 400 refusing a request that sends its API key more than one way
+ * (Authorization twice): RFC 6750 §3.1's invalid_request.
+ */
+export function keyInvalidRequest(description: string): string {
+  return `Bearer realm="${KEY_REALM}", error="invalid_request", error_description="${description.replace(/["\\]/g, '')}"`;
 }
 
 /** Route config that puts the route in the OpenAPI document: `app.get(url, { config: documented(...) }, ...)`. */
@@ -528,8 +536,9 @@ function withOperationIds<D extends object>(document: D): D {
             ...(retryable(status) ? RETRY : []),
             // A rate limit's or a quota's refusal is never to be reused (no-store).
             ...(status === '429' ? (['Cache-Control'] as const) : []),
-            // A 401 of an operation taking an API key challenges for one (app.ts sends keyChallenge).
-            ...(status === '401' &&
+            // A 401 of an operation taking an API key challenges for one (app.ts sends keyChallenge),
+            // and so does its 400 refusing Authorization sent twice (keyInvalidRequest).
+            ...((status === '401' || status === '400') &&
             JSON.stringify(op.security ?? []).includes('apiKey') &&
             !Object.keys(declared.headers ?? {}).some((name) => name.toLowerCase() === 'www-authenticate')
               ? (['WWW-Authenticate'] as const)

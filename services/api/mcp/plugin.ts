@@ -11,12 +11,7 @@ import { JSON_UTF8 } from '../../shared/media-types.ts';
 import { sentValues } from '../../shared/raw-headers.ts';
 import { onResponseClosed } from '../../shared/response-closed.ts';
 import { answeredBy } from '../answer-at-turn-end.ts';
-import {
-  errorHandler,
-  RepeatedHeaderError,
-  rpcErrorBodyWithService,
-  rpcErrorWithService,
-} from '../errors.ts';
+import { errorHandler, rpcErrorBodyWithService, rpcErrorWithService } from '../errors.ts';
 import { codesText, documented, RESPONSE_HEADERS, type ResponseDoc, undocumented } from '../openapi.ts';
 import { envelopeRefusal } from './envelope.ts';
 import { MCP_INVALID_REQUEST } from './error-codes.ts';
@@ -709,15 +704,11 @@ function signInRoutes(app: FastifyInstance, gate: SignInGate, route: RouteHandle
       method,
       url: gate.path,
       handler: route,
-      config: docOf(SIGNIN_DOCS, method),
-      onRequest: signInGate(gate),
       // Authorization sent twice (refused 400 by the app's hook before the gate runs) is a Bearer
-      // request sending its token more than one way: RFC 6750 §3.1 invalid_request, with the challenge.
-      onError: async (request, reply, error) => {
-        if (error instanceof RepeatedHeaderError && error.header === 'Authorization') {
-          reply.header('www-authenticate', gate.invalidRequest(request, error.message));
-        }
-      },
+      // request sending its token more than one way: RFC 6750 §3.1 invalid_request, in this
+      // resource's challenge (the app's hook reads it here).
+      config: { ...docOf(SIGNIN_DOCS, method), invalidRequestChallenge: gate.invalidRequest },
+      onRequest: signInGate(gate),
     });
   }
 }

@@ -1,6 +1,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
+import { beforeAbort } from '../adapters/before-abort.ts';
 import type { Bus } from '../adapters/bus/port.ts';
 import type { Cache } from '../adapters/cache/port.ts';
 import { type AppendWatch, watchAppends } from '../adapters/event-store/append-watch.ts';
@@ -41,7 +42,8 @@ export function requireExistingStore(config: Pick<Config, 'EVENT_STORE' | 'DATA_
  * reads opens the log only if it exists (a DATA_DIR or PostgreSQL schema without one is refused,
  * NoEventStoreError, and nothing is created), so a mistyped one does not answer "no keys".
  * `signal`: a stop asked for while the process starts; the opening ends at its next step (a wait
- * for NATS at once) with the signal's reason, and what it opened is closed.
+ * for NATS, Redis, PostgreSQL or KurrentDB at once) with the signal's reason, and what it opened
+ * is closed.
  */
 export async function openAdapters(
   config: Config,
@@ -54,7 +56,7 @@ export async function openAdapters(
 ): Promise<Adapters> {
   const opened: { close(): Promise<void> }[] = [];
   try {
-    const stores = await openStores(config, logger, existingLog);
+    const stores = await openStores(config, logger, existingLog, signal);
     const { closeProjections } = stores;
     // Every write of every role goes through here, appends and snapshot saves alike, so a store
     // that stops completing writes (a lock held by a stopped process, a server that no longer
@@ -66,7 +68,7 @@ export async function openAdapters(
     const bus = await openBus(needBus ? config : { ...config, BUS: 'memory' }, logger, signal);
     opened.push(bus);
     signal?.throwIfAborted();
-    const cache = await openCache(config, logger);
+    const cache = await openCache(config, logger, signal);
     opened.push(cache);
     return {
       eventStore,
@@ -96,7 +98,7 @@ function withOwnSnapshots(store: EventStore & { projectionStore(): ProjectionSto
   };
 }
 
-async function openStores(config: Config, logger: Logger, existingLog: boolean) {
+async function openStores(config: Config, logger: Logger, existingLog: boolean, signal?: AbortSignal) {
   switch (config.EVENT_STORE) {
     case 'memory': {
       const { MemoryEventStore } = await import('../adapters/event-store/memory.ts');
@@ -126,6 +128,7 @@ async function openStores(config: Config, logger: Logger, existingLog: boolean) 
         statementTimeoutMs: config.POSTGRES_STATEMENT_TIMEOUT_MS,
         create: !existingLog,
         logger,
+        signal,
       });
       logger.info(
         { url: maskUrlCredentials(config.POSTGRES_URL!), schema: config.POSTGRES_SCHEMA },
@@ -137,7 +140,11 @@ async function openStores(config: Config, logger: Logger, existingLog: boolean) 
     case 'kurrentdb': {
       const { connectKurrentEventStore } = await import('../adapters/event-store/kurrentdb.ts');
       const { LmdbProjectionStore } = await import('../adapters/event-store/lmdb-snapshots.ts');
-      const eventStore = await connectKurrentEventStore({ connectionString: config.KURRENTDB_URL! });
+      const eventStore = await beforeAbort(
+        connectKurrentEventStore({ connectionString: config.KURRENTDB_URL! }),
+        signal,
+        (late) => late.close(),
+      );
       // Projection snapshots stay local to the role that folds them (its DATA_DIR volume).
       const path = join(config.DATA_DIR, 'projections');
       makeDirectory(path);
@@ -171,10 +178,10 @@ async function openBus(config: Config, logger: Logger, signal?: AbortSignal): Pr
   return new MemoryBus();
 }
 
-async function openCache(config: Config, logger: Logger): Promise<Cache> {
+async function openCache(config: Config, logger: Logger, signal?: AbortSignal): Promise<Cache> {
   if (config.CACHE === 'redis') {
     const { connectRedisCache } = await import('../adapters/cache/redis.ts');
-    return connectRedisCache({ url: config.REDIS_URL, prefix: config.REDIS_PREFIX, logger });
+    return connectRedisCache({ url: config.REDIS_URL, prefix: config.REDIS_PREFIX, logger, signal });
   }
   const { createMemoryCache } = await import('../adapters/cache/memory.ts');
   return createMemoryCache();

@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { maskUrlCredentials } from '../../contracts/mask-url.ts';
+import { beforeAbort } from '../before-abort.ts';
 import { DependencyRefusedError } from '../dependency-refused.ts';
 import {
   CACHE_LOG_COMPONENT,
@@ -252,6 +253,11 @@ export interface RedisCacheOptions {
   commandTimeoutMs?: number;
   /** Bound on the PING behind health() (default 1000 ms). */
   healthTimeoutMs?: number;
+  /**
+   * Ends the first connection attempt when it aborts (the process asked to stop while starting):
+   * the client is disconnected, tries no more, and the signal's reason is thrown.
+   */
+  signal?: AbortSignal;
 }
 
 type ScriptedRedis = Redis & {
@@ -360,12 +366,24 @@ export class RedisCache implements Cache {
   /**
    * First connection attempt; a failure leaves the adapter reporting unhealthy and retrying. A
    * database the server refuses is a setting to correct, not an outage to wait out: it throws,
-   * naming REDIS_URL, and stops retrying.
+   * naming REDIS_URL, and stops retrying. An abort of `signal` ends the attempt (the client
+   * disconnected, no retry) and throws the signal's reason.
    */
-  async connect(): Promise<void> {
+  async connect(signal?: AbortSignal): Promise<void> {
+    signal?.throwIfAborted();
+    // Disconnected on an abort: the attempt in flight ends at once, and no other is made. Its
+    // socket is destroyed as well: disconnect() only half-closes it and waits up to 2 s for the
+    // server's end, which a server that does not answer never sends.
+    const abandon = () => {
+      this.client.disconnect();
+      this.client.stream?.destroy();
+    };
+    signal?.addEventListener('abort', abandon, { once: true });
     try {
-      await this.client.connect();
+      await beforeAbort(this.client.connect(), signal);
     } catch (error) {
+      // What the attempt's end says (`Connection is closed.`) is the abort's doing, not an outage.
+      if (signal?.aborted) throw signal.reason;
       if (this.databaseRefused !== null) {
         this.client.disconnect();
         throw new DependencyRefusedError(`redis at ${this.where}: ${this.databaseRefused}`);
@@ -375,6 +393,7 @@ export class RedisCache implements Cache {
       this.lastError ??= errorMessage(error);
       this.logger?.error({ err: error }, 'redis cache unreachable at start; retrying in the background');
     } finally {
+      signal?.removeEventListener('abort', abandon);
       this.connected = true;
     }
   }
@@ -837,10 +856,11 @@ function errorMessage(error: unknown): string {
 /**
  * Opens the Redis cache. Waits for the first connection attempt (bounded by the connect timeout)
  * so the first commands find a ready connection, but does not throw when Redis is down: the
- * adapter then reports unhealthy, rejects commands at once and keeps reconnecting.
+ * adapter then reports unhealthy, rejects commands at once and keeps reconnecting. An abort of
+ * `signal` during that wait ends it: the client is disconnected and the signal's reason thrown.
  */
 export async function connectRedisCache(options: RedisCacheOptions): Promise<RedisCache> {
   const cache = new RedisCache(options);
-  await cache.connect();
+  await cache.connect(options.signal);
   return cache;
 }

@@ -5,6 +5,7 @@ import type { AppendResult, NewEvent, RecordedEvent } from '../../contracts/enve
 import { newEventId } from '../../contracts/event-id.ts';
 import { EVENT_TYPES, isEventType } from '../../contracts/events.ts';
 import { maskUrlCredentials } from '../../contracts/mask-url.ts';
+import { beforeAbort } from '../before-abort.ts';
 import { DependencyRefusedError } from '../dependency-refused.ts';
 import { AppendSignal, catchUpSubscription } from './catch-up.ts';
 import { GroupWriter, type PendingAppend } from './group-writer.ts';
@@ -56,6 +57,13 @@ export interface PostgresEventStoreOptions {
    */
   statementTimeoutMs?: number;
   /**
+   * Ends the opening's wait when it aborts (the process asked to stop while starting): the
+   * signal's reason is thrown at once; the step in flight (the first connection, a migration) runs
+   * out in the background, no later one is taken, and its pool is ended (a store opened all the
+   * same is closed).
+   */
+  signal?: AbortSignal;
+  /**
    * Group round trips in flight at once (default a quarter of the pool, at least 2): appends that
    * arrive while they are all busy wait and go out together in the next one.
    */
@@ -99,6 +107,12 @@ function isConnectionError(error: unknown): boolean {
 export async function openPostgresEventStore(
   options: PostgresEventStoreOptions,
 ): Promise<PostgresEventStore> {
+  // Awaited here, so a failure's stack names openPostgresEventStore (the start-failure log shows it).
+  return await beforeAbort(openStore(options), options.signal, (store) => store.close());
+}
+
+async function openStore(options: PostgresEventStoreOptions): Promise<PostgresEventStore> {
+  const nextStep = () => options.signal?.throwIfAborted();
   const names = schemaNames(options.schema);
   const pool = new pg.Pool({
     connectionString: options.url,
@@ -124,12 +138,14 @@ export async function openPostgresEventStore(
   let recorded: string[];
   try {
     await firstConnection(pool, options.url);
+    nextStep();
     await migrate(pool, options.schema, names, options.logger, options.create).catch((err: unknown) => {
       throw setupRefusal(err, options.url, options.schema) ?? err;
     });
     recorded = (await pool.query<{ name: string }>(`SELECT name FROM ${names.schema}.event_types`)).rows.map(
       (row) => row.name,
     );
+    nextStep();
   } catch (err) {
     await pool.end().catch(() => undefined);
     throw err;

@@ -1,0 +1,86 @@
+import { existsSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
+import { freePortIn } from './ports.ts';
+import { type ServiceProcess as Run, runServiceProcess as run } from './service-process.ts';
+
+const running: Run[] = [];
+const dirs: string[] = [];
+afterEach(async () => {
+  for (const r of running.splice(0)) r.child.kill('SIGKILL');
+  for (const d of dirs.splice(0)) await rm(d, { recursive: true, force: true });
+});
+
+/**
+ * A signal while the start waits for its first connection to Redis, PostgreSQL or KurrentDB ends
+ * that wait, as it ends a wait for NATS (process e2e). The drivers give a first connection up
+ * after 2 s (Redis, PostgreSQL) or more (KurrentDB's client); the stop's own bound
+ * (SHUTDOWN_TIMEOUT_MS) is set below that, so a start that waited the connection out would end in
+ * `shutdown timed out` and a SIGKILL, not in exit 0.
+ */
+describe('a signal while the service connects at start', () => {
+  it.each([
+    ['Redis', (port: number) => ({ CACHE: 'redis', REDIS_URL: `redis://127.0.0.1:${port}` })],
+    [
+      'PostgreSQL',
+      (port: number) => ({
+        EVENT_STORE: 'postgres',
+        POSTGRES_URL: `postgres://signal@127.0.0.1:${port}/signals`,
+      }),
+    ],
+    [
+      'KurrentDB',
+      (port: number) => ({
+        EVENT_STORE: 'kurrentdb',
+        KURRENTDB_URL: `kurrentdb://127.0.0.1:${port}?tls=false`,
+      }),
+    ],
+  ])(
+    'on SIGTERM while it waits for %s, ends the wait, says so in one stop line and exits 0',
+    async (_name, settings) => {
+      // A port that takes the connection and never answers: the first connection waits on it.
+      const sockets: Socket[] = [];
+      const silent = createServer((socket) => sockets.push(socket));
+      const port = await freePortIn(19_300, 19_399);
+      await new Promise<void>((resolve) => silent.listen(port, '127.0.0.1', resolve));
+      try {
+        const dataDir = await mkdtemp(join(tmpdir(), 'start-abort-'));
+        dirs.push(dataDir);
+        const r = run({
+          DATA_DIR: dataDir,
+          SHUTDOWN_DRAIN_MS: '0',
+          SHUTDOWN_TIMEOUT_MS: '1000',
+          ...settings(port),
+        });
+        running.push(r);
+        // The connection is made and waits for the server's answer.
+        await expect.poll(() => sockets.length > 0, { interval: 50 }).toBe(true);
+        r.child.kill('SIGTERM');
+        // Its lines in the message: a stop that timed out says what it waited on.
+        expect(await r.exit, JSON.stringify(r.lines)).toBe(0);
+        expect(r.lines.some((l) => l.msg === 'service started')).toBe(false);
+        // No warning or error: the wait's end is the stop's doing, not an outage to report.
+        expect(r.lines.filter((l) => (l.level as number) >= 40)).toEqual([]);
+        expect(r.lines.find((l) => l.msg === 'shutting down')).toMatchObject({
+          signal: 'SIGTERM',
+          during: 'start',
+        });
+        const stopped = r.lines.filter((l) => l.msg === 'service stopped');
+        expect(stopped).toEqual([expect.objectContaining({ level: 30, signal: 'SIGTERM', during: 'start' })]);
+        // Its data directory is left as a stopped service leaves it: no lock, and beside Redis the
+        // LMDB log it opened opens again.
+        expect(existsSync(join(dataDir, 'service.pid'))).toBe(false);
+        if (existsSync(join(dataDir, 'events')))
+          await (await openLmdbEventStore({ path: join(dataDir, 'events') })).close();
+      } finally {
+        for (const socket of sockets) socket.destroy();
+        await new Promise<void>((resolve) => silent.close(() => resolve()));
+      }
+    },
+    60_000,
+  );
+});

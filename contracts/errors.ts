@@ -247,7 +247,12 @@ export const ERRORS = {
   network_mismatch: { status: 402, retryable: false, message: '{detail}' },
   asset_mismatch: { status: 402, retryable: false, message: '{detail}' },
   recipient_mismatch: { status: 402, retryable: false, message: '{detail}' },
-  amount_mismatch: { status: 402, retryable: false, message: '{detail}' },
+  amount_mismatch: {
+    status: 402,
+    retryable: false,
+    message:
+      "the authorisation's value {value} does not match the price {price} of this request; sign an authorisation for exactly the quoted amount",
+  },
   terms_mismatch: {
     status: 402,
     retryable: false,

@@ -163,7 +163,7 @@ describe('a refused payment moves no money and reserves nothing', () => {
         );
       },
       'amount_mismatch',
-      'amount 20001 does not match the price 20000 of this request',
+      "the authorisation's value 20001 (0.020001 USDC) does not match the price 20000 (0.020000 USDC) of this request; sign an authorisation for exactly the quoted amount",
     ],
     [
       'expired authorisation',

@@ -245,6 +245,95 @@ describe('a service started on the defaults (development)', () => {
     },
   );
 
+  /** A quote's first terms, and an authorisation of `value` signed for them (a fresh key). */
+  async function signedFor(value: (amount: bigint) => bigint) {
+    const quote = await post('/x402/get_trade_call', { coin: 'BTC', timeframe: '5m' });
+    const required = fromBase64Json<PaymentRequired>(quote.headers.get('payment-required'));
+    const terms = required.accepts[0]!;
+    const key = generatePrivateKey();
+    const now = BigInt(Math.floor(Date.now() / 1000));
+    const authorization = {
+      from: privateKeyToAccount(key).address,
+      to: terms.payTo as `0x${string}`,
+      value: value(BigInt(terms.amount)),
+      validAfter: now - 600n,
+      validBefore: now + 60n,
+      nonce: randomNonce(),
+    };
+    const { name, version } = terms.extra as { name: string; version: string };
+    const signature = await signAuthorization(key, authorization, {
+      name,
+      version,
+      chainId: Number(terms.network.split(':')[1]),
+      verifyingContract: terms.asset as `0x${string}`,
+    });
+    return { required, terms, authorization, signature };
+  }
+
+  const UNDERPAID =
+    "the authorisation's value 29999 (0.029999 USDC) does not match the price 30000 (0.030000 USDC) of this request; sign an authorisation for exactly the quoted amount";
+
+  // One wording, the catalog's, whichever version carries the payment: a v1 authorisation of another
+  // value, and a v2 payment the official client signed for a quote of another amount (its echoed
+  // `accepted` and its value alike).
+  it('amount_mismatch reads the same on v1 and on a v2 payment for a quote of another amount', async () => {
+    const { required, terms, authorization, signature } = await signedFor((amount) => amount - 1n);
+    const v1 = await post(
+      '/x402/get_trade_call',
+      { coin: 'BTC', timeframe: '5m' },
+      { 'x-payment': v1Header(authorization, signature, 'base-sepolia') },
+    );
+    const payment = await signer().createPaymentPayload({
+      ...required,
+      accepts: [{ ...terms, amount: String(authorization.value) }],
+    });
+    const v2 = await post(
+      '/x402/get_trade_call',
+      { coin: 'BTC', timeframe: '5m' },
+      { 'payment-signature': Buffer.from(JSON.stringify(payment)).toString('base64') },
+    );
+    for (const [version, res] of [
+      ['v1', v1],
+      ['v2', v2],
+    ] as const) {
+      expect([version, res.status]).toEqual([version, 402]);
+      expect([version, await res.json()]).toEqual([
+        version,
+        expect.objectContaining({ code: 'amount_mismatch', message: UNDERPAID }),
+      ]);
+    }
+    expect(await paymentStreams()).toEqual([]);
+  });
+
+  // PAYMENT-SIGNATURE (v2) is read when both come; X-PAYMENT beside it is not looked at.
+  it('PAYMENT-SIGNATURE and X-PAYMENT together: PAYMENT-SIGNATURE is read, X-PAYMENT ignored', async () => {
+    const { terms, authorization, signature } = await signedFor((amount) => amount - 1n);
+    const v2Read = await post(
+      '/x402/get_trade_call',
+      { coin: 'BTC', timeframe: '5m' },
+      {
+        'payment-signature': v2Header(terms as unknown as Record<string, unknown>, authorization, signature),
+        'x-payment': '%%%not-base64%%%',
+      },
+    );
+    expect(v2Read.status).toBe(402);
+    expect(await v2Read.json()).toMatchObject({ code: 'amount_mismatch', message: UNDERPAID });
+    const v1Ignored = await post(
+      '/x402/get_trade_call',
+      { coin: 'BTC', timeframe: '5m' },
+      {
+        'payment-signature': '%%%not-base64%%%',
+        'x-payment': v1Header(authorization, signature, 'base-sepolia'),
+      },
+    );
+    expect(v1Ignored.status).toBe(402);
+    expect(await v1Ignored.json()).toMatchObject({
+      code: 'invalid_payment_header',
+      message: 'PAYMENT-SIGNATURE: the payment header is not base64',
+    });
+    expect(await paymentStreams()).toEqual([]);
+  });
+
   it('over MCP a paid call is refused the same way', async () => {
     const client = new Client({ name: 'dev-rail', version: '1.0.0' });
     await client.connect(new StreamableHTTPClientTransport(new URL(`${service.url}/mcp`)));

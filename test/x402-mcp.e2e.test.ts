@@ -260,7 +260,8 @@ describe('failures over MCP mirror HTTP: nothing charged', () => {
     expect(structured(result)).toMatchObject({
       x402Version: 2,
       code: 'amount_mismatch',
-      error: 'amount 10000 does not match the price 30000 of this request',
+      error:
+        "the authorisation's value 10000 (0.010000 USDC) does not match the price 30000 (0.030000 USDC) of this request; sign an authorisation for exactly the quoted amount",
       accepts: [expect.objectContaining({ amount: '30000' })],
     });
     expect(await streamTypes(nonceOf(underpaid))).toEqual([]);

@@ -1,5 +1,5 @@
 import type { PaymentRequirements, VerifyResponse } from '@x402/core/types';
-import { ERRORS, type ErrorCode, isErrorCode } from '../../contracts/errors.ts';
+import { ERRORS, type ErrorCode, errorMessage, isErrorCode } from '../../contracts/errors.ts';
 import type { DecodedPayment } from './codecs.ts';
 import { v1NetworkName } from './rails.ts';
 import { usdc } from './usdc.ts';
@@ -230,11 +230,12 @@ export function describeMismatch(
       message: `payTo ${accepted.payTo} is not the quoted recipient ${quoted.payTo}`,
     };
   }
+  // An echoed quote of another amount is a payment of that amount as signed: amount_mismatch in the
+  // words of every version's (describeSignedAmount). An authorisation for the price under an echo
+  // changed by hand is the echo's fault: terms_mismatch names accepted.amount below.
   if (quoted.amount !== accepted.amount) {
-    return {
-      reason: 'amount_mismatch',
-      message: `amount ${accepted.amount} does not match the price ${quoted.amount} of this request`,
-    };
+    const signedOther = describeSignedAmount(payment, quoted);
+    if (signedOther !== null) return signedOther;
   }
   const differs = firstDifference(quoted, accepted);
   return {
@@ -261,7 +262,7 @@ export function describeSignedAmount(
   if (signed === asked) return null;
   return {
     reason: 'amount_mismatch',
-    message: `the authorisation's value ${amountText(signed)} does not match the price ${amountText(asked)} of this request; sign an authorisation for exactly the quoted amount`,
+    message: errorMessage('amount_mismatch', { value: amountText(signed), price: amountText(asked) }),
   };
 }
 

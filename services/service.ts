@@ -145,7 +145,7 @@ export async function startService(
         return { ok: venues.some((v) => v.ok), kind: feed.kind, reason, venues };
       });
     }
-    const composed = await composeSlices({ config, adapters, logger, metrics, roles, engine });
+    const composed = await composeSlices({ config, adapters, logger, metrics, roles, engine, signal });
     payments = composed.payments;
     const { slices } = composed;
     for (const slice of slices) {

@@ -24,6 +24,8 @@ export interface SliceContext {
   roles: readonly Role[];
   /** The signal engine, in processes that serve (api) or schedule (engine) verdicts. */
   engine: SignalEngine | null;
+  /** A stop asked for while the process starts: a wait on a remote service while building ends at once. */
+  signal?: AbortSignal;
 }
 
 export interface ComposedSlices {
@@ -74,6 +76,7 @@ export async function composeSlices(ctx: SliceContext): Promise<ComposedSlices> 
       logger,
       cache: adapters.cache,
       projections: adapters.projectionStore,
+      signal: ctx.signal,
     });
     knowledge = knowledgeModule({ config, adapters, logger, channel });
     channels = channelsSlice({

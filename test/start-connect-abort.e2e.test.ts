@@ -16,13 +16,13 @@ afterEach(async () => {
 });
 
 /**
- * A signal while the start waits for its first connection to Redis, PostgreSQL or KurrentDB ends
- * that wait, as it ends a wait for NATS (process e2e). The drivers give a first connection up
- * after 2 s (Redis, PostgreSQL) or more (KurrentDB's client); the stop's own bound
- * (SHUTDOWN_TIMEOUT_MS) is set below that, so a start that waited the connection out would end in
- * `shutdown timed out` and a SIGKILL, not in exit 0.
+ * A signal while the start waits for its first answer from Redis, PostgreSQL, KurrentDB or a
+ * remote x402 facilitator ends that wait, as it ends a wait for NATS (process e2e). The clients
+ * give up after 2 s (Redis, PostgreSQL) or more (KurrentDB's, the facilitator's 30 s); the stop's
+ * own bound (SHUTDOWN_TIMEOUT_MS) is set below that, so a start that waited the answer out would
+ * end in `shutdown timed out` and a SIGKILL, not in exit 0.
  */
-describe('a signal while the service connects at start', () => {
+describe('a signal while the service waits at start for a server that does not answer', () => {
   it.each([
     ['Redis', (port: number) => ({ CACHE: 'redis', REDIS_URL: `redis://127.0.0.1:${port}` })],
     [
@@ -38,6 +38,11 @@ describe('a signal while the service connects at start', () => {
         EVENT_STORE: 'kurrentdb',
         KURRENTDB_URL: `kurrentdb://127.0.0.1:${port}?tls=false`,
       }),
+    ],
+    // Asked which payments it settles (`/supported`) while pay-per-call is built.
+    [
+      'the x402 facilitator',
+      (port: number) => ({ X402_FACILITATOR: 'remote', X402_FACILITATOR_URL: `http://127.0.0.1:${port}` }),
     ],
   ])(
     'on SIGTERM while it waits for %s, ends the wait, says so in one stop line and exits 0',

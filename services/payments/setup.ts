@@ -161,6 +161,8 @@ export async function setupX402(
     projections?: ProjectionStore;
     /** The reconciler's clock, which ages open payments; Date.now unless a test moves it on. */
     now?: () => number;
+    /** A stop asked for while the process starts: the wait for the facilitator ends at once. */
+    signal?: AbortSignal;
   },
 ): Promise<X402Setup | null> {
   const plan = railPlan(config);
@@ -179,7 +181,7 @@ export async function setupX402(
     );
   }
   const { facilitator, settles } = facilitatorFor(config, rails, deps.logger);
-  const server = await createResourceServer(facilitator, rails);
+  const server = await createResourceServer(facilitator, rails, deps.signal);
   const chains = chainReadersFor(rails);
   const resettle = resettleOn(server, rails);
   const reconciler = new PaymentReconciler({

@@ -7,6 +7,8 @@ import { EXCHANGES, Exchange, Timeframe } from './market.ts';
 import { maskUrlCredentials } from './mask-url.ts';
 import {
   type Cidr,
+  MAX_TIMER_MS,
+  MAX_TIMER_TEXT,
   parseCidrList,
   parseEventTypes,
   parsePortPolicy,
@@ -36,12 +38,11 @@ const positiveInt = decimal.pipe(z.number().int().positive());
 const nonNegativeInt = decimal.pipe(z.number().int().min(0));
 /**
  * A wait the service hands to a timer (setTimeout, setInterval) or to PostgreSQL's
- * statement_timeout: both take at most 2^31 - 1 ms (about 24.8 days), and Node fires a longer
- * timer at once (SHUTDOWN_TIMEOUT_MS=3000000000 made every SIGTERM end in `shutdown timed out`
- * and SIGKILL).
+ * statement_timeout: both take at most MAX_TIMER_MS (2^31 - 1 ms, about 24.8 days), and Node fires
+ * a longer timer at once (SHUTDOWN_TIMEOUT_MS=3000000000 made every SIGTERM end in `shutdown timed
+ * out` and SIGKILL).
  */
-const MAX_TIMER_MS = 2_147_483_647;
-const timerMessage = 'at most 2147483647 ms (about 24.8 days), the longest a timer can wait';
+const timerMessage = MAX_TIMER_TEXT;
 const timerMs = decimal.pipe(z.number().int().positive().max(MAX_TIMER_MS, timerMessage));
 const timerMsOrZero = decimal.pipe(z.number().int().min(0).max(MAX_TIMER_MS, timerMessage));
 const bool = z
@@ -774,14 +775,15 @@ export const ConfigSchema = z
       .default(''),
     /**
      * Delays before each attempt (the first is normally 0): ms or 5s/5m/2h/1d, comma-separated,
-     * split as every list setting (splitList). Read by the dispatcher's parser (parseSchedule),
-     * whose refusal names the entry that is no delay.
+     * split as every list setting (splitList), each at most 24d (MAX_TIMER_MS: the dispatcher
+     * waits for a retry with a timer). Read by the dispatcher's parser (parseSchedule), whose
+     * refusal names the entry that is wrong.
      */
     WEBHOOK_RETRY_SCHEDULE: parsedBy(parseSchedule).default('0,5s,5m,30m,2h,5h,10h,10h'),
     /** Each retry delay is varied by up to this fraction either way. */
     WEBHOOK_RETRY_JITTER: decimalNumber.pipe(z.number().min(0).max(1)).default(0.2),
-    /** A receiver's Retry-After is honoured up to this many ms. */
-    WEBHOOK_RETRY_AFTER_MAX_MS: positiveInt.default(3_600_000),
+    /** A receiver's Retry-After is honoured up to this many ms (the retry's wait is a timer's). */
+    WEBHOOK_RETRY_AFTER_MAX_MS: timerMs.default(3_600_000),
     /** A subscription is disabled after this many consecutive deliveries failed every attempt... */
     WEBHOOK_DISABLE_AFTER_FAILED_DELIVERIES: positiveInt.default(5),
     /** ...or after failing without a single success for this long (5 days). */

@@ -45,6 +45,9 @@ describe('loadConfig', () => {
     [{ POSTGRES_STATEMENT_TIMEOUT_MS: '2147483648' }, 'POSTGRES_STATEMENT_TIMEOUT_MS'],
     // Also a timer: the hold on a pending payment's exposure, released at once past the cap.
     [{ X402_RECONCILE_AFTER_MS: '2147483648' }, 'X402_RECONCILE_AFTER_MS'],
+    // A receiver's Retry-After, honoured up to it, is the dispatcher's wait for the retry.
+    [{ WEBHOOK_RETRY_AFTER_MAX_MS: '99999999999' }, 'WEBHOOK_RETRY_AFTER_MAX_MS'],
+    [{ WEBHOOK_RETRY_SCHEDULE: '0,99999999999d' }, 'WEBHOOK_RETRY_SCHEDULE'],
     [{ SIWE_DOMAIN: 'https://signals.example.com' }, 'SIWE_DOMAIN'],
     [{ WEBHOOK_TEST_ALLOW_CIDRS: '127.0.0.1/32,garbage' }, 'WEBHOOK_TEST_ALLOW_CIDRS'],
     [{ HOST: '127.0.0.1:8080' }, 'HOST'],

@@ -60,22 +60,48 @@ export function parseCidrList(raw: string): Cidr[] {
   });
 }
 
+/**
+ * The longest wait a timer (setTimeout, setInterval) or PostgreSQL's statement_timeout takes:
+ * 2^31 - 1 ms, about 24.8 days. Node fires a longer timer after 1 ms, with only a
+ * TimeoutOverflowWarning, so every setting that becomes a wait is refused past it (the duration
+ * settings of contracts/config.ts, parseDuration's delays).
+ */
+export const MAX_TIMER_MS = 2_147_483_647;
+/** The refusal's words for a wait past MAX_TIMER_MS. */
+export const MAX_TIMER_TEXT = 'at most 2147483647 ms (about 24.8 days, 24d), the longest a timer can wait';
+
+/**
+ * `ms` as a timer can wait it: 0 to MAX_TIMER_MS. For a wait computed from settings and the clock
+ * (a retry's due time with its jitter, a doubled timeout), which no bound on a setting keeps within
+ * a timer's range; a timer that ends early must then look again (the webhook dispatcher's wake
+ * rescans and sets the next).
+ */
+export function timerDelay(ms: number): number {
+  return Math.min(MAX_TIMER_MS, Math.max(0, ms));
+}
+
 const UNIT_MS = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const;
 
-/** A delay in ms: whole milliseconds, or a whole number of ms, s, m, h or d (`0`, `250`, `5s`, `2h`). */
+/**
+ * A delay in ms: whole milliseconds, or a whole number of ms, s, m, h or d (`0`, `250`, `5s`, `2h`),
+ * at most MAX_TIMER_MS (`25d` is refused: it becomes a timer's wait).
+ */
 export function parseDuration(raw: string): number {
   const m = /^(\d+)(ms|s|m|h|d)?$/.exec(raw.trim());
   if (!m)
     throw new Error(
       `"${raw.trim()}" is no delay: whole milliseconds, or a whole number with ms, s, m, h or d, such as 5s, 5m or 2h`,
     );
-  return Number(m[1]) * UNIT_MS[(m[2] ?? 'ms') as keyof typeof UNIT_MS];
+  const ms = Number(m[1]) * UNIT_MS[(m[2] ?? 'ms') as keyof typeof UNIT_MS];
+  if (ms > MAX_TIMER_MS) throw new Error(`"${raw.trim()}" is too long a delay: ${MAX_TIMER_TEXT}`);
+  return ms;
 }
 
 /**
  * WEBHOOK_RETRY_SCHEDULE: the delay before each attempt (`0,5s,5m,30m`), split as every list
  * setting (splitList). The delays need no order: each counts from when the attempt before was due.
- * Throws naming the first entry that is no delay (parseDuration), or on a list of none.
+ * Throws naming the first entry that is no delay or longer than a timer waits (parseDuration), or
+ * on a list of none.
  */
 export function parseSchedule(raw: string): number[] {
   const delays = splitList(raw).map(parseDuration);

@@ -2,11 +2,15 @@ import { describe, expect, it } from 'vitest';
 import { loadConfig, parseTrustProxy } from './config.ts';
 import { EVENT_TYPES } from './events.ts';
 import {
+  MAX_TIMER_MS,
+  MAX_TIMER_TEXT,
   parseCidrList,
+  parseDuration,
   parseEventTypes,
   parsePortPolicy,
   parseSchedule,
   splitList,
+  timerDelay,
 } from './setting-lists.ts';
 
 const takes = (parse: () => unknown) => {
@@ -147,6 +151,27 @@ describe('the list settings: the configuration refuses what the run-time parser 
       expect(refusal(raw!)).toContain(`WEBHOOK_RETRY_SCHEDULE: "${entry}" is no delay`);
       expect(() => parseSchedule(raw!)).toThrow(`"${entry}" is no delay`);
     }
+    // A delay becomes the dispatcher's timer: past 2^31 - 1 ms Node fires it at once, and
+    // 99999999999d made the retry's due time no date (the outcome went unrecorded, and the
+    // attempt was sent again as stuck). The one bound, named with the largest value taken.
+    expect(parseSchedule('0,2147483647,24d')).toEqual([0, MAX_TIMER_MS, 24 * 86_400_000]);
+    for (const [raw, entry] of [
+      ['0,99999999999d', '99999999999d'],
+      ['0,25d', '25d'],
+      ['0, 2147483648 ,5s', '2147483648'],
+      [`0,${'9'.repeat(400)}`, '9'.repeat(400)],
+    ]) {
+      expect(refusal(raw!)).toContain(
+        `WEBHOOK_RETRY_SCHEDULE: "${entry}" is too long a delay: at most 2147483647 ms (about 24.8 days, 24d)`,
+      );
+      expect(() => parseDuration(entry!)).toThrow(MAX_TIMER_TEXT);
+    }
+  });
+
+  it('timerDelay keeps a computed wait within what a timer takes', () => {
+    expect(timerDelay(-5)).toBe(0);
+    expect(timerDelay(1_500)).toBe(1_500);
+    expect(timerDelay(2 * MAX_TIMER_MS)).toBe(MAX_TIMER_MS);
   });
 
   it("RELAY_EVENT_TYPES: a name the event catalog does not hold is refused, listing the catalog's", () => {

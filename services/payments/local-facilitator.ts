@@ -43,6 +43,7 @@ import {
 } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import { ignoreStrayRejections } from '../../adapters/stray-rejections.ts';
+import { timerDelay } from '../../contracts/setting-lists.ts';
 import { chainIdOf } from './rails.ts';
 import { INSUFFICIENT_BALANCE, type VerifyAnswer } from './reasons.ts';
 import { SubmissionWatch } from './submissions.ts';
@@ -455,7 +456,11 @@ export function createLocalFacilitator(options: LocalFacilitatorOptions): LocalF
           const now = Date.now();
           const until = receiptDeadlines.get(args.hash) ?? now + options.confirmationTimeoutMs;
           receiptDeadlines.set(args.hash, until);
-          setTimeout(() => receiptDeadlines.delete(args.hash), options.confirmationTimeoutMs * 2).unref();
+          // Twice a timeout of over 12.4 days is past a timer's range (it would fire at once).
+          setTimeout(
+            () => receiptDeadlines.delete(args.hash),
+            timerDelay(options.confirmationTimeoutMs * 2),
+          ).unref();
           return withDeadline(client.waitForTransactionReceipt(args), Math.max(0, until - now));
         },
         getCode: (args) => noted(() => codes.get(args.address, () => client.getCode(args))),

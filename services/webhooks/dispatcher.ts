@@ -6,6 +6,7 @@ import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { RecordedEvent } from '../../contracts/envelope.ts';
 import { type DomainEvent, type EventData, parseDomainEvent } from '../../contracts/events.ts';
 import type { TrackRecordBrief } from '../../contracts/history.ts';
+import { timerDelay } from '../../contracts/setting-lists.ts';
 import type { ScanTradeCallsInput, ScanTradeCallsOutput } from '../../contracts/tools.ts';
 import { verdictVerifyUrl } from '../../contracts/verify-url.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
@@ -516,7 +517,12 @@ export class WebhookDispatcher {
       });
   }
 
-  /** Scans for retries at `due` (the periodic tick stays the backstop for other processes' failures). */
+  /**
+   * Scans for retries at `due` (the periodic tick stays the backstop for other processes' failures).
+   * A due time past a timer's range (a schedule's longest delay with its jitter, up to twice
+   * MAX_TIMER_MS) wakes at the range's end, whose scan sets the next wake: a longer wait would
+   * fire at once.
+   */
   private wakeAt(due: number): void {
     if (!this.running || (this.wake && this.wake.at <= due)) return;
     if (this.wake) clearTimeout(this.wake.timer);
@@ -525,7 +531,7 @@ export class WebhookDispatcher {
         this.wake = null;
         this.kick();
       },
-      Math.max(0, due - Date.now()),
+      timerDelay(due - Date.now()),
     );
     timer.unref();
     this.wake = { at: due, timer };

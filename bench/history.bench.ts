@@ -13,7 +13,11 @@
  *  - outcome projection: the track-record fold over N VerdictOutcomeResolved events against the
  *    latest-verdicts fold over N VerdictRecorded events (both validate every event).
  *  - track-record query: GET /api/track-record over the folded state of N outcomes against
- *    GET /healthz on the same server (latency ratio).
+ *    GET /healthz on the same server (latency ratio); and the CPU of an answer made fresh
+ *    (currentTrackRecord: every cell merged, each line's risk intervals resampled) against the
+ *    one handed out again while the record stays at the same position (record-cache.ts), over a
+ *    record of every venue and timeframe for 90 days with risk forecasts (`--only=track-record`:
+ *    that figure alone, in seconds).
  *  - fairness: another key's p99 on a cheap route (GET /api/verdicts?limit=1) beside 4 export
  *    loops, in alternating phases of the same process: NDJSON with the scan's wait for the end of
  *    the turn between pages and without it (scan.ts pageTurn); Parquet with the exports past the
@@ -24,7 +28,7 @@
  * deployed log); `--inputs=small` gives the seven short ones earlier runs of this bench used.
  *
  *   npx tsx bench/history.bench.ts [--verdicts=1000000] [--outcomes=100000] [--runs=3]
- *     [--profile=ndjson|parquet] [--inputs=full|small] [--phases=4] [--only=fairness]
+ *     [--profile=ndjson|parquet] [--inputs=full|small] [--phases=4] [--only=fairness|track-record]
  */
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -39,14 +43,22 @@ import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import { deterministicId } from '../contracts/deterministic-id.ts';
 import type { RecordedEvent } from '../contracts/envelope.ts';
 import { type EventData, newEvent } from '../contracts/events.ts';
-import { outcomeStream } from '../contracts/history.ts';
+import { outcomeStream, TRACK_RECORD_WINDOWS } from '../contracts/history.ts';
+import { EXCHANGES, TIMEFRAMES } from '../contracts/market.ts';
 import { latestVerdictsProjection } from '../projections/latest-verdicts.ts';
 import { verdictStream } from '../services/engine/verdict-recorder.ts';
 import { OUTCOMES_DB, VERDICTS_DB } from '../services/history/export-row-store.ts';
 import { sharedParquetEncoders } from '../services/history/parquet-encoders.ts';
 import { trackRecordProjection } from '../services/history/projections.ts';
+import { RecordCache } from '../services/history/record-cache.ts';
 import { MAX_EXPORTS_PER_KEY } from '../services/history/routes.ts';
 import { pageTurn } from '../services/history/scan.ts';
+import {
+  addPoint,
+  currentTrackRecord,
+  type ScoredPoint,
+  type TrackRecordState,
+} from '../services/history/track-record.ts';
 import {
   SYNTHETIC_MARKETS,
   startHistoryServer,
@@ -274,7 +286,81 @@ async function fairness(
   return { ratio, p99: percentile(a.latencies, 99) };
 }
 
+/**
+ * A record of every venue and timeframe, `days` UTC days of four resolved verdicts a day each, every
+ * one with the risk forecast it served (so each line's risk intervals are resampled).
+ */
+function wideRecord(days: number): { state: TrackRecordState; now: number } {
+  const state: TrackRecordState = {};
+  const day0 = Date.parse('2025-06-01T00:00:00Z');
+  let position = 0;
+  for (const exchange of EXCHANGES)
+    for (const timeframe of TIMEFRAMES)
+      for (let d = 0; d < days; d++)
+        for (let k = 0; k < 4; k++) {
+          const x = Math.sin(++position * 7.1);
+          const p: ScoredPoint = {
+            exchange,
+            timeframe,
+            call: x > 0.2 ? 'BUY' : x < -0.2 ? 'SELL' : 'HOLD',
+            confidence: 40 + Math.floor(Math.abs(x) * 50),
+            candleCloseTime: day0 + d * 86_400_000 + k * 6 * 3_600_000,
+            return6: x / 100,
+            result: x > 0.2 ? 'hit' : 'miss',
+            netCentiBps: Math.round(x * 1000),
+            price: 100,
+            return1: x / 300,
+            return24: x / 50,
+            feed: 'replay',
+            volatility: {
+              horizonCandles: 6,
+              bandLow: 99,
+              bandHigh: 100.5 + x,
+              bandCoverage: 0.8,
+              expectedMovePct: 1,
+            },
+          };
+          addPoint(state, p, position);
+        }
+  return { state, now: day0 + (days + 30) * 86_400_000 };
+}
+
+/** CPU ms a track-record answer, made fresh and from the cache, per window, over wideRecord(90). */
+function trackRecordAnswers(): { freshMs: number; cachedMs: number } {
+  const { state, now } = wideRecord(90);
+  // A revision as the service's projection runner has: it moves only when an outcome is folded.
+  const cache = new RecordCache({ state, revision: 1 });
+  const cpuMs = (n: number, f: () => unknown) => {
+    for (let i = 0; i < 5; i++) f();
+    const before = process.cpuUsage();
+    for (let i = 0; i < n; i++) f();
+    const used = process.cpuUsage(before);
+    return (used.user + used.system) / 1000 / n;
+  };
+  const rows: Record<string, Record<string, number>> = {};
+  for (const window of TRACK_RECORD_WINDOWS) {
+    const fresh = cpuMs(50, () => currentTrackRecord(state, window, now));
+    const cached = cpuMs(2_000, () => cache.current(window, now));
+    const json = cpuMs(50, () => JSON.stringify(cache.current(window, now)));
+    rows[window] = {
+      'fresh CPU ms': Number(fresh.toFixed(3)),
+      'cached CPU µs': Number((cached * 1000).toPrecision(2)),
+      'cached / fresh': Number((cached / fresh).toPrecision(2)),
+      'JSON.stringify ms': Number(json.toFixed(3)),
+    };
+  }
+  console.log(
+    `track-record answer per request, ${Object.keys(state).length.toLocaleString()} day cells (${EXCHANGES.length} venues x ${TIMEFRAMES.length} timeframes x 90 days, risk forecasts served): made fresh against handed out again at the same position`,
+  );
+  console.table(rows);
+  return { freshMs: rows.all!['fresh CPU ms']!, cachedMs: rows.all!['cached CPU µs']! / 1000 };
+}
+
 export async function run(): Promise<Record<string, number>> {
+  if (process.argv.includes('--only=track-record')) {
+    const { freshMs, cachedMs } = trackRecordAnswers();
+    return { trackRecordFreshMs: freshMs, trackRecordCachedMs: cachedMs };
+  }
   const verdicts = arg('verdicts', 1_000_000);
   const outcomes = Math.min(verdicts, arg('outcomes', 100_000));
   const perMarket = Math.ceil(verdicts / MARKETS);
@@ -544,6 +630,7 @@ export async function run(): Promise<Record<string, number>> {
       'track-record 30d': { ms: Number(tr30.toFixed(3)), ratio: Number((tr30 / healthMs).toFixed(1)) },
     });
     await server.close();
+    const answers = trackRecordAnswers();
 
     // ---- outcome projection throughput at N events, in memory, folded chunk by chunk ----
     const n = verdicts;
@@ -582,6 +669,8 @@ export async function run(): Promise<Record<string, number>> {
       ndjsonRssGrowthMb: nd.rssGrowth / 1e6,
       ndjsonLiveHeapMb: ndLive / 1e6,
       trackRecordMs: trAll,
+      trackRecordFreshMs: answers.freshMs,
+      trackRecordCachedMs: answers.cachedMs,
       foldPerSec: n / foldS,
       fairnessP99Ratio: fair.ratio,
       fairnessP99Ms: fair.p99,

@@ -31,11 +31,12 @@ import {
   pendingOutcomesProjection,
   trackRecordProjection,
 } from './projections.ts';
+import { RecordCache } from './record-cache.ts';
 import { OutcomeResolver, outcomesCheck } from './resolver.ts';
 import { historyRoutes } from './routes.ts';
 import type { OutcomeIndex, StoredRows } from './scan.ts';
 import { holdsCoin, ServedVenues } from './served-venues.ts';
-import { currentTrackRecord, type TrackRecordState } from './track-record.ts';
+import type { TrackRecordState } from './track-record.ts';
 import { trackRecordForAgents } from './track-record-tool.ts';
 
 /** Roles this slice does something in: routes (api), outcomes (projections), webhook lines (dispatcher). */
@@ -134,6 +135,8 @@ export function historySlice(deps: HistorySliceDeps) {
   const now = () => revealClock(feed)();
 
   const briefs = new BriefCache(trackRecord);
+  /** GET /api/track-record's answers and get_track_record's, made once per record (record-cache.ts). */
+  const records = new RecordCache(trackRecord);
   /**
    * The engine hands out one call object per verdict revision and the cache one line per
    * bucket: their join is made once per pair rather than a ~30-field copy on every call. Neither
@@ -202,6 +205,7 @@ export function historySlice(deps: HistorySliceDeps) {
       historyRoutes({
         store: adapters.eventStore,
         trackRecord,
+        records,
         outcomes: outcomeIndex,
         ...(stored ? { stored } : {}),
         now,
@@ -243,6 +247,7 @@ export function historySlice(deps: HistorySliceDeps) {
       return historyRoutes({
         store: adapters.eventStore,
         trackRecord,
+        records,
         outcomes: outcomeIndex,
         ...(stored ? { stored } : {}),
         now,
@@ -275,7 +280,7 @@ export function historySlice(deps: HistorySliceDeps) {
             ? (input as z.output<typeof GetTrackRecordInput>)
             : GetTrackRecordInput.parse(input);
           await venues.check(ask);
-          return trackRecordForAgents(currentTrackRecord(trackRecord.state, ask.window, now()), ask);
+          return trackRecordForAgents(records.current(ask.window, now()), ask);
         },
       };
     },

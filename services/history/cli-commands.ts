@@ -129,9 +129,9 @@ export interface CliDeps {
   /** The configured store, opened on demand (for --store). */
   openStore: () => Promise<EventStore>;
   /**
-   * The configured market feed, opened on demand (for --store) and only for an --exchange or
-   * --timeframe the log holds no verdict of, which it judges as the service judges it. Absent or
-   * null: none asked.
+   * The deployment's market feed (the replay of openReplay when a replay ran on the log, else the
+   * configured one), opened on demand (for --store) and only for an --exchange or --timeframe the
+   * log holds no verdict of, which it judges as the service judges it. Absent or null: none asked.
    */
   openFeed?: () => Promise<MarketFeed | null>;
   /**

@@ -25,7 +25,8 @@ const argv = process.argv.slice(2);
 await usageIfAsked(argv, USAGE);
 let adapters: Adapters | null = null;
 let feed: MarketFeed | null = null;
-let replay: MarketFeed | null = null;
+/** The deployment's replay once decided (null: wall time, no replay on the log). */
+let replay: MarketFeed | null | undefined;
 let config: Config | null = null;
 // A refused setting is told in the service's words, exit 2 as a DATA_DIR without a log (verify's
 // 1 means a broken chain): nothing was read.
@@ -45,22 +46,31 @@ try {
     adapters ??= await openedOrExit(() => openAdapters(config, commandLineLogger(), { existingLog: true }));
     return adapters.eventStore;
   };
+  // The deployment's replay clock (REPLAY_ANCHOR, else the log's record, read and not written),
+  // or null for wall time: a read from the store reveals on it. No venue is asked.
+  const openReplay = async (): Promise<MarketFeed | null> => {
+    if (replay === undefined) replay = await deploymentReplay(await configured(), await openStore());
+    return replay;
+  };
   const output = await runHistoryCommand(argv, {
     progress: process.stderr,
-    // The feed the service is configured with (FEED, MARKET_DATA_DIR, LIVE_EXCHANGES, ...), asked
-    // only whether it serves a venue or timeframe: a replay's clock is not run, nothing is
-    // written, and its choice is not logged.
+    // The feed the deployment serves from, asked only whether it serves a venue or timeframe (an
+    // export's filter the log holds none of): opened once, nothing written, its choice not logged.
+    // A log a replay ran on (deploymentReplay) is judged by that replay, the one a read reveals
+    // on; FEED=replay with no replay on the log by the configured data (its clock not run). Only
+    // FEED=live, and FEED=auto on a log no replay ran on (a live deployment's), ask the venues:
+    // auto probes them as the service does, replaying when none answers.
     async openFeed() {
-      const options = feedOptionsFromConfig(await configured());
+      const config = await configured();
+      if (config.FEED !== 'live') {
+        const deployed = await openReplay();
+        if (deployed !== null) return deployed;
+      }
+      const options = feedOptionsFromConfig(config);
       feed ??= (await selectFeed({ ...options, replay: { ...options.replay, run: false } })).feed;
       return feed;
     },
-    // The deployment's replay clock (REPLAY_ANCHOR, else the log's record, read and not written),
-    // or null for wall time: a read from the store reveals on it. No venue is asked.
-    async openReplay() {
-      replay ??= await deploymentReplay(await configured(), await openStore());
-      return replay;
-    },
+    openReplay,
     openStore,
     afterOutput: (finish) => afterOutput.push(finish),
   });
@@ -98,7 +108,7 @@ try {
 } finally {
   await (adapters as Adapters | null)?.close();
   await (feed as MarketFeed | null)?.close();
-  await (replay as MarketFeed | null)?.close();
+  await (replay as MarketFeed | null | undefined)?.close();
 }
 // Only once the output is all written: a pipe takes 64 KiB at a time.
 await exitFlushed(code);

@@ -1,11 +1,13 @@
 import { execFile, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer as createHttpServer } from 'node:http';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import { promisify } from 'node:util';
 import { DuckDBInstance } from '@duckdb/node-api';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openLmdbEventStore } from '../../adapters/event-store/lmdb.ts';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import { SHIPPED_MARKET_DIR } from '../../adapters/market/replay.ts';
 import { loadConfig } from '../../contracts/config.ts';
@@ -20,6 +22,7 @@ import {
   startSettledHistory,
 } from '../../test/history-harness.ts';
 import { recordIntervalHistory } from '../../test/interval-history.ts';
+import { freePortIn } from '../../test/ports.ts';
 import { verdictStream } from '../engine/verdict-recorder.ts';
 import {
   type CliDeps,
@@ -788,6 +791,128 @@ describe('npm run history', () => {
       expect(exit).toBe(2);
       expect(stderr.split('\n')[0]).toMatch(new RegExp(`^${option}: .*${value}.* \\(${code}\\)$`));
       expect(existsSync(cliOut)).toBe(false);
+    }
+  });
+
+  it("opens the deployment's feed once and asks no venue for a log a replay ran on; a live deployment's log is judged by the venues", async () => {
+    // Two LMDB logs of the same verdicts (BINANCE 1h, BINANCE_SPOT 5m): one a replay ran on (its
+    // clock recorded, as every replaying process records or adopts it), one no replay ran on.
+    const logs = { replayed: join(dir, 'feed-once-replayed'), live: join(dir, 'feed-once-live') };
+    for (const [name, dataDir] of Object.entries(logs)) {
+      const store = await openLmdbEventStore({ path: join(dataDir, 'events') });
+      const made = await recordHistory({ steps: 3, store });
+      if (name === 'replayed')
+        await store.append('replay-clock', [
+          newEvent('ReplayClockAnchored', { anchor: Date.now(), start: made.feed.now(), speed: 0, dir: 'x' }),
+        ]);
+      await made.engine.close();
+      await store.close();
+    }
+    // Every HTTPS request of the CLI goes through this proxy (NODE_USE_ENV_PROXY), which refuses
+    // it: a venue probe shows as a CONNECT to the venue's host.
+    const asked: string[] = [];
+    const proxy = createHttpServer((_req, res) => res.writeHead(502).end());
+    proxy.on('connect', (req, socket) => {
+      asked.push(String(req.url));
+      socket.end('HTTP/1.1 502 Bad Gateway\r\n\r\n');
+    });
+    const port = await freePortIn(19_400, 19_499);
+    await new Promise<void>((resolve) => proxy.listen(port, '127.0.0.1', resolve));
+    // Counts the listings of the replay data's spot candles, one per opening of the replay (its
+    // index), printed when the CLI exits.
+    const spot = join(SHIPPED_MARKET_DIR, 'candles', 'binance-spot');
+    const counter = join(dir, 'count-replay-openings.mjs');
+    writeFileSync(
+      counter,
+      [
+        "import fs from 'node:fs';",
+        "import { syncBuiltinESMExports } from 'node:module';",
+        'let n = 0;',
+        'const list = fs.readdirSync;',
+        `fs.readdirSync = function (path, ...rest) { if (String(path) === ${JSON.stringify(spot)}) n++; return list.call(this, path, ...rest); };`,
+        'syncBuiltinESMExports();',
+        "process.on('exit', () => process.stderr.write('replay openings: ' + n + '\\n'));",
+      ].join('\n'),
+    );
+    const cli = async (dataDir: string, ...args: string[]) => {
+      const done = await run(
+        process.execPath,
+        ['--import', counter, '--import', 'tsx', 'services/history/cli.ts', ...args],
+        {
+          env: {
+            ...process.env,
+            EVENT_STORE: 'lmdb',
+            DATA_DIR: dataDir,
+            FEED: 'auto',
+            FEED_PROBE_TIMEOUT_MS: '2000',
+            MARKET_DATA_DIR: SHIPPED_MARKET_DIR,
+            NODE_USE_ENV_PROXY: '1',
+            HTTPS_PROXY: `http://127.0.0.1:${port}`,
+            HTTP_PROXY: `http://127.0.0.1:${port}`,
+            NO_PROXY: '',
+          },
+        },
+      ).catch((err: { code: number; stdout: string; stderr: string }) => err);
+      const { code, stdout, stderr } = done as { code?: number; stdout: string; stderr: string };
+      return {
+        code: code ?? 0,
+        stdout,
+        stderr,
+        openings: Number(/replay openings: (\d+)/.exec(stderr)?.[1]),
+      };
+    };
+    try {
+      // A filter the log holds none of (BINANCE_SPOT 1h) that the replay serves: judged by the
+      // replay the export reveals on, opened once; no venue asked.
+      const served = await cli(
+        logs.replayed,
+        'export',
+        '--store',
+        '--out',
+        join(dir, 'feed-once-served.ndjson'),
+        '--exchange',
+        'BINANCE_SPOT',
+        '--timeframe',
+        '1h',
+      );
+      expect(served.code, served.stderr).toBe(0);
+      expect(JSON.parse(served.stdout)).toMatchObject({ rows: 0 });
+      expect(served.openings).toBe(1);
+      // One the replay does not serve: refused in its words, exit 2.
+      const refused = await cli(
+        logs.replayed,
+        'export',
+        '--store',
+        '--out',
+        join(dir, 'feed-once-refused.ndjson'),
+        '--exchange',
+        'OKX',
+      );
+      expect(refused.code).toBe(2);
+      expect(refused.stderr.split('\n')[0]).toMatch(/^--exchange: .*OKX.* \(unsupported_exchange\)$/);
+      expect(refused.openings).toBe(1);
+      // A read of the log alone: its clock's replay, opened once.
+      const verified = await cli(logs.replayed, 'verify', '--store');
+      expect(verified.code, verified.stderr).toBe(0);
+      expect(verified.openings).toBe(1);
+      expect(asked).toEqual([]);
+      // No replay ran on this log: the deployment was live, and FEED=auto asks the venues as the
+      // service does (here none answers: the configured replay judges, opened once).
+      const live = await cli(
+        logs.live,
+        'export',
+        '--store',
+        '--out',
+        join(dir, 'feed-once-live.ndjson'),
+        '--exchange',
+        'OKX',
+      );
+      expect(live.code).toBe(2);
+      expect(live.stderr.split('\n')[0]).toMatch(/^--exchange: .*OKX.* \(unsupported_exchange\)$/);
+      expect(live.openings).toBe(1);
+      expect(asked.length).toBeGreaterThan(0);
+    } finally {
+      await new Promise((resolve) => proxy.close(resolve));
     }
   });
 

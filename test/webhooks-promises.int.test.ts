@@ -11,7 +11,8 @@ import { type Receiver, selfSignedCert, startReceiver } from './webhooks-receive
  * receiver) where no other suite pins it: the delivery log's paging fields before and past the
  * first delivery and its default page, a resend of a delivery the in-memory log has let go (same
  * delivery_id, same bytes) and after a PATCH of the url, the body and query refusals of every
- * route, recover_since's 5-minute bound, and two rotations at once (409 SECRET_ROTATION_CONFLICT).
+ * route, recover_since's 5-minute bound, a recovery from the failing_since the list showed (which
+ * re-sends the delivery that failed then), and two rotations at once (409 SECRET_ROTATION_CONFLICT).
  */
 const tls = selfSignedCert();
 /** A path of its own on the receiver: the receiver tells the subscriptions apart by it. */
@@ -251,6 +252,46 @@ describe('the management API as its README promises it', () => {
     }
     expect(await recorded()).toBe(before);
     expect(at_('bodies')).toHaveLength(0);
+  });
+
+  it('lists failing_since while a subscription fails; an enable with recover_since it re-sends what failed since then', async () => {
+    const sub = await create('failing', 'FAILA');
+    let healthy = false;
+    const before = receiver.behave;
+    receiver.behave = (request, index) =>
+      request.path === '/failing' && !healthy ? { status: 500 } : before(request, index);
+    try {
+      await appendVerdict(stack.store, { coin: 'FAILA', call: 'BUY', confidence: 66 });
+      type Row = { id: string; status: string; failing_since: string | null; last_success_at: string | null };
+      const listed = async () =>
+        ((await stack.request('GET', '/api/webhooks', key)).body.webhooks as Row[]).find(
+          (x) => x.id === sub.id,
+        )!;
+      const row = await until(listed, (w) => w.failing_since !== null);
+      expect(row).toMatchObject({ status: 'active', last_success_at: null });
+      const failed = at_('failing')[0]!;
+      // Since the failed attempt, at or after its event.
+      expect(Date.parse(row.failing_since!)).toBeGreaterThanOrEqual(
+        Date.parse(JSON.parse(failed.body).created_at),
+      );
+      expect((await stack.request('POST', `/api/webhooks/${sub.id}/disable`, key)).status).toBe(200);
+      healthy = true;
+      const enabled = await stack.request('POST', `/api/webhooks/${sub.id}/enable`, key, {
+        recover_since: row.failing_since,
+      });
+      expect(enabled).toMatchObject({ status: 200, body: { status: 'active' } });
+      await until(
+        () => at_('failing'),
+        (r) => r.length === 2,
+      );
+      const again = at_('failing')[1]!;
+      expect(again.headers['x-service-delivery']).toBe(failed.headers['x-service-delivery']);
+      expect(again.body).toBe(failed.body);
+      const healed = await until(listed, (w) => w.last_success_at !== null);
+      expect(healed).toMatchObject({ status: 'active', failing_since: null });
+    } finally {
+      receiver.behave = before;
+    }
   });
 
   it('sends a test delivery marked test, with no seq in its body or headers', async () => {

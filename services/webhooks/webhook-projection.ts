@@ -1,12 +1,15 @@
+import type { DomainEvent } from '../../contracts/events.ts';
 import { defineProjection, type Projection } from '../../projections/projection.ts';
 import {
   applyDeliveryEvent,
   DELIVERY_LOG_LIMIT,
   type DeliveryLogState,
+  findDelivery,
   initialDeliveryLog,
 } from './delivery-log-fold.ts';
 import {
   applySubscriptionEvent,
+  findSubscription,
   initialSubscriptions,
   SUBSCRIPTION_EVENT_TYPES,
   type SubscriptionState,
@@ -38,7 +41,9 @@ export function webhookProjectionWith(retention: number): Projection<WebhookStat
     // cadence), which a snapshot folded before lacks. 9: a subscription keeps its failed
     // deliveries in a row at the first 410 Gone (failedDeliveriesAtGone) and since when a
     // re-enable made it active again (enabledSince), which a snapshot folded before lacks.
-    version: 9,
+    // 10: failingSince is when the failed attempt was made (failingFromAttempt), not when its
+    // failure was recorded.
+    version: 10,
     eventTypes: [
       ...SUBSCRIPTION_EVENT_TYPES,
       'DeliveryAttempted',
@@ -49,11 +54,34 @@ export function webhookProjectionWith(retention: number): Projection<WebhookStat
     ],
     initial: (): WebhookState => ({ subscriptions: initialSubscriptions(), log: initialDeliveryLog() }),
     evolve(state, event) {
+      const wasFailing =
+        event.type === 'DeliveryFailed'
+          ? findSubscription(state.subscriptions, event.data.subscriptionId)?.failingSince != null
+          : true;
       state.subscriptions = applySubscriptionEvent(state.subscriptions, event);
+      if (!wasFailing) failingFromAttempt(state, event);
       state.log = applyDeliveryEvent(state.log, event, retention);
       return state;
     },
   });
+}
+
+/**
+ * A failure that starts a subscription's `failing_since` dates it from its attempt (the
+ * `attempted_at` the delivery log shows: its claim or queue record), not from its outcome's
+ * recording, a request's length or more later. A re-enable with `recover_since` the
+ * `failing_since` the list showed reads the log from that record on, and so re-sends the
+ * delivery that failed then (the recovery passes over whatever was recorded before its T).
+ */
+function failingFromAttempt(state: WebhookState, event: DomainEvent): void {
+  if (event.type !== 'DeliveryFailed') return;
+  const sub = findSubscription(state.subscriptions, event.data.subscriptionId);
+  if (sub?.failingSince !== event.recordedAt) return;
+  const record = findDelivery(state.log, event.data.deliveryId);
+  const attempt = record?.attempts.find((a) => a.attempt === event.data.attempt);
+  if (attempt && Date.parse(attempt.attemptedAt) < Date.parse(sub.failingSince)) {
+    sub.failingSince = attempt.attemptedAt;
+  }
 }
 
 export const webhookProjection: Projection<WebhookState> = webhookProjectionWith(DELIVERY_LOG_LIMIT);

@@ -76,7 +76,11 @@ function statsOf(failure: () => RunFailure | null): SchedulerStats {
 export class VerdictScheduler {
   private readonly unsubscribe: (() => void)[] = [];
   private readonly busy = new Map<Timeframe, Promise<void>>();
-  private readonly again = new Set<Timeframe>();
+  /**
+   * The run asked for while one was under way, per timeframe: it starts when that one ends, and
+   * every ask made meanwhile waits for it (one run, however many asked).
+   */
+  private readonly next = new Map<Timeframe, Promise<void>>();
   private stopped = false;
   /**
    * Aborted by stop(): a run gives way instead of finishing. It stops waiting for the venue's
@@ -120,17 +124,26 @@ export class VerdictScheduler {
     this.firstRound = Promise.allSettled(round);
   }
 
-  /** Runs one timeframe now (also what a candle close triggers). */
+  /**
+   * Runs one timeframe now (also what a candle close and a failed run's retry trigger), resolving
+   * when a run that began at or after the call has ended: asked while a run is under way, the run
+   * that follows it, not the one begun before the ask.
+   */
   tick(timeframe: Timeframe): Promise<void> {
     const running = this.busy.get(timeframe);
     if (running) {
-      this.again.add(timeframe);
-      return running;
+      let next = this.next.get(timeframe);
+      if (!next) {
+        const follow = (): Promise<void> | undefined => {
+          this.next.delete(timeframe);
+          return this.stopped ? undefined : this.tick(timeframe);
+        };
+        next = running.then(follow, follow);
+        this.next.set(timeframe, next);
+      }
+      return next;
     }
-    const run = this.run(timeframe).finally(() => {
-      this.busy.delete(timeframe);
-      if (this.again.delete(timeframe) && !this.stopped) void this.tick(timeframe);
-    });
+    const run = this.run(timeframe).finally(() => this.busy.delete(timeframe));
     this.busy.set(timeframe, run);
     return run;
   }
@@ -141,7 +154,6 @@ export class VerdictScheduler {
     if (this.retryTimer) clearTimeout(this.retryTimer);
     this.retryTimer = null;
     for (const off of this.unsubscribe.splice(0)) off();
-    this.again.clear();
     for (const wake of [...this.evaluatedWaits]) wake();
     await Promise.all(this.busy.values());
   }

@@ -412,8 +412,9 @@ describe('a writer stopped while holding the LMDB write lock', () => {
       'engine',
     ]);
     running.push(r);
+    // The bound is for a start that never comes: a full suite at load 10 and more took over 30 s.
     await expect
-      .poll(() => r.lines.find((l) => l.msg === 'service started'), { timeout: 30_000, interval: 100 })
+      .poll(() => r.lines.find((l) => l.msg === 'service started'), { timeout: 90_000, interval: 100 })
       .toBeTruthy();
     return { r, url: r.lines.find((l) => l.msg === 'service started')!.url as string };
   }

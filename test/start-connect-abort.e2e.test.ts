@@ -15,41 +15,72 @@ afterEach(async () => {
   for (const d of dirs.splice(0)) await rm(d, { recursive: true, force: true });
 });
 
+/** The stop's own bound (SHUTDOWN_TIMEOUT_MS): room for a stop on a loaded machine. */
+const STOP_BOUND_MS = 20_000;
+/** The remote facilitator's bound on its answer (X402_FACILITATOR_TIMEOUT_MS): far past the stop's. */
+const FACILITATOR_BOUND_MS = 600_000;
+
 /**
- * A signal while the start waits for its first answer from Redis, PostgreSQL, KurrentDB or a
- * remote x402 facilitator ends that wait, as it ends a wait for NATS (process e2e). The clients
- * give up after 2 s (Redis, PostgreSQL) or more (KurrentDB's, the facilitator's 30 s); the stop's
- * own bound (SHUTDOWN_TIMEOUT_MS) is set below that, so a start that waited the answer out would
- * end in `shutdown timed out` and a SIGKILL, not in exit 0.
+ * PostgreSQL's login answered (AuthenticationOk, ReadyForQuery) and nothing after it: the start's
+ * first statement, its migration's, waits for an answer with no bound of its own (as one behind
+ * another replica's migration lock does), where the first connection's is 2 s.
+ */
+function answerPostgresLogin(socket: Socket): void {
+  socket.once('data', () => {
+    const ok = Buffer.from([0x52, 0, 0, 0, 8, 0, 0, 0, 0]);
+    const ready = Buffer.from([0x5a, 0, 0, 0, 5, 0x49]);
+    socket.write(Buffer.concat([ok, ready]));
+  });
+}
+
+/**
+ * A signal while the start waits for an answer from Redis, PostgreSQL, KurrentDB or a remote x402
+ * facilitator ends that wait, as it ends a wait for NATS (process e2e). The waits of PostgreSQL,
+ * KurrentDB and the facilitator outlast the stop's bound (STOP_BOUND_MS) many times over, so a
+ * start that waited one out ends in `shutdown timed out` and a SIGKILL, not in exit 0; Redis's
+ * first connection gives up after 2 s and reports an outage (an error line), which a wait the
+ * stop ended does not.
  */
 describe('a signal while the service waits at start for a server that does not answer', () => {
   it.each([
-    ['Redis', (port: number) => ({ CACHE: 'redis', REDIS_URL: `redis://127.0.0.1:${port}` })],
+    ['Redis', (port: number) => ({ CACHE: 'redis', REDIS_URL: `redis://127.0.0.1:${port}` }), undefined],
     [
       'PostgreSQL',
       (port: number) => ({
         EVENT_STORE: 'postgres',
         POSTGRES_URL: `postgres://signal@127.0.0.1:${port}/signals`,
       }),
+      answerPostgresLogin,
     ],
     [
       'KurrentDB',
       (port: number) => ({
         EVENT_STORE: 'kurrentdb',
-        KURRENTDB_URL: `kurrentdb://127.0.0.1:${port}?tls=false`,
+        // The client's own bounds (10 discovery attempts, a keep-alive answered within 10 s) lifted.
+        KURRENTDB_URL: `kurrentdb://127.0.0.1:${port}?tls=false&maxDiscoverAttempts=100000&keepAliveInterval=-1`,
       }),
+      undefined,
     ],
     // Asked which payments it settles (`/supported`) while pay-per-call is built.
     [
       'the x402 facilitator',
-      (port: number) => ({ X402_FACILITATOR: 'remote', X402_FACILITATOR_URL: `http://127.0.0.1:${port}` }),
+      (port: number) => ({
+        X402_FACILITATOR: 'remote',
+        X402_FACILITATOR_URL: `http://127.0.0.1:${port}`,
+        X402_FACILITATOR_TIMEOUT_MS: String(FACILITATOR_BOUND_MS),
+        X402_RECONCILE_AFTER_MS: String(2 * FACILITATOR_BOUND_MS),
+      }),
+      undefined,
     ],
-  ])(
+  ] as const)(
     'on SIGTERM while it waits for %s, ends the wait, says so in one stop line and exits 0',
-    async (_name, settings) => {
-      // A port that takes the connection and never answers: the first connection waits on it.
+    async (_name, settings, answer) => {
+      // A port that takes the connection and never answers (PostgreSQL's: past its login).
       const sockets: Socket[] = [];
-      const silent = createServer((socket) => sockets.push(socket));
+      const silent = createServer((socket) => {
+        sockets.push(socket);
+        answer?.(socket);
+      });
       const port = await freePortIn(19_300, 19_399);
       await new Promise<void>((resolve) => silent.listen(port, '127.0.0.1', resolve));
       try {
@@ -58,7 +89,7 @@ describe('a signal while the service waits at start for a server that does not a
         const r = run({
           DATA_DIR: dataDir,
           SHUTDOWN_DRAIN_MS: '0',
-          SHUTDOWN_TIMEOUT_MS: '1000',
+          SHUTDOWN_TIMEOUT_MS: String(STOP_BOUND_MS),
           ...settings(port),
         });
         running.push(r);
@@ -86,6 +117,6 @@ describe('a signal while the service waits at start for a server that does not a
         await new Promise<void>((resolve) => silent.close(() => resolve()));
       }
     },
-    60_000,
+    90_000,
   );
 });

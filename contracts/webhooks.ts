@@ -178,6 +178,12 @@ export const TestWebhookRequest = z.strictObject({});
 /** `POST /api/webhooks/:id/deliveries/:deliveryId/resend` takes no field either: one given is refused. */
 export const ResendDeliveryRequest = z.strictObject({});
 
+/**
+ * `DELETE /api/webhooks/:id` takes no field either: one given (`{"force": true}`) is refused before
+ * anything is deleted, as a query parameter it does not take is.
+ */
+export const DeleteWebhookRequest = z.strictObject({});
+
 export const MAX_ROTATION_OVERLAP_SECONDS = 7 * 24 * 3_600;
 
 export const RotateSecretRequest = z.strictObject({

@@ -118,6 +118,7 @@ describe('OpenAPI document', () => {
       .sort();
     expect(optional).toEqual(
       [
+        'DELETE /api/webhooks/{id}',
         'POST /api/webhooks/{id}/deliveries/{deliveryId}/resend',
         'POST /api/webhooks/{id}/disable',
         'POST /api/webhooks/{id}/enable',

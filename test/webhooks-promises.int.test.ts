@@ -214,7 +214,7 @@ describe('the management API as its README promises it', () => {
     expect(at_('moved')).toHaveLength(1);
   });
 
-  it('refuses a body that is not JSON (INVALID_JSON) or not an object (INVALID_FIELD body) on every route that reads one, and a query parameter on every route that takes none', async () => {
+  it('refuses a body that is not JSON (INVALID_JSON), not an object (INVALID_FIELD body) or with a field the route does not take, and a query parameter on every route that takes none', async () => {
     const sub = await create('bodies', 'BODA');
     const before = await recorded();
     const routes: [string, string][] = [
@@ -225,6 +225,7 @@ describe('the management API as its README promises it', () => {
       ['POST', `/api/webhooks/${sub.id}/enable`],
       ['POST', `/api/webhooks/${sub.id}/rotate-secret`],
       ['POST', `/api/webhooks/${sub.id}/deliveries/x/resend`],
+      ['DELETE', `/api/webhooks/${sub.id}`],
     ];
     for (const [method, path] of routes) {
       expect(await raw(method, path, '{"events":'), `${method} ${path}`).toMatchObject({
@@ -238,7 +239,7 @@ describe('the management API as its README promises it', () => {
         });
       }
     }
-    for (const [method, path] of routes.slice(1)) {
+    for (const [method, path] of routes.slice(1, -1)) {
       const refused = await stack.request(
         method,
         `${path}?dry_run=1`,
@@ -250,8 +251,12 @@ describe('the management API as its README promises it', () => {
         body: { code: 'UNKNOWN_FILTER', field: 'dry_run' },
       });
     }
+    // A field a route does not take is refused, not ignored: a DELETE told to force deletes nothing.
+    const forced = await stack.request('DELETE', `/api/webhooks/${sub.id}`, key, { force: true });
+    expect(forced).toMatchObject({ status: 400, body: { code: 'INVALID_FIELD', field: 'force' } });
     expect(await recorded()).toBe(before);
     expect(at_('bodies')).toHaveLength(0);
+    expect((await stack.request('DELETE', `/api/webhooks/${sub.id}`, key, {})).status).toBe(200);
   });
 
   it('lists failing_since while a subscription fails; an enable with recover_since it re-sends what failed since then', async () => {

@@ -11,6 +11,7 @@ import { EVENT_VERSIONS, webhookOpenApi } from '../../contracts/webhook-schemas.
 import {
   CreatedWebhook,
   CreateWebhookRequest,
+  DeleteWebhookRequest,
   DeliveryView,
   DisableWebhookRequest,
   ReEnableWebhookRequest,
@@ -237,8 +238,10 @@ const DOCS = {
   delete: keyed({
     summary: 'Delete a subscription',
     params: Id,
+    body: optionalBody(DeleteWebhookRequest),
     responses: {
       200: { description: 'Deleted', schema: z.object({ id: z.string(), deleted: z.literal(true) }) },
+      400: fail(['INVALID_FIELD'], 'The route takes no body field'),
       404: fail(['NOT_FOUND'], 'No such subscription for this key'),
       409: fail(['CONFLICT'], 'Another change to the key’s subscriptions won the race (retryable)'),
     },
@@ -644,13 +647,17 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
           .map(toView),
       }),
     );
-    app.delete('/api/webhooks/:id', { ...DOCS.delete, preValidation: authenticated }, async (request) => {
-      const { params } = request;
-      const apiKeyId = keyOf(request);
-      owned(apiKeyId, params.id);
-      await settled(await deleteSubscription(store, apiKeyId, params.id));
-      return served(request, { id: params.id, deleted: true as const });
-    });
+    app.delete(
+      '/api/webhooks/:id',
+      { ...DOCS.delete, preValidation: [authenticated, noBodyOrObject] },
+      async (request) => {
+        const { params } = request;
+        const apiKeyId = keyOf(request);
+        owned(apiKeyId, params.id);
+        await settled(await deleteSubscription(store, apiKeyId, params.id));
+        return served(request, { id: params.id, deleted: true as const });
+      },
+    );
     app.patch(
       '/api/webhooks/:id',
       { ...DOCS.update, preValidation: [authenticated, noBodyOrObject] },

@@ -42,9 +42,8 @@ const nonNegativeInt = decimal.pipe(z.number().int().min(0));
  * a longer timer at once (SHUTDOWN_TIMEOUT_MS=3000000000 made every SIGTERM end in `shutdown timed
  * out` and SIGKILL).
  */
-const timerMessage = MAX_TIMER_TEXT;
-const timerMs = decimal.pipe(z.number().int().positive().max(MAX_TIMER_MS, timerMessage));
-const timerMsOrZero = decimal.pipe(z.number().int().min(0).max(MAX_TIMER_MS, timerMessage));
+const timerMs = decimal.pipe(z.number().int().positive().max(MAX_TIMER_MS, MAX_TIMER_TEXT));
+const timerMsOrZero = decimal.pipe(z.number().int().min(0).max(MAX_TIMER_MS, MAX_TIMER_TEXT));
 const bool = z
   .enum(['true', 'false', '1', '0', 'yes', 'no'])
   .transform((v) => v === 'true' || v === '1' || v === 'yes');
@@ -839,7 +838,7 @@ export const ConfigSchema = z
       ctx.addIssue({
         code: 'custom',
         path: ['SHUTDOWN_DRAIN_MS'],
-        message: `${timerMessage} together with SHUTDOWN_TIMEOUT_MS (one timer waits for both)`,
+        message: `${MAX_TIMER_TEXT} together with SHUTDOWN_TIMEOUT_MS (one timer waits for both)`,
       });
     }
     if (cfg.NATS_CONSUMER_REPLICAS > cfg.NATS_STREAM_REPLICAS) {

@@ -67,8 +67,8 @@ export function parseCidrList(raw: string): Cidr[] {
  * settings of contracts/config.ts, parseDuration's delays).
  */
 export const MAX_TIMER_MS = 2_147_483_647;
-/** The refusal's words for a wait past MAX_TIMER_MS. */
-export const MAX_TIMER_TEXT = 'at most 2147483647 ms (about 24.8 days, 24d), the longest a timer can wait';
+/** The refusal's words for a wait past MAX_TIMER_MS, in the unit every timer setting is written in. */
+export const MAX_TIMER_TEXT = 'at most 2147483647 ms (about 24.8 days), the longest a timer can wait';
 
 /**
  * `ms` as a timer can wait it: 0 to MAX_TIMER_MS. For a wait computed from settings and the clock
@@ -93,7 +93,10 @@ export function parseDuration(raw: string): number {
       `"${raw.trim()}" is no delay: whole milliseconds, or a whole number with ms, s, m, h or d, such as 5s, 5m or 2h`,
     );
   const ms = Number(m[1]) * UNIT_MS[(m[2] ?? 'ms') as keyof typeof UNIT_MS];
-  if (ms > MAX_TIMER_MS) throw new Error(`"${raw.trim()}" is too long a delay: ${MAX_TIMER_TEXT}`);
+  if (ms > MAX_TIMER_MS)
+    throw new Error(
+      `"${raw.trim()}" is too long a delay: at most 24d or 2147483647 ms (about 24.8 days), the longest a timer can wait`,
+    );
   return ms;
 }
 

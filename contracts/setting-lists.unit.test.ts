@@ -3,7 +3,6 @@ import { loadConfig, parseTrustProxy } from './config.ts';
 import { EVENT_TYPES } from './events.ts';
 import {
   MAX_TIMER_MS,
-  MAX_TIMER_TEXT,
   parseCidrList,
   parseDuration,
   parseEventTypes,
@@ -162,10 +161,14 @@ describe('the list settings: the configuration refuses what the run-time parser 
       [`0,${'9'.repeat(400)}`, '9'.repeat(400)],
     ]) {
       expect(refusal(raw!)).toContain(
-        `WEBHOOK_RETRY_SCHEDULE: "${entry}" is too long a delay: at most 2147483647 ms (about 24.8 days, 24d)`,
+        `WEBHOOK_RETRY_SCHEDULE: "${entry}" is too long a delay: at most 24d or 2147483647 ms (about 24.8 days)`,
       );
-      expect(() => parseDuration(entry!)).toThrow(MAX_TIMER_TEXT);
+      expect(() => parseDuration(entry!)).toThrow('at most 24d or 2147483647 ms');
     }
+    // A timer setting written in ms alone is not offered a unit it does not take (24d).
+    expect(() => loadConfig({ SHUTDOWN_TIMEOUT_MS: '3000000000' })).toThrow(
+      'SHUTDOWN_TIMEOUT_MS: at most 2147483647 ms (about 24.8 days), the longest a timer can wait (got "3000000000")',
+    );
   });
 
   it('timerDelay keeps a computed wait within what a timer takes', () => {

@@ -18,26 +18,21 @@ export async function settingOrExit<T>(read: () => T, exitCode: number): Promise
   }
 }
 
-/** Whether this process has said which of its variables look like a misspelled setting. */
-let warned = false;
-
 /**
  * The service's configuration for an operator command line (`npm run keys`, `npm run history --
  * … --store`, `npm run backup`): `./.env` where the environment has none, then the config schema,
  * as the service reads it at start. A refused setting ends the process as `settingOrExit` says:
  * exit 1 as the service's start, or the command line's own code (the history CLI's 2, since its
  * verify's 1 means a broken chain). Once read, a variable that looks meant as a setting
- * (unknownSettings: NATS_ULR) is named on stderr in the service's words, once per process.
+ * (unknownSettings: NATS_ULR) is named on stderr in the service's words. Called once per process
+ * (the history CLI keeps what it returns).
  */
 export async function commandLineConfig(exitCode = 1): Promise<Config> {
   const config = await settingOrExit(() => {
     readDotEnv();
     return loadConfig();
   }, exitCode);
-  if (!warned) {
-    warned = true;
-    for (const unknown of unknownSettings(process.env))
-      process.stderr.write(`${unknownSettingWarning(unknown)}\n`);
-  }
+  for (const unknown of unknownSettings(process.env))
+    process.stderr.write(`${unknownSettingWarning(unknown)}\n`);
   return config;
 }

@@ -214,6 +214,56 @@ describe('the management API as its README promises it', () => {
     expect(at_('moved')).toHaveLength(1);
   });
 
+  it('PATCH of events and timeframes: the events recorded after it are matched by the new ones, its other filters kept', async () => {
+    const witness = await stack.request('POST', '/api/webhooks', key, {
+      url: at(receiver, 'witness'),
+      events: ['trade_call', 'regime_shift'],
+      assets: ['EDTA'],
+    });
+    expect(witness.status).toBe(201);
+    const sub = await create('edited', 'EDTA');
+    const patched = await stack.request('PATCH', `/api/webhooks/${sub.id}`, key, {
+      events: ['regime_shift'],
+      timeframes: ['4h'],
+    });
+    expect(patched).toMatchObject({
+      status: 200,
+      body: { id: sub.id, events: ['regime_shift'], timeframes: ['4h'], assets: ['EDTA'] },
+    });
+    // A call and a shift on 1h, a call on 4h: none for it; a shift on 4h: its one delivery.
+    await appendVerdict(stack.store, {
+      coin: 'EDTA',
+      timeframe: '1h',
+      call: 'BUY',
+      confidence: 70,
+      from: 'ranging',
+    });
+    await appendVerdict(stack.store, { coin: 'EDTA', timeframe: '4h', call: 'SELL', confidence: 70 });
+    await appendVerdict(stack.store, {
+      coin: 'EDTA',
+      timeframe: '4h',
+      call: 'BUY',
+      confidence: 71,
+      from: 'ranging',
+    });
+    const deliveries = async (id: string) =>
+      (await stack.request('GET', `/api/webhooks/${id}/deliveries?after_seq=0`, key)).body.deliveries as {
+        event: string;
+        status: string;
+      }[];
+    // The witness has all five (three calls, two shifts): the dispatcher has matched every one.
+    await until(
+      () => deliveries(witness.body.id),
+      (d) => d.length === 5 && d.every((x) => x.status === 'succeeded'),
+    );
+    await until(
+      () => at_('edited'),
+      (r) => r.length === 1,
+    );
+    expect((await deliveries(sub.id)).map((d) => d.event)).toEqual(['regime_shift']);
+    expect(JSON.parse(at_('edited')[0]!.body).data).toMatchObject({ type: 'regime_shift', timeframe: '4h' });
+  });
+
   it('refuses a body that is not JSON (INVALID_JSON), not an object (INVALID_FIELD body) or with a field the route does not take, and a query parameter on every route that takes none', async () => {
     const sub = await create('bodies', 'BODA');
     const before = await recorded();

@@ -13,7 +13,7 @@ import { issueServiceKey, startApiOnly } from './service-keys.ts';
 let service: RunningService;
 let key: string;
 beforeAll(async () => {
-  service = await startApiOnly({ PORT: '19511' });
+  service = await startApiOnly();
   key = (await issueServiceKey(service, { plan: 'free', owner: 'error-catalog' })).key;
 });
 afterAll(async () => {

@@ -58,6 +58,18 @@ describe('Authorization sent twice', () => {
     }
   });
 
+  it('an /x402 route: 400 BAD_REQUEST with the key challenge, error="invalid_request", not a quote', async () => {
+    for (const [how, authorization] of twice()) {
+      const res = await rawRequest(`${base}/x402/get_trade_call`, {
+        headers: { 'content-type': 'application/json', authorization },
+        body: '{"coin":"BTC","timeframe":"1h"}',
+      });
+      expect([how, res.status]).toEqual([how, 400]);
+      expect([how, res.body]).toEqual([how, { code: 'BAD_REQUEST', message: TWICE, retryable: false }]);
+      expect([how, res.headers.get('www-authenticate')]).toEqual([how, KEY_CHALLENGE]);
+    }
+  });
+
   it('/mcp/signin: 400 -32600 BAD_REQUEST with its own challenge, error="invalid_request"', async () => {
     for (const [how, authorization] of twice()) {
       const res = await rawRequest(`${base}/mcp/signin`, {

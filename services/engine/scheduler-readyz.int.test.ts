@@ -61,10 +61,13 @@ describe("the engine scheduler's readiness check after a failed run", () => {
       logger: pino({ level: 'silent' }),
     });
     const check = component.checks!().scheduler!;
+    // Answered: done, and how many runs had begun then (the failed run's retry, a second later,
+    // begins another).
     const settled = (p: Promise<void>) => {
-      const state = { done: false };
+      const state = { done: false, runs: 0 };
       void p.then(() => {
         state.done = true;
+        state.runs = gates.length;
       });
       return state;
     };
@@ -87,7 +90,7 @@ describe("the engine scheduler's readiness check after a failed run", () => {
       const failed = await check();
       expect(failed).toMatchObject({ ok: false, lastError: 'failed' });
       expect(failed.cause).toBe(thrown);
-      expect(gates).toHaveLength(2);
+      expect([asked.runs, alsoAsked.runs]).toEqual([2, 2]);
     } finally {
       for (const gate of gates) gate.open();
       await component.scheduler.stop();

@@ -389,8 +389,8 @@ async function logHolds(
 
 /**
  * An export read from the log (`--store`) refuses a venue or timeframe filter as GET /api/verdicts
- * does (ServedVenues): one the log holds no verdict of and the configured feed does not serve is
- * refused with the error catalog's code and the feed's words (unsupported_exchange /
+ * does (ServedVenues): one the log holds no verdict of and the deployment's feed (openFeed) does
+ * not serve is refused with the error catalog's code and the feed's words (unsupported_exchange /
  * unsupported_timeframe, 422 over HTTP), rather than exported as no row. What the log holds stays
  * exportable whatever the feed serves (a venue no longer served keeps its record). The feed is
  * opened only for a filter the log holds none of.

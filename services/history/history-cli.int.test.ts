@@ -1,7 +1,7 @@
 import { execFile, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer as createHttpServer } from 'node:http';
-import { createServer } from 'node:net';
+import { type AddressInfo, createServer } from 'node:net';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import { promisify } from 'node:util';
@@ -22,7 +22,6 @@ import {
   startSettledHistory,
 } from '../../test/history-harness.ts';
 import { recordIntervalHistory } from '../../test/interval-history.ts';
-import { freePortIn } from '../../test/ports.ts';
 import { verdictStream } from '../engine/verdict-recorder.ts';
 import {
   type CliDeps,
@@ -816,8 +815,9 @@ describe('npm run history', () => {
       asked.push(String(req.url));
       socket.end('HTTP/1.1 502 Bad Gateway\r\n\r\n');
     });
-    const port = await freePortIn(19_400, 19_499);
-    await new Promise<void>((resolve) => proxy.listen(port, '127.0.0.1', resolve));
+    // Where the system puts it: a port found free and then bound can be taken in between.
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    const { port } = proxy.address() as AddressInfo;
     // Counts the listings of the replay data's spot candles, one per opening of the replay (its
     // index), printed when the CLI exits.
     const spot = join(SHIPPED_MARKET_DIR, 'candles', 'binance-spot');

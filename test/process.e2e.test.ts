@@ -412,7 +412,7 @@ describe('a writer stopped while holding the LMDB write lock', () => {
       'engine',
     ]);
     running.push(r);
-    // The bound is for a start that never comes: a full suite at load 10 and more took over 30 s.
+    // The bound is for a start that never comes: beside a full suite on a loaded host a start takes tens of seconds.
     await expect
       .poll(() => r.lines.find((l) => l.msg === 'service started'), { timeout: 90_000, interval: 100 })
       .toBeTruthy();

@@ -15,10 +15,11 @@ export interface RecordSource {
  * The current track record of each window (currentTrackRecord), made once and handed out again
  * until the record moves: GET /api/track-record (and the page that reads it) and get_track_record
  * (and its resource) go through one of these. Made fresh, an answer merges every day cell and
- * resamples each line's risk intervals 200 times, tens of ms at 90 days of every market
- * (`npx tsx bench/history.bench.ts --only=track-record`), on a route anyone may call. An answer depends on the window, the time it is as of and the log position of
- * the latest outcome folded (recordPosition): the outcomes are folded in log order, so the same
- * position is the same record. Only the latest answer of each window is kept.
+ * resamples each line's risk intervals 200 times, on a route anyone may call: its cost grows with
+ * the record (`npx tsx bench/history.bench.ts --only=track-record`). An answer depends on the
+ * window, the time it is as of and the log position of the latest outcome folded
+ * (recordPosition): the outcomes are folded in log order, so the same position is the same record.
+ * Only the latest answer of each window is kept.
  *
  * The same answer object is handed out again: callers must not change it (it and what it holds
  * are frozen, but for the shipped baselines and carry fit, shared by every answer).

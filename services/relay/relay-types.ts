@@ -4,12 +4,8 @@ import { parseEventTypes } from '../../contracts/setting-lists.ts';
 /**
  * RELAY_EVENT_TYPES as the relay's `types` option: null for `*`. Read by the list settings' parser
  * (parseEventTypes), which the configuration's check calls too, so a misspelled name stops the
- * start before anything is opened; throws here naming the variable for a value that skipped it.
+ * start (on a line naming the setting) before anything is opened.
  */
 export function relayTypes(config: Pick<Config, 'RELAY_EVENT_TYPES'>): ReadonlySet<string> | null {
-  try {
-    return parseEventTypes(config.RELAY_EVENT_TYPES);
-  } catch (err) {
-    throw new Error(`RELAY_EVENT_TYPES ${(err as Error).message}`);
-  }
+  return parseEventTypes(config.RELAY_EVENT_TYPES);
 }

@@ -1,24 +1,26 @@
 import { describe, expect, it } from 'vitest';
-import { freePort } from '../../test/ports.ts';
+import { freePortIn } from '../../test/ports.ts';
 import { DependencyRefusedError } from '../dependency-refused.ts';
 import { connectKurrentEventStore } from './kurrentdb.ts';
 
 /**
  * What an operator reads in the `failed to start` line when KurrentDB cannot be reached: the
- * server, its address (the password masked) and the setting to correct; before, the client's bare
- * `UnavailableError`, thrown by whichever read came first. Needs no KurrentDB server.
+ * server, its address (the password masked), what was tried and the setting to correct, not the
+ * client's bare `UnavailableError` (its whole message on a closed port). Needs no KurrentDB server.
  */
 describe('connecting the KurrentDB event store', () => {
-  it('names KurrentDB, its address and KURRENTDB_URL when nothing answers there', async () => {
-    const port = await freePort();
+  it('names KurrentDB, its address, the read tried and KURRENTDB_URL when nothing answers there', async () => {
+    const port = await freePortIn(19_200, 19_299);
     const url = `kurrentdb://admin:s3cret@127.0.0.1:${port}?tls=false`;
     const error = await connectKurrentEventStore({ connectionString: url }).catch((err: unknown) => err);
     expect(error).toBeInstanceOf(DependencyRefusedError);
     const { message } = error as Error;
     expect(message).toContain(
-      `KurrentDB at kurrentdb://admin:***@127.0.0.1:${port}?tls=false (KURRENTDB_URL) is unreachable`,
+      `KurrentDB at kurrentdb://admin:***@127.0.0.1:${port}?tls=false (KURRENTDB_URL) is unreachable: the first read of its log ($all's last event) got no answer (`,
     );
-    expect(message).toContain("Start the server, or correct KURRENTDB_URL's host and port");
+    expect(message).toContain("Is KurrentDB running there, and KURRENTDB_URL's host and port right?");
+    // The client's class name is said as such, never as the whole reason.
+    expect(message).not.toMatch(/: UnavailableError\./);
     expect(message).not.toContain('s3cret');
   });
 });

@@ -71,15 +71,16 @@ export async function connectKurrentEventStore(
 
 /**
  * What the first read's failure stops the start with: a server out of reach or a login it refuses
- * is a DependencyRefusedError naming KurrentDB, its address (credentials masked) and what to
- * correct, as PostgreSQL's are; anything else as it came.
+ * is a DependencyRefusedError naming KurrentDB, its address (credentials masked), what was tried
+ * and what to correct, as PostgreSQL's are; anything else as it came.
  */
 export function startRefusal(err: unknown, connectionString: string): unknown {
   const where = `KurrentDB at ${maskUrlCredentials(connectionString)} (KURRENTDB_URL)`;
   if (err instanceof UnavailableError)
     return new DependencyRefusedError(
-      `${where} is unreachable: ${err.message}. ` +
-        "Start the server, or correct KURRENTDB_URL's host and port; start this process again once it answers, or let its supervisor restart it",
+      `${where} is unreachable: the first read of its log ($all's last event) got no answer (${clientReason(err)}). ` +
+        "Is KurrentDB running there, and KURRENTDB_URL's host and port right? Start the server, or correct them; " +
+        'start this process again once it answers, or let its supervisor restart it',
       { cause: err },
     );
   // A wrong user or password (the server's UNAUTHENTICATED), or a user without the right to read $all.
@@ -89,6 +90,29 @@ export function startRefusal(err: unknown, connectionString: string): unknown {
       { cause: err },
     );
   return err;
+}
+
+/**
+ * What the client says of a failure: its class, and the gRPC code, details and causes where it
+ * gives them. Its message is often only its class's name (a server out of reach: `UnavailableError`,
+ * with no code and no details), which is then said as such rather than repeated.
+ */
+function clientReason(err: Error): string {
+  const name = err.constructor.name;
+  type Given = { code?: unknown; details?: unknown; cause?: unknown };
+  const raw = (err as { _raw?: Given })._raw;
+  const parts: string[] = [];
+  const add = (text: unknown) => {
+    const said = typeof text === 'string' ? text.trim() : '';
+    if (said && said !== name && !parts.some((p) => p.includes(said))) parts.push(said);
+  };
+  add(err.message);
+  for (const given of [err as Given, raw]) {
+    if (given?.code !== undefined) add(`code ${String(given.code)}`);
+    add(given?.details);
+    if (given?.cause instanceof Error) add(`${given.cause.name}: ${given.cause.message}`);
+  }
+  return parts.length === 0 ? `the client's ${name}, with no reason given` : `${name}: ${parts.join('; ')}`;
 }
 
 /**

@@ -17,7 +17,7 @@ import type { MarketFeed } from '../adapters/market/port.ts';
 import { openReplayFeed } from '../adapters/market/replay.ts';
 import { MemoryProjectionStore } from '../adapters/projection-store/memory.ts';
 import type { ProjectionStore } from '../adapters/projection-store/port.ts';
-import { loadConfig } from '../contracts/config.ts';
+import { type Config, loadConfig } from '../contracts/config.ts';
 import { deterministicId } from '../contracts/deterministic-id.ts';
 import { newEvent } from '../contracts/events.ts';
 import type { Call, Regime } from '../contracts/market.ts';
@@ -179,6 +179,8 @@ export async function appendVerdict(
 export type StackBus = 'nats' | 'memory';
 
 export interface WebhookStack {
+  /** The configuration its parts were started with. */
+  config: Config;
   store: EventStore;
   projections: ProjectionStore;
   bus: Bus;
@@ -302,6 +304,7 @@ export async function startWebhookStack(options: {
   await app.listen({ host: '127.0.0.1', port: 0 });
   const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
   return {
+    config,
     store,
     projections,
     bus,
@@ -322,18 +325,7 @@ export async function startWebhookStack(options: {
       await keys.waitFor(issued.position);
       return { key: issued.key, keyId: issued.keyId };
     },
-    async request(method, path, key, body) {
-      const res = await fetch(url + path, {
-        method,
-        headers: {
-          ...(key ? { authorization: `Bearer ${key}` } : {}),
-          ...(body === undefined ? {} : { 'content-type': 'application/json' }),
-        },
-        ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-      });
-      const text = await res.text();
-      return { status: res.status, body: text ? JSON.parse(text) : null };
-    },
+    request: requester(url),
     async close() {
       await app.close();
       await dispatcher.stop();
@@ -345,6 +337,71 @@ export async function startWebhookStack(options: {
       if (busKind === 'nats') await deleteStream(stream);
     },
   } satisfies WebhookStack;
+}
+
+/** A request to the service at `url` with a key (or none) and a JSON body, as WebhookStack['request']. */
+function requester(url: string): WebhookStack['request'] {
+  return async (method, path, key, body) => {
+    const res = await fetch(url + path, {
+      method,
+      headers: {
+        ...(key ? { authorization: `Bearer ${key}` } : {}),
+        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+      },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
+    const text = await res.text();
+    return { status: res.status, body: text ? JSON.parse(text) : null };
+  };
+}
+
+/**
+ * A second api replica of a stack, as another process on the same log: its own key registry,
+ * webhook projection and management API on a port of its own, with the stack's configuration, on
+ * `store` (the stack's log through a store object of its own, so that its commands do not queue
+ * behind the stack's as one process's do).
+ */
+export async function startApiReplica(
+  stack: WebhookStack,
+  store: EventStore,
+  settings?: Partial<WebhookSettings>,
+): Promise<{
+  url: string;
+  api: ReturnType<typeof webhookApi>;
+  request: WebhookStack['request'];
+  close(): Promise<void>;
+}> {
+  const { config } = stack;
+  const projections = new MemoryProjectionStore();
+  const keys = new ProjectionRunner(store, projections, keyRegistryProjection, { logger });
+  const api = webhookApi({
+    config,
+    adapters: { eventStore: store, projectionStore: projections, bus: stack.bus },
+    logger,
+    ...(settings ? { settings } : {}),
+    feed: stack.engine.feed.kind,
+  });
+  await keys.start();
+  await api.start();
+  const app = await buildApp({
+    config,
+    logger,
+    readiness: new Readiness(),
+    metrics: null,
+    plugins: [callerPlugin(new KeyResolver({ runner: keys, store })), api.plugin],
+  });
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
+  return {
+    url,
+    api,
+    request: requester(url),
+    async close() {
+      await app.close();
+      await api.stop();
+      await keys.stop();
+    },
+  };
 }
 
 /**

@@ -1,8 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
+import type { EventStore } from '../adapters/event-store/port.ts';
 import { verifyWebhook } from '../contracts/webhook-verify.ts';
 import { subscriptionStream } from '../services/webhooks/subscription-fold.ts';
-import { appendVerdict, startWebhookStack, until, type WebhookStack } from './webhooks-harness.ts';
+import {
+  appendVerdict,
+  startApiReplica,
+  startWebhookStack,
+  until,
+  type WebhookStack,
+} from './webhooks-harness.ts';
 import { type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
 
 /**
@@ -12,57 +19,54 @@ import { type Receiver, selfSignedCert, startReceiver } from './webhooks-receive
  * first delivery and its default page, a resend of a delivery the in-memory log has let go (same
  * delivery_id, same bytes) and after a PATCH of the url, the body and query refusals of every
  * route, recover_since's 5-minute bound, a recovery from the failing_since the list showed (which
- * re-sends the delivery that failed then), and two rotations at once (409 SECRET_ROTATION_CONFLICT).
+ * re-sends the delivery that failed then), and two rotations at once on two api replicas (409
+ * SECRET_ROTATION_CONFLICT).
  */
 const tls = selfSignedCert();
 /** A path of its own on the receiver: the receiver tells the subscriptions apart by it. */
 const at = (r: Receiver, path: string) => `${new URL(r.url).origin}/${path}`;
 
 /**
- * A memory log that, once armed, holds the next append recording a secret rotation until a route
- * of the management API has asked for the log's head (the next rotate-secret request, which then
- * reads the secret current as it comes), and records it just after that request's read: two
- * rotate-secret calls that both read the same secret as current, as two requests at once do.
+ * The log as two api replicas each reach it: through a store object of its own (a process's
+ * commands on a stream queue behind each other, another process's do not). `holdReads(stream)`
+ * holds that stream's next reads through either view until two have come, then lets both go: two
+ * commands, one on each replica, then decide on the stream as it was and append against the same
+ * revision, as two requests at once on two replicas do.
  */
-class RotationsTogether extends MemoryEventStore {
-  armed = false;
-  /** Resolves once a rotation's append is held. */
-  held!: Promise<void>;
-  private onHeld = () => {};
-  private release: (() => void) | null = null;
-
-  arm(): void {
-    this.armed = true;
-    this.held = new Promise((resolve) => {
-      this.onHeld = resolve;
+function replicaViews(log: MemoryEventStore) {
+  let held: { stream: string; waiting: (() => void)[] } | null = null;
+  const view = (): EventStore =>
+    new Proxy(log, {
+      get(target, prop) {
+        if (prop === 'readStream') {
+          return async (stream: string, options?: Parameters<EventStore['readStream']>[1]) => {
+            const barrier = held;
+            if (barrier?.stream === stream) {
+              await new Promise<void>((go) => {
+                barrier.waiting.push(go);
+                if (barrier.waiting.length < 2) return;
+                held = null;
+                for (const waiting of barrier.waiting) waiting();
+              });
+            }
+            return target.readStream(stream, options);
+          };
+        }
+        const value = Reflect.get(target, prop, target);
+        return typeof value === 'function' ? value.bind(target) : value;
+      },
     });
-  }
-
-  override async headPosition() {
-    const head = await super.headPosition();
-    const release = this.release;
-    if (release && new Error().stack?.includes('webhooks/routes.ts')) {
-      this.release = null;
-      // After the asking request's read, which follows its head at once (no I/O between).
-      setImmediate(release);
-    }
-    return head;
-  }
-
-  override async append(...args: Parameters<MemoryEventStore['append']>) {
-    if (this.armed && args[1].some((e) => e.type === 'SubscriptionSecretRotated')) {
-      this.armed = false;
-      await new Promise<void>((resolve) => {
-        this.release = resolve;
-        this.onHeld();
-      });
-    }
-    return super.append(...args);
-  }
+  return {
+    view,
+    holdReads(stream: string): void {
+      held = { stream, waiting: [] };
+    },
+  };
 }
 
 describe('the management API as its README promises it', () => {
-  const store = new RotationsTogether();
+  const store = new MemoryEventStore();
+  const views = replicaViews(store);
   let stack: WebhookStack;
   let receiver: Receiver;
   let key: string;
@@ -373,37 +377,43 @@ describe('the management API as its README promises it', () => {
     expect((await enable(4 * 60_000)).status).toBe(200);
   });
 
-  it('of two rotations at once answers the one recorded second 409 SECRET_ROTATION_CONFLICT, changing nothing', async () => {
+  it('of two rotations at once (on two api replicas) answers the one recorded second 409 SECRET_ROTATION_CONFLICT, changing nothing', async () => {
     const sub = await create('rotate', 'ROTC');
-    await stack.api.runner.waitFor(await store.headPosition());
-    const path = `/api/webhooks/${sub.id}/rotate-secret`;
-    store.arm();
-    const first = stack.request('POST', path, key);
-    await store.held;
-    const answers = [await stack.request('POST', path, key), await first];
-    const won = answers.find((a) => a.status === 200)!;
-    const lost = answers.find((a) => a.status !== 200)!;
-    expect(won?.body.secret).toMatch(/^whsec_[0-9a-f]{48}$/);
-    expect(lost).toMatchObject({ status: 409, body: { code: 'SECRET_ROTATION_CONFLICT' } });
-    expect(lost.body).not.toHaveProperty('secret');
-    const rotations = (await stack.store.readStream(subscriptionStream(keyId))).filter(
-      (e) => e.type === 'SubscriptionSecretRotated',
-    );
-    expect(rotations).toHaveLength(1);
-    // The winner's rotation alone: both its secret and the one before it sign.
-    await appendVerdict(stack.store, { coin: 'ROTC', call: 'BUY', confidence: 64 });
-    await until(
-      () => at_('rotate'),
-      (r) => r.length === 1,
-    );
-    const got = at_('rotate')[0]!;
-    for (const secret of [sub.secret, won.body.secret as string]) {
-      expect(verifyWebhook({ secret, headers: got.headers, rawBody: got.body }).ok).toBe(true);
+    const replicas = [await startApiReplica(stack, views.view()), await startApiReplica(stack, views.view())];
+    try {
+      const head = await store.headPosition();
+      for (const r of replicas) await r.api.runner.waitFor(head);
+      const path = `/api/webhooks/${sub.id}/rotate-secret`;
+      // Both read the secret current and the subscriptions' stream before either appends: the one
+      // appended second loses the race, reads the stream again and finds the other's rotation.
+      views.holdReads(subscriptionStream(keyId));
+      const answers = await Promise.all(replicas.map((r) => r.request('POST', path, key)));
+      const won = answers.find((a) => a.status === 200)!;
+      const lost = answers.find((a) => a.status !== 200)!;
+      expect(won?.body.secret).toMatch(/^whsec_[0-9a-f]{48}$/);
+      expect(lost).toMatchObject({ status: 409, body: { code: 'SECRET_ROTATION_CONFLICT' } });
+      expect(lost.body).not.toHaveProperty('secret');
+      const rotations = (await stack.store.readStream(subscriptionStream(keyId))).filter(
+        (e) => e.type === 'SubscriptionSecretRotated',
+      );
+      expect(rotations).toHaveLength(1);
+      // The winner's rotation alone: both its secret and the one before it sign.
+      await appendVerdict(stack.store, { coin: 'ROTC', call: 'BUY', confidence: 64 });
+      await until(
+        () => at_('rotate'),
+        (r) => r.length === 1,
+      );
+      const got = at_('rotate')[0]!;
+      for (const secret of [sub.secret, won.body.secret as string]) {
+        expect(verifyWebhook({ secret, headers: got.headers, rawBody: got.body }).ok).toBe(true);
+      }
+      // An overlap of up to 7 days is taken.
+      const asked = Date.now();
+      const week = await stack.request('POST', path, key, { overlap_seconds: 604_800 });
+      expect(week.status).toBe(200);
+      expect(Date.parse(week.body.previous_secret_valid_until)).toBeGreaterThanOrEqual(asked + 604_800_000);
+    } finally {
+      for (const r of replicas) await r.close();
     }
-    // An overlap of up to 7 days is taken.
-    const asked = Date.now();
-    const week = await stack.request('POST', path, key, { overlap_seconds: 604_800 });
-    expect(week.status).toBe(200);
-    expect(Date.parse(week.body.previous_secret_valid_until)).toBeGreaterThanOrEqual(asked + 604_800_000);
   });
 });

@@ -53,12 +53,7 @@ import { trackRecordProjection } from '../services/history/projections.ts';
 import { RecordCache } from '../services/history/record-cache.ts';
 import { MAX_EXPORTS_PER_KEY } from '../services/history/routes.ts';
 import { pageTurn } from '../services/history/scan.ts';
-import {
-  addPoint,
-  currentTrackRecord,
-  type ScoredPoint,
-  type TrackRecordState,
-} from '../services/history/track-record.ts';
+import { addPoint, currentTrackRecord, type TrackRecordState } from '../services/history/track-record.ts';
 import {
   SYNTHETIC_MARKETS,
   startHistoryServer,
@@ -66,6 +61,7 @@ import {
   syntheticOutcome,
   syntheticVerdict,
 } from '../test/history-harness.ts';
+import { scoredPoint } from '../test/scored-point.ts';
 import { profile } from './cpu-profile.ts';
 import { atLeast, recordTarget } from './harness.ts';
 
@@ -297,31 +293,12 @@ function wideRecord(days: number): { state: TrackRecordState; now: number } {
   for (const exchange of EXCHANGES)
     for (const timeframe of TIMEFRAMES)
       for (let d = 0; d < days; d++)
-        for (let k = 0; k < 4; k++) {
-          const x = Math.sin(++position * 7.1);
-          const p: ScoredPoint = {
-            exchange,
-            timeframe,
-            call: x > 0.2 ? 'BUY' : x < -0.2 ? 'SELL' : 'HOLD',
-            confidence: 40 + Math.floor(Math.abs(x) * 50),
-            candleCloseTime: day0 + d * 86_400_000 + k * 6 * 3_600_000,
-            return6: x / 100,
-            result: x > 0.2 ? 'hit' : 'miss',
-            netCentiBps: Math.round(x * 1000),
-            price: 100,
-            return1: x / 300,
-            return24: x / 50,
-            feed: 'replay',
-            volatility: {
-              horizonCandles: 6,
-              bandLow: 99,
-              bandHigh: 100.5 + x,
-              bandCoverage: 0.8,
-              expectedMovePct: 1,
-            },
-          };
-          addPoint(state, p, position);
-        }
+        for (let k = 0; k < 4; k++)
+          addPoint(
+            state,
+            scoredPoint(exchange, timeframe, day0 + d * 86_400_000 + k * 6 * 3_600_000, ++position),
+            position,
+          );
   return { state, now: day0 + (days + 30) * 86_400_000 };
 }
 

@@ -9,15 +9,19 @@ import { pino } from 'pino';
 import { request } from 'undici';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { type LmdbEventStore, openLmdbEventStore } from '../../adapters/event-store/lmdb.ts';
+import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import { loadConfig } from '../../contracts/config.ts';
 import type { NewEvent } from '../../contracts/envelope.ts';
 import type { EventData } from '../../contracts/events.ts';
 import { HistoryTrailer } from '../../contracts/history.ts';
+import { ProjectionRunner } from '../../projections/runner.ts';
 import { buildApp } from '../api/app.ts';
 import { generateApiKey } from '../keys/key-material.ts';
 import { callerPlugin } from '../metering/caller.ts';
 import { Readiness } from '../shared/readiness.ts';
 import { ExportRowStore } from './export-row-store.ts';
+import { trackRecordProjection } from './projections.ts';
+import { RecordCache } from './record-cache.ts';
 import { type HistoryRoutesDeps, historyRoutes } from './routes.ts';
 import type { StoredRows } from './scan.ts';
 
@@ -94,8 +98,9 @@ const KEY = generateApiKey().key;
 /**
  * The history routes alone on a real port. The slice's projections (key registry, track record,
  * outcome index) would each fold the whole 250,000-event log at start, tripling the CPU of this
- * suite without touching what it measures: the key is taken as live, and the outcome index
- * states what is true of this log, that no verdict has an outcome.
+ * suite without touching what it measures: the key is taken as live, the track record's runner is
+ * not started (an empty record), and the outcome index states what is true of this log, that no
+ * verdict has an outcome.
  */
 async function startRoutes(
   extra: Partial<HistoryRoutesDeps> = {},
@@ -117,7 +122,9 @@ async function startRoutes(
       callerPlugin(keys),
       historyRoutes({
         store,
-        trackRecord: { state: {} },
+        records: new RecordCache(
+          new ProjectionRunner(store, new MemoryProjectionStore(), trackRecordProjection),
+        ),
         outcomes: { checkpoint: Number.POSITIVE_INFINITY, has: () => false },
         now: Date.now,
         logger,

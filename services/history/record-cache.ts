@@ -1,77 +1,106 @@
-import type { TrackRecordResponse, TrackRecordWindow } from '../../contracts/history.ts';
-import { recordAsOf, recordPosition, type TrackRecordState, trackRecord } from './track-record.ts';
+import type { TrackRecordBrief, TrackRecordResponse, TrackRecordWindow } from '../../contracts/history.ts';
+import type { Exchange, Timeframe } from '../../contracts/market.ts';
+import type { ProjectionRunner } from '../../projections/runner.ts';
+import {
+  bucketOf,
+  DAY_MS,
+  recordAsOf,
+  type TrackRecordState,
+  trackRecord,
+  trackRecordBrief,
+} from './track-record.ts';
+
+/** The track-record projection's runner: its state, and its revision, which moves whenever the state may have changed. */
+export type RecordSource = Pick<ProjectionRunner<TrackRecordState>, 'state' | 'revision'>;
 
 /**
- * Where the record comes from: the track-record projection's state, and a number that moves
- * whenever it may have changed (ProjectionRunner's revision). Without one, the record's position
- * and asOf are read from the state at every call.
+ * Values made from the track record, each made once and handed out again until the source's
+ * revision or the scope they were made in (a UTC day, a time the record is as of) moves: then all
+ * are dropped, so a value is never older than the state it is read with. A value handed out again
+ * is the same object: callers must not change it (it and what it holds are frozen, but for the
+ * shipped baselines and carry fit every answer shares with their module).
  */
-export interface RecordSource {
-  readonly state: TrackRecordState;
-  readonly revision?: number;
-}
-
-/**
- * The current track record of each window (currentTrackRecord), made once and handed out again
- * until the record moves: GET /api/track-record (and the page that reads it) and get_track_record
- * (and its resource) go through one of these. Made fresh, an answer merges every day cell and
- * resamples each line's risk intervals 200 times, on a route anyone may call: its cost grows with
- * the record (`npx tsx bench/history.bench.ts --only=track-record`). An answer depends on the
- * window, the time it is as of and the log position of the latest outcome folded
- * (recordPosition): the outcomes are folded in log order, so the same position is the same record.
- * Only the latest answer of each window is kept.
- *
- * The same answer object is handed out again: callers must not change it (it and what it holds
- * are frozen, but for the shipped baselines and carry fit, shared by every answer).
- */
-export class RecordCache {
-  private readonly latest = new Map<
-    TrackRecordWindow,
-    { asOf: number; position: number; record: TrackRecordResponse }
-  >();
-
-  /**
-   * The record's position and latest due outcome, read once per revision of the source: each is a
-   * pass over every cell, about 2 ms at 4,950 cells (a keyed object's values are slow to list).
-   */
-  private marks = { state: null as TrackRecordState | null, revision: Number.NaN, due: 0, position: 0 };
+class RevisionMemo<V> {
+  private readonly values = new Map<string, V>();
+  private revision = Number.NaN;
+  private scope = Number.NaN;
 
   constructor(private readonly source: RecordSource) {}
 
-  /** The record over `window` as it stands at `now`: as of its latest due outcome (recordAsOf). */
-  current(window: TrackRecordWindow, now: number): TrackRecordResponse {
-    const state = this.source.state;
+  get(scope: number, key: string, make: (state: TrackRecordState) => V): V {
     const revision = this.source.revision;
-    let marks = this.marks;
-    if (revision === undefined || revision !== marks.revision || state !== marks.state) {
-      // Infinity when no outcome counts: asOf is then `now` (recordAsOf).
-      marks = {
-        state,
-        revision: revision ?? Number.NaN,
-        due: recordAsOf(state, Infinity),
-        position: recordPosition(state),
-      };
-      this.marks = marks;
+    if (revision !== this.revision || scope !== this.scope) {
+      this.values.clear();
+      this.revision = revision;
+      this.scope = scope;
     }
-    const asOf = Math.min(now, marks.due);
-    const { position } = marks;
-    const known = this.latest.get(window);
-    if (known && known.asOf === asOf && known.position === position) return known.record;
-    const record = trackRecord(state, window, asOf);
-    for (const [key, value] of Object.entries(record)) if (!SHARED.has(key)) deepFrozen(value);
-    Object.freeze(record);
-    this.latest.set(window, { asOf, position, record });
-    return record;
+    let value = this.values.get(key);
+    if (value === undefined) {
+      value = frozen(make(this.source.state));
+      this.values.set(key, value);
+    }
+    return value;
   }
 }
 
 /** Parts every answer shares with the module they come from: left as they are. */
 const SHARED = new Set<string>(['baselines', 'carry'] satisfies (keyof TrackRecordResponse)[]);
 
-function deepFrozen<T>(value: T): T {
+function frozen<T>(value: T, top = true): T {
   if (value !== null && typeof value === 'object') {
-    for (const v of Object.values(value)) deepFrozen(v);
+    for (const [key, v] of Object.entries(value)) if (!(top && SHARED.has(key))) frozen(v, false);
     Object.freeze(value);
   }
   return value;
+}
+
+/**
+ * The track-record line of each (exchange, timeframe, confidence bucket) a trade call carries,
+ * made once per revision and UTC day of `asOf` (the window's first day). Profiled under load,
+ * merging the 90 days' cells for every call was 4-5 % of a keyed MCP call, for a line that changes
+ * only when an outcome resolves. Being the same object also lets the answer's JSON of it be
+ * reused (api/mcp/answer-json.ts).
+ */
+export class BriefCache {
+  private readonly lines: RevisionMemo<TrackRecordBrief>;
+
+  constructor(source: RecordSource) {
+    this.lines = new RevisionMemo(source);
+  }
+
+  brief(
+    call: { exchange: Exchange; timeframe: Timeframe; confidence: number },
+    asOf: number,
+  ): TrackRecordBrief {
+    const key = `${call.exchange}|${call.timeframe}|${bucketOf(call.confidence)}`;
+    return this.lines.get(Math.floor(asOf / DAY_MS), key, (state) => trackRecordBrief(state, call, asOf));
+  }
+}
+
+/**
+ * The current track record of each window (currentTrackRecord), made once per revision and time it
+ * is as of: GET /api/track-record (and the page that reads it) and get_track_record (and its
+ * resource) go through one of these. Made fresh, an answer merges every day cell and resamples
+ * each line's risk intervals 200 times, on a route anyone may call: its cost grows with the record
+ * (`npx tsx bench/history.bench.ts --only=track-record`).
+ */
+export class RecordCache {
+  /** The latest due outcome, read once per revision: a pass over every cell, about 2 ms at 4,950 cells. */
+  private readonly due: RevisionMemo<number>;
+  private readonly answers: RevisionMemo<TrackRecordResponse>;
+
+  constructor(source: RecordSource) {
+    this.due = new RevisionMemo(source);
+    this.answers = new RevisionMemo(source);
+  }
+
+  /** The record over `window` as it stands at `now`: as of its latest due outcome (recordAsOf). */
+  current(window: TrackRecordWindow, now: number): TrackRecordResponse {
+    // Infinity when no outcome counts: asOf is then `now` (recordAsOf).
+    const asOf = Math.min(
+      now,
+      this.due.get(0, '', (state) => recordAsOf(state, Infinity)),
+    );
+    return this.answers.get(asOf, window, (state) => trackRecord(state, window, asOf));
+  }
 }

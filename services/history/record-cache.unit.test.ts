@@ -1,67 +1,83 @@
 import { randomUUID } from 'node:crypto';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import { newEvent } from '../../contracts/events.ts';
 import { TRACK_RECORD_WINDOWS } from '../../contracts/history.ts';
 import type { Exchange, Timeframe } from '../../contracts/market.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
+import { scoredPoint } from '../../test/scored-point.ts';
 import { trackRecordProjection } from './projections.ts';
-import { RecordCache } from './record-cache.ts';
-import { addPoint, currentTrackRecord, type ScoredPoint, type TrackRecordState } from './track-record.ts';
+import { BriefCache, RecordCache } from './record-cache.ts';
+import {
+  currentTrackRecord,
+  type ScoredPoint,
+  type TrackRecordState,
+  trackRecordBrief,
+} from './track-record.ts';
 
-const DAY = 86_400_000;
+const HOUR = 3_600_000;
+const DAY = 24 * HOUR;
 const T0 = Date.parse('2025-10-01T00:00:00Z');
 const DAYS = 30;
+const NOW = T0 + (DAYS + 5) * DAY;
 const MARKETS: [Exchange, Timeframe][] = [
   ['BINANCE_SPOT', '5m'],
   ['BINANCE', '4h'],
 ];
 
-function point(exchange: Exchange, timeframe: Timeframe, closeTime: number, i: number): ScoredPoint {
-  const x = Math.sin(i * 7.1);
-  return {
-    exchange,
-    timeframe,
-    call: x > 0.2 ? 'BUY' : x < -0.2 ? 'SELL' : 'HOLD',
-    confidence: 40 + Math.floor(Math.abs(x) * 50),
-    candleCloseTime: closeTime,
-    return6: x / 100,
-    result: x > 0.2 ? 'hit' : 'miss',
-    netCentiBps: Math.round(x * 1000),
-    price: 100,
-    return1: x / 300,
-    return24: x / 50,
-    feed: 'replay',
-    volatility: {
-      horizonCandles: 6,
-      bandLow: 99,
-      bandHigh: 100.5 + x,
-      bandCoverage: 0.8,
-      expectedMovePct: 1,
-    },
+/** The track-record projection running on a store of its own (stopped when the test ends). */
+async function running() {
+  const store = new MemoryEventStore();
+  const runner = new ProjectionRunner<TrackRecordState>(
+    store,
+    new MemoryProjectionStore(),
+    trackRecordProjection,
+  );
+  await runner.start();
+  onTestFinished(() => runner.stop());
+  /** Appends the outcomes of `points` and waits until the runner has folded them. */
+  const fold = async (...points: ScoredPoint[]) => {
+    await store.append(
+      `verdict-outcome-${randomUUID()}`,
+      points.map((p) =>
+        newEvent('VerdictOutcomeResolved', {
+          ...p,
+          coin: 'BTC',
+          verdictId: randomUUID(),
+          verdictStream: 'verdicts-BINANCE-BTC-1h',
+          verdictRevision: 0,
+          verdictHash: 'a'.repeat(64),
+          feeBps: 10,
+          horizonCandles: 6,
+          maeBps: 0,
+          mfeBps: 0,
+          realisedVol: 0.1,
+        }),
+      ),
+    );
+    await runner.waitFor(await store.headPosition());
   };
+  return { store, runner, fold };
 }
 
-/** DAYS days of four scored points a day on each market: enough blocks for the risk intervals. */
-function record() {
-  const state: TrackRecordState = {};
-  let position = 0;
+/** A running track record of DAYS days of four scored points a day on each market: enough blocks for the risk intervals. */
+async function record() {
+  const started = await running();
+  const points: ScoredPoint[] = [];
   for (let d = 0; d < DAYS; d++)
     for (const [exchange, timeframe] of MARKETS)
       for (let k = 0; k < 4; k++)
-        addPoint(state, point(exchange, timeframe, T0 + d * DAY + k * 6 * 3_600_000, ++position), position);
-  return { state, position };
+        points.push(scoredPoint(exchange, timeframe, T0 + d * DAY + k * 6 * HOUR, points.length + 1));
+  await started.fold(...points);
+  return { ...started, cache: new RecordCache(started.runner) };
 }
 
-const NOW = T0 + (DAYS + 5) * DAY;
-
 describe('RecordCache', () => {
-  it('answers byte for byte what the record made fresh answers, for every window', () => {
-    const { state } = record();
-    const cache = new RecordCache({ state });
+  it('answers byte for byte what the record made fresh answers, for every window', async () => {
+    const { runner, cache } = await record();
     for (const window of TRACK_RECORD_WINDOWS) {
-      const fresh = currentTrackRecord(state, window, NOW);
+      const fresh = currentTrackRecord(runner.state, window, NOW);
       expect(JSON.stringify(cache.current(window, NOW))).toBe(JSON.stringify(fresh));
       expect(JSON.stringify(cache.current(window, NOW))).toBe(JSON.stringify(fresh));
     }
@@ -71,83 +87,104 @@ describe('RecordCache', () => {
     ).not.toBeNull();
   });
 
-  it('hands out the same answer while the record stays at the same position, a new one once an outcome is folded', () => {
-    const { state, position } = record();
-    const cache = new RecordCache({ state });
+  it('hands out the same answer until an outcome is folded, then the new record', async () => {
+    const { runner, fold, cache } = await record();
     const first = cache.current('30d', NOW);
     expect(cache.current('30d', NOW)).toBe(first);
     // A later clock past the latest due outcome: the same asOf, the same record.
     expect(cache.current('30d', NOW + DAY)).toBe(first);
     expect(Object.isFrozen(first.lines[0]!.risk)).toBe(true);
 
-    addPoint(state, point('BINANCE', '4h', T0 + (DAYS - 1) * DAY, 1), position + 1);
+    await fold(scoredPoint('BINANCE', '4h', T0 + (DAYS - 1) * DAY, 1));
     const second = cache.current('30d', NOW);
     expect(second).not.toBe(first);
-    expect(second.asOfPosition).toBe(position + 1);
-    expect(JSON.stringify(second)).toBe(JSON.stringify(currentTrackRecord(state, '30d', NOW)));
+    expect(second.asOfPosition).toBeGreaterThan(first.asOfPosition);
+    expect(JSON.stringify(second)).toBe(JSON.stringify(currentTrackRecord(runner.state, '30d', NOW)));
     expect(JSON.stringify(second)).not.toBe(JSON.stringify(first));
     expect(cache.current('30d', NOW)).toBe(second);
 
     // A looped lap's outcome moves only the position (no figure, nor asOf): a new answer still.
-    addPoint(state, { ...point('BINANCE', '4h', T0, 2), replayLap: 1 }, position + 2);
+    await fold({ ...scoredPoint('BINANCE', '4h', T0, 2), replayLap: 1 });
     const third = cache.current('30d', NOW);
     expect(third).not.toBe(second);
-    expect(JSON.stringify(third)).toBe(JSON.stringify(currentTrackRecord(state, '30d', NOW)));
+    expect(JSON.stringify(third)).toBe(JSON.stringify(currentTrackRecord(runner.state, '30d', NOW)));
   });
 
-  it('follows asOf: a clock before the latest due outcome is the record as of that clock', () => {
-    const { state } = record();
-    const cache = new RecordCache({ state });
+  it('follows asOf: a clock before the latest due outcome is the record as of that clock', async () => {
+    const { runner, cache } = await record();
     const early = T0 + 10 * DAY;
     expect(JSON.stringify(cache.current('7d', early))).toBe(
-      JSON.stringify(currentTrackRecord(state, '7d', early)),
+      JSON.stringify(currentTrackRecord(runner.state, '7d', early)),
     );
     expect(JSON.stringify(cache.current('7d', NOW))).toBe(
-      JSON.stringify(currentTrackRecord(state, '7d', NOW)),
+      JSON.stringify(currentTrackRecord(runner.state, '7d', NOW)),
     );
     expect(cache.current('7d', NOW).asOf).not.toBe(cache.current('7d', early).asOf);
   });
+});
 
-  it("on the projection's runner: the same answer until an outcome is folded, then the new record", async () => {
-    const store = new MemoryEventStore();
-    const runner = new ProjectionRunner<TrackRecordState>(
-      store,
-      new MemoryProjectionStore(),
-      trackRecordProjection,
-    );
-    await runner.start();
-    const fold = async (i: number) => {
-      const p = point('BINANCE', '1h', T0 + i * 3_600_000, i);
-      await store.append(`verdict-outcome-${i}`, [
-        newEvent('VerdictOutcomeResolved', {
-          ...p,
-          coin: 'BTC',
-          verdictId: randomUUID(),
-          verdictStream: 'verdicts-BINANCE-BTC-1h',
-          verdictRevision: i,
-          verdictHash: 'a'.repeat(64),
-          feeBps: 10,
-          horizonCandles: 6,
-          maeBps: 0,
-          mfeBps: 0,
-          realisedVol: 0.1,
-        }),
-      ]);
-      await runner.waitFor(await store.headPosition());
-    };
-    try {
-      const cache = new RecordCache(runner);
-      await fold(1);
-      const first = cache.current('all', NOW);
-      expect(cache.current('all', NOW)).toBe(first);
-      expect(first.overall.calls + first.overall.holds).toBe(1);
-      await fold(2);
-      const second = cache.current('all', NOW);
-      expect(second).not.toBe(first);
-      expect(second.overall.calls + second.overall.holds).toBe(2);
-      expect(JSON.stringify(second)).toBe(JSON.stringify(currentTrackRecord(runner.state, 'all', NOW)));
-    } finally {
-      await runner.stop();
-    }
+const CALL = { exchange: 'BINANCE', timeframe: '1h', confidence: 47 } as const;
+
+/** A BUY on CALL's market at T0 that resolved as `result`. */
+const outcome = (result: 'hit' | 'miss', confidence = 45): ScoredPoint => ({
+  ...scoredPoint('BINANCE', '1h', T0, 1),
+  call: 'BUY',
+  confidence,
+  result,
+});
+
+/** A running track record that has folded one hit, and a cache on it. */
+async function withOneHit() {
+  const started = await running();
+  await started.fold(outcome('hit'));
+  return { ...started, cache: new BriefCache(started.runner) };
+}
+
+describe('BriefCache', () => {
+  it('hands out one line per market and bucket until an outcome resolves, then the new line', async () => {
+    const { store, runner, fold, cache } = await withOneHit();
+    const first = cache.brief(CALL, T0 + HOUR);
+    expect(first).toEqual(trackRecordBrief(runner.state, CALL, T0 + HOUR));
+    expect(first).toMatchObject({ calls: 1, hits: 1, confidenceBucket: '40-49' });
+    // Same market and bucket: the very same line, and it cannot be changed by whoever holds it.
+    expect(cache.brief({ ...CALL, confidence: 41 }, T0 + 2 * HOUR)).toBe(first);
+    expect(Object.isFrozen(first)).toBe(true);
+    // Another bucket has a line of its own.
+    expect(cache.brief({ ...CALL, confidence: 55 }, T0 + HOUR)).toMatchObject({ calls: 0 });
+
+    // Events the track record does not fold leave the lines as they are.
+    const revision = runner.revision;
+    await store.append('quota-x', [
+      newEvent('QuotaDebitsRecorded', {
+        subject: 'x',
+        subjectKind: 'key',
+        plan: 'pro',
+        tool: 'get_trade_call',
+        units: 1,
+        day: '2025-10-01',
+        month: '2025-10',
+        generation: 'g',
+      }),
+    ]);
+    await runner.waitFor(await store.headPosition());
+    expect(runner.revision).toBe(revision);
+    expect(cache.brief(CALL, T0 + HOUR)).toBe(first);
+
+    // An outcome resolves: the next call gets a line that counts it.
+    await fold(outcome('miss', 48));
+    expect(runner.revision).toBeGreaterThan(revision);
+    const second = cache.brief(CALL, T0 + HOUR);
+    expect(second).not.toBe(first);
+    expect(second).toMatchObject({ calls: 2, hits: 1, hitRate: 0.5 });
+    expect(second).toEqual(trackRecordBrief(runner.state, CALL, T0 + HOUR));
+  });
+
+  it('computes the line afresh on another UTC day (the window starts a day later)', async () => {
+    const { runner, cache } = await withOneHit();
+    expect(cache.brief(CALL, T0 + HOUR)).toMatchObject({ calls: 1 });
+    // 90 days on, the outcome has left the window though the state has not moved.
+    const later = T0 + 90 * DAY;
+    expect(cache.brief(CALL, later)).toMatchObject({ calls: 0 });
+    expect(cache.brief(CALL, later)).toEqual(trackRecordBrief(runner.state, CALL, later));
   });
 });

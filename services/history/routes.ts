@@ -17,7 +17,6 @@ import {
 } from '../../contracts/history.ts';
 import { jsonSchema } from '../../contracts/json-schema.ts';
 import type { Exchange, Timeframe } from '../../contracts/market.ts';
-import type { ProjectionRunner } from '../../projections/runner.ts';
 import { openToAnyOrigin } from '../api/cors.ts';
 import { apiErrorBody, errorHandler } from '../api/errors.ts';
 import { declared, documented, RESPONSE_HEADERS, refusal } from '../api/openapi.ts';
@@ -41,17 +40,15 @@ import {
   negotiateAnswer,
   TrackRecordQuerySchema,
 } from './query.ts';
-import { RecordCache } from './record-cache.ts';
+import type { RecordCache } from './record-cache.ts';
 import { type OutcomeIndex, ScanProgress, type StoredRows, scanHistory } from './scan.ts';
 import type { ServedVenues } from './served-venues.ts';
-import type { TrackRecordState } from './track-record.ts';
 import { historyStream, type RowSource, readyParquetStream } from './writers.ts';
 
 export interface HistoryRoutesDeps {
   store: EventStore;
-  trackRecord: Pick<ProjectionRunner<TrackRecordState>, 'state'>;
-  /** The answers of GET /api/track-record, shared with get_track_record (unset: the routes' own, over trackRecord). */
-  records?: RecordCache;
+  /** The answers of GET /api/track-record, shared with get_track_record. */
+  records: RecordCache;
   /** Which verdicts have an outcome (a projection): the export reads outcome streams only for those. */
   outcomes?: OutcomeIndex;
   /** Revealed rows as stored bytes (the export-rows projection), where the store keeps them. */
@@ -276,7 +273,6 @@ function refuseParquetPastQueue(encoders: ParquetEncoders): void {
 }
 
 export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
-  const records = deps.records ?? new RecordCache(deps.trackRecord);
   // A Map, not an object literal: a name such as `constructor` or `__proto__` must not find the
   // prototype's member and be served as an asset.
   const assets = new Map([
@@ -404,7 +400,7 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
 
     app.get('/api/track-record', TRACK_RECORD_ROUTE, async (request, reply) => {
       reply.header('cache-control', 'public, max-age=60');
-      return records.current(request.query.window, deps.now());
+      return deps.records.current(request.query.window, deps.now());
     });
 
     app.get('/track-record', { config: PAGE_DOC }, async (_request, reply) =>

@@ -21,7 +21,6 @@ import type { Check } from '../shared/readiness.ts';
 import { revealClock } from '../shared/reveal-clock.ts';
 import { failureFields } from '../shared/run-failure.ts';
 import { type AnchorState, anchorHeadsProjection, HistoryAnchorer } from './anchor.ts';
-import { BriefCache } from './brief-cache.ts';
 import { ExportRowStore } from './export-row-store.ts';
 import {
   hasRevision,
@@ -31,7 +30,7 @@ import {
   pendingOutcomesProjection,
   trackRecordProjection,
 } from './projections.ts';
-import { RecordCache } from './record-cache.ts';
+import { BriefCache, RecordCache } from './record-cache.ts';
 import { OutcomeResolver, outcomesCheck } from './resolver.ts';
 import { historyRoutes } from './routes.ts';
 import type { OutcomeIndex, StoredRows } from './scan.ts';
@@ -204,7 +203,6 @@ export function historySlice(deps: HistorySliceDeps) {
     (app, options) =>
       historyRoutes({
         store: adapters.eventStore,
-        trackRecord,
         records,
         outcomes: outcomeIndex,
         ...(stored ? { stored } : {}),
@@ -246,7 +244,6 @@ export function historySlice(deps: HistorySliceDeps) {
     routes(keyed: HistoryAccess): FastifyPluginAsync {
       return historyRoutes({
         store: adapters.eventStore,
-        trackRecord,
         records,
         outcomes: outcomeIndex,
         ...(stored ? { stored } : {}),

@@ -9,6 +9,7 @@ import {
   type Cidr,
   MAX_TIMER_MS,
   MAX_TIMER_TEXT,
+  MAX_TTL_MS,
   parseCidrList,
   parseEventTypes,
   parsePortPolicy,
@@ -44,6 +45,18 @@ const nonNegativeInt = decimal.pipe(z.number().int().min(0));
  */
 const timerMs = decimal.pipe(z.number().int().positive().max(MAX_TIMER_MS, MAX_TIMER_TEXT));
 const timerMsOrZero = decimal.pipe(z.number().int().min(0).max(MAX_TIMER_MS, MAX_TIMER_TEXT));
+/**
+ * A lifetime that becomes an expiry date (now + lifetime), in ms or s as its name says: at most
+ * MAX_TTL_MS (10 years), past which the date is invalid or a slip.
+ */
+function lifetime(unit: 'ms' | 's') {
+  const max = unit === 'ms' ? MAX_TTL_MS : MAX_TTL_MS / 1_000;
+  return decimal.pipe(
+    z.number().int().positive().max(max, `at most ${max} ${unit} (10 years), the longest lifetime taken`),
+  );
+}
+const lifetimeMs = lifetime('ms');
+const lifetimeS = lifetime('s');
 const bool = z
   .enum(['true', 'false', '1', '0', 'yes', 'no'])
   .transform((v) => v === 'true' || v === '1' || v === 'yes');
@@ -588,7 +601,7 @@ export const ConfigSchema = z
      * How long /.well-known/x402 promises a paid answer can be fetched again with the same payment
      * (24 h); the answer is kept with the payment in the event log, which holds it longer.
      */
-    X402_PAID_RESPONSE_TTL_MS: positiveInt.default(86_400_000),
+    X402_PAID_RESPONSE_TTL_MS: lifetimeMs.default(86_400_000),
     /** Optional second rail, advertised only when network and asset are both set. */
     X402_EXTRA_NETWORK: caip2.optional(),
     X402_EXTRA_ASSET: evmAddress.optional(),
@@ -700,7 +713,7 @@ export const ConfigSchema = z
       )
       .default('localhost:8080'),
     /** How long a sign-in nonce from GET /api/keys/nonce stays usable. */
-    SIWE_NONCE_TTL_MS: positiveInt.default(10 * 60_000),
+    SIWE_NONCE_TTL_MS: lifetimeMs.default(10 * 60_000),
     /**
      * Free keys issued per client network (an IPv4 address, an IPv6 /64) and UTC day, by POST
      * /api/keys and the OAuth wallet sign-in together: a wallet is a fresh private key, so one key
@@ -716,11 +729,11 @@ export const ConfigSchema = z
     OAUTH_ENABLED: bool.default(true),
     OAUTH_ISSUER: publicUrl.optional(),
     /** Access tokens are short-lived and bound to the /mcp/signin resource; refresh tokens renew them. */
-    OAUTH_ACCESS_TOKEN_TTL_S: positiveInt.default(600),
-    OAUTH_REFRESH_TOKEN_TTL_S: positiveInt.default(30 * 86_400),
-    OAUTH_CODE_TTL_S: positiveInt.default(60),
+    OAUTH_ACCESS_TOKEN_TTL_S: lifetimeS.default(600),
+    OAUTH_REFRESH_TOKEN_TTL_S: lifetimeS.default(30 * 86_400),
+    OAUTH_CODE_TTL_S: lifetimeS.default(60),
     /** How long the sign-in page (one interaction) stays usable. */
-    OAUTH_INTERACTION_TTL_S: positiveInt.default(600),
+    OAUTH_INTERACTION_TTL_S: lifetimeS.default(600),
     /**
      * The private signing keys (a JWKS JSON with `keys`) and cookie-signing secrets (comma-separated).
      * When unset they are generated at first start and kept in the OAuth store (Redis when
@@ -828,7 +841,7 @@ export const ConfigSchema = z
      * After a secret rotation, how long (ms) deliveries are signed with the previous secret too
      * (a rotate request may ask for less or more, up to 7 days).
      */
-    WEBHOOK_SECRET_ROTATION_OVERLAP_MS: positiveInt.default(86_400_000),
+    WEBHOOK_SECRET_ROTATION_OVERLAP_MS: lifetimeMs.default(86_400_000),
     /** Deliveries a recovery (re-enable with recover_since) claims per second, at most. */
     WEBHOOK_RECOVER_PER_SECOND: positiveInt.default(50),
   })

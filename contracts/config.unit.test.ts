@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import {
+  type Config,
   ConfigError,
   DEVELOPMENT_WEBHOOK_MASTER_KEY,
   loadConfig,
@@ -179,6 +180,32 @@ describe('loadConfig', () => {
     expect(loadConfig({}).NATS_STREAM_MAX_AGE_MS).toBe(604_800_000);
     expect(loadConfig({ NATS_STREAM_MAX_AGE_MS: '0' }).NATS_STREAM_MAX_AGE_MS).toBe(0);
     expect(loadConfig({ NATS_STREAM_MAX_AGE_MS: '3600000' }).NATS_STREAM_MAX_AGE_MS).toBe(3_600_000);
+  });
+
+  it('refuses a lifetime past 10 years, naming the largest taken, and takes that one', () => {
+    // Each becomes an expiry date, now + lifetime, never a timer: a Date ends 8.64e15 ms after
+    // 1970, and SIWE_NONCE_TTL_MS=9000000000000000 passed the check and made every GET
+    // /api/keys/nonce a 500 (its expires_at's toISOString threw RangeError).
+    const inMs = ['SIWE_NONCE_TTL_MS', 'X402_PAID_RESPONSE_TTL_MS', 'WEBHOOK_SECRET_ROTATION_OVERLAP_MS'];
+    const inS = [
+      'OAUTH_ACCESS_TOKEN_TTL_S',
+      'OAUTH_REFRESH_TOKEN_TTL_S',
+      'OAUTH_CODE_TTL_S',
+      'OAUTH_INTERACTION_TTL_S',
+    ];
+    for (const [names, largest, unit] of [
+      [inMs, 315_360_000_000, 'ms'],
+      [inS, 315_360_000, 's'],
+    ] as const) {
+      for (const name of names) {
+        expect(loadConfig({ [name]: String(largest) })[name as keyof Config]).toBe(largest);
+        for (const past of [String(largest + 1), '9000000000000000']) {
+          expect(() => loadConfig({ [name]: past })).toThrow(
+            `${name}: at most ${largest} ${unit} (10 years), the longest lifetime taken`,
+          );
+        }
+      }
+    }
   });
 
   it('names the entries of a list that no request can match', () => {

@@ -71,6 +71,17 @@ export const MAX_TIMER_MS = 2_147_483_647;
 export const MAX_TIMER_TEXT = 'at most 2147483647 ms (about 24.8 days), the longest a timer can wait';
 
 /**
+ * The longest lifetime an expiry setting takes (a nonce's, a token's, a paid answer's, a rotated
+ * secret's overlap): 10 years, 315360000000 ms. Such a setting reaches no timer but becomes a date,
+ * now + lifetime, and a Date ends 8.64e15 ms after 1970: SIWE_NONCE_TTL_MS=9000000000000000 passed
+ * the check and every GET /api/keys/nonce answered 500 (its expires_at's toISOString threw
+ * RangeError). Ten years is far past any lifetime the service gives (the longest default, a refresh
+ * token's, is 30 days) and keeps now + lifetime a valid date for millennia; a value past it is a
+ * slip (a digit too many, seconds written as ms).
+ */
+export const MAX_TTL_MS = 315_360_000_000;
+
+/**
  * `ms` as a timer can wait it: 0 to MAX_TIMER_MS. For a wait computed from settings and the clock
  * (a retry's due time with its jitter, a doubled timeout), which no bound on a setting keeps within
  * a timer's range; a timer that ends early must then look again (the webhook dispatcher's wake

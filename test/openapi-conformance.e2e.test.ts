@@ -468,6 +468,14 @@ describe('the OpenAPI document describes every real answer', () => {
     ]) {
       await conform({ method: 'GET', template, status: 200, auth: false });
     }
+    // Public, and refusing a query parameter it does not take, as documented.
+    await conform({
+      method: 'GET',
+      template: '/api/webhooks/schemas',
+      path: '/api/webhooks/schemas?x=1',
+      status: 400,
+      auth: false,
+    });
     const asset = '/track-record/assets/{file}';
     await conform({
       method: 'GET',

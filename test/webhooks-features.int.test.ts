@@ -371,6 +371,20 @@ describe.runIf(reachable)('what subscribers ask for: gap detection, versions, ro
       expect.arrayContaining(['event', 'delivery_id', 'event_version', 'data']),
     );
   });
+
+  it('refuses a query parameter on the public schemas, as the keyed routes do', async () => {
+    const plain = await stack.request('GET', '/api/webhooks/schemas', null);
+    for (const query of ['?x=1', '?x=1&x=2', '?x']) {
+      const refused = await stack.request('GET', `/api/webhooks/schemas${query}`, null);
+      expect(refused, query).toMatchObject({
+        status: 400,
+        body: { code: 'UNKNOWN_FILTER', field: 'x', message: 'unknown parameter "x"; known: none' },
+      });
+    }
+    expect(plain.status).toBe(200);
+    expect(plain.body).toEqual((await stack.request('GET', '/api/webhooks/schemas', null)).body);
+    expect(Object.keys(plain.body.webhooks)).toContain('trade_call.v2');
+  });
 });
 
 /**

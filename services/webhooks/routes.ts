@@ -194,11 +194,15 @@ const DOCS = {
     tags: ['webhooks'],
     responses: { 200: { description: 'A fixed sample body', schema: { type: 'object' } } },
   }),
-  schemas: documented({
+  // Public, yet as strict as the keyed routes: a parameter it does not take is refused, not ignored.
+  schemas: declared({
     summary: 'Payload schema of every webhook event type at every version',
     tags: ['webhooks'],
+    query: NO_QUERY,
+    codes: QUERY_CODES,
     responses: {
       200: { description: 'An OpenAPI document with a webhooks section', schema: { type: 'object' } },
+      400: refusal(['UNKNOWN_FILTER'], 'The route takes no query parameter'),
     },
   }),
   create: keyed({
@@ -626,7 +630,7 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
     plain.get(SAMPLE_VERIFY_PATH, { config: DOCS.sample }, async () => SAMPLE_VERIFY_BODY);
     // Public: every event type's payload schema at every version (an OpenAPI `webhooks` section).
     const schemas = webhookOpenApi();
-    plain.get('/api/webhooks/schemas', { config: DOCS.schemas }, async () => schemas);
+    app.get('/api/webhooks/schemas', DOCS.schemas, async () => schemas);
 
     // Most of these routes take no body: one of no bytes is none, whatever its framing says.
     emptyBodyIsNoBody(plain);

@@ -192,6 +192,10 @@ describe('the list settings: the configuration refuses what the run-time parser 
       new Set(['VerdictRecorded', 'RegimeShifted']),
     );
     expect(parseEventTypes(' * ')).toBeNull();
+    // A list of no entry, the empty value too (which loadConfig reads as unset: the default list).
+    for (const empty of ['', ',', ' , ,']) {
+      expect(() => parseEventTypes(empty), empty).toThrow(/^names no event type \(set names or \*\)$/);
+    }
     expect(() => loadConfig({ RELAY_EVENT_TYPES: 'VerdictRecorded,VerdictRecordd' })).toThrow(
       `RELAY_EVENT_TYPES: names unknown event types: VerdictRecordd; the event types are ${EVENT_TYPES.join(', ')} (got`,
     );

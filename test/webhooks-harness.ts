@@ -21,6 +21,7 @@ import { type Config, loadConfig } from '../contracts/config.ts';
 import { deterministicId } from '../contracts/deterministic-id.ts';
 import { newEvent } from '../contracts/events.ts';
 import type { Call, Regime } from '../contracts/market.ts';
+import { parseEventTypes } from '../contracts/setting-lists.ts';
 import { type WebhookData, WebhookEnvelope } from '../contracts/webhooks.ts';
 import { ProjectionRunner } from '../projections/runner.ts';
 import { buildApp } from '../services/api/app.ts';
@@ -31,7 +32,6 @@ import { keyRegistryProjection } from '../services/keys/key-registry.ts';
 import { KeyResolver } from '../services/keys/key-resolver.ts';
 import { callerPlugin } from '../services/metering/caller.ts';
 import { Relay } from '../services/relay/relay.ts';
-import { relayTypes } from '../services/relay/relay-types.ts';
 import { Readiness } from '../services/shared/readiness.ts';
 import { keepTickShape } from '../services/shared/tick-shape.ts';
 import { digestCoverageOf, dispatcherComponent, webhookApi } from '../services/webhooks/component.ts';
@@ -264,7 +264,7 @@ export async function startWebhookStack(options: {
     checkpoints: projections,
     subjectPrefix: prefix,
     logger,
-    types: relayTypes(config),
+    types: parseEventTypes(config.RELAY_EVENT_TYPES),
   });
   const keys = new ProjectionRunner(store, projections, keyRegistryProjection, { logger });
   const resolver = new KeyResolver({ runner: keys, store });

@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import type { Config } from '../../contracts/config.ts';
+import { parseEventTypes } from '../../contracts/setting-lists.ts';
 import { eventStatsProjection } from '../../projections/event-stats.ts';
 import { behindHead } from '../../projections/lag.ts';
 import { latestVerdictsProjection } from '../../projections/latest-verdicts.ts';
@@ -13,7 +14,6 @@ import { ProjectionRunner } from '../../projections/runner.ts';
 import type { Adapters } from '../adapters.ts';
 import type { Slice } from '../component.ts';
 import { Relay } from '../relay/relay.ts';
-import { relayTypes } from '../relay/relay-types.ts';
 import type { Metrics } from '../shared/metrics.ts';
 import { projectionCheck } from '../shared/projection-check.ts';
 import type { Check } from '../shared/readiness.ts';
@@ -51,7 +51,8 @@ export function projectionsComponent(deps: {
     checkpoints: adapters.projectionStore,
     subjectPrefix: config.NATS_SUBJECT_PREFIX,
     logger,
-    types: relayTypes(config),
+    // The parser the configuration's check calls: a value loadConfig passed parses here.
+    types: parseEventTypes(config.RELAY_EVENT_TYPES),
   });
   let lagTimer: NodeJS.Timeout | null = null;
   let stopPaymentGauge: (() => void) | null = null;

@@ -127,6 +127,7 @@ export async function startService(
         ...feedOptionsFromConfig(config),
         logger,
         anchorStore: (proposal) => anchorInLog(adapters.eventStore, proposal),
+        signal,
       });
       engine = await createSignalEngine({
         feed,

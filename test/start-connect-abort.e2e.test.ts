@@ -122,3 +122,48 @@ describe('a signal while the service waits at start for a server that does not a
     90_000,
   );
 });
+
+/**
+ * FEED=auto asks at start whether a live venue's API answers, for up to FEED_PROBE_TIMEOUT_MS: here
+ * every venue is the test's server, which takes the connection and never answers, and the probe's
+ * bound (60 s) outlasts the stop's (STOP_BOUND_MS), so a start that waited the probe out ends in
+ * `shutdown timed out` and a SIGKILL, not in exit 0.
+ */
+describe("a signal while FEED=auto's probe waits for a venue that does not answer", () => {
+  it('ends the probe, says so in one stop line and exits 0', async () => {
+    const sockets: Socket[] = [];
+    const silent = createServer((socket) => {
+      sockets.push(socket);
+      socket.on('error', () => {});
+    });
+    const port = await freePortIn(19_200, 19_299);
+    await new Promise<void>((resolve) => silent.listen(port, '127.0.0.1', resolve));
+    try {
+      const dataDir = await mkdtemp(join(tmpdir(), 'start-abort-'));
+      dirs.push(dataDir);
+      const r = run({
+        DATA_DIR: dataDir,
+        SHUTDOWN_DRAIN_MS: '0',
+        SHUTDOWN_TIMEOUT_MS: String(STOP_BOUND_MS),
+        FEED: 'auto',
+        FEED_PROBE_TIMEOUT_MS: '60000',
+        NODE_OPTIONS: `--import ${new URL('./venues-at.mjs', import.meta.url).pathname}`,
+        VENUES_AT: `http://127.0.0.1:${port}`,
+      });
+      running.push(r);
+      await expect.poll(() => sockets.length > 0, { interval: 50, timeout: 60_000 }).toBe(true);
+      r.child.kill('SIGTERM');
+      expect(await r.exit, JSON.stringify(r.lines)).toBe(0);
+      expect(r.lines.some((l) => l.msg === 'service started' || l.msg === 'market feed selected')).toBe(
+        false,
+      );
+      expect(r.lines.filter((l) => (l.level as number) >= 40)).toEqual([]);
+      const stopped = r.lines.filter((l) => l.msg === 'service stopped');
+      expect(stopped).toEqual([expect.objectContaining({ level: 30, signal: 'SIGTERM', during: 'start' })]);
+      expect(existsSync(join(dataDir, 'service.pid'))).toBe(false);
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      await new Promise<void>((resolve) => silent.close(() => resolve()));
+    }
+  }, 90_000);
+});

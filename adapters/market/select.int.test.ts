@@ -1,7 +1,10 @@
+import { createServer, type Socket } from 'node:net';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../contracts/config.ts';
+import { freePortIn } from '../../test/ports.ts';
 import { fixtureFetch } from './fixture-fetch.ts';
+import type { FetchImplementation } from './live.ts';
 import type { MarketFeed } from './port.ts';
 import { feedOptionsFromConfig, selectFeed } from './select.ts';
 
@@ -105,6 +108,43 @@ describe('selectFeed', () => {
     expect(reason).toBe('FEED=auto: live venues reachable (BINANCE)');
     expect(feed.venues()).toEqual([{ exchange: 'BINANCE', ok: true, lastOkAt: expect.any(Number) }]);
   });
+
+  it('ends a probe that gets no answer when the start is stopped, rejecting with the stop', async () => {
+    // Every venue's request reaches a port that takes the connection and never answers: the
+    // probe's own bound (10 minutes here) is all that would end it.
+    const sockets: Socket[] = [];
+    const silent = createServer((socket) => {
+      sockets.push(socket);
+      socket.on('error', () => {});
+    });
+    const port = await freePortIn(19_200, 19_299);
+    await new Promise<void>((resolve) => silent.listen(port, '127.0.0.1', resolve));
+    try {
+      const toSilent: FetchImplementation = (url, init) =>
+        fetch(`http://127.0.0.1:${port}${new URL(url).pathname}`, init as RequestInit);
+      const stop = new AbortController();
+      const selecting = selectFeed({
+        mode: 'auto',
+        replay,
+        probeTimeoutMs: 600_000,
+        live: {
+          fetchImplementation: toSilent,
+          retries: 0,
+          timeoutMs: 600_000,
+          exchanges: ['BINANCE', 'OKX'],
+        },
+        signal: stop.signal,
+      });
+      selecting.catch(() => {});
+      await expect.poll(() => sockets.length > 0, { interval: 20 }).toBe(true);
+      const reason = new Error('SIGTERM while starting');
+      stop.abort(reason);
+      await expect(selecting).rejects.toBe(reason);
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      await new Promise<void>((resolve) => silent.close(() => resolve()));
+    }
+  }, 30_000);
 
   it('does not probe when the mode is explicit', async () => {
     let probed = false;

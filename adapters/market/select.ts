@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { Config } from '../../contracts/config.ts';
 import { EXCHANGES, type Exchange } from '../../contracts/market.ts';
+import { beforeAbort } from '../before-abort.ts';
 import type { LiveFeed, LiveFeedOptions } from './live.ts';
 import { LIVE_VENUES } from './live-venues.ts';
 import type { MarketFeed } from './port.ts';
@@ -27,6 +28,12 @@ export interface SelectFeedOptions {
   logger?: Logger;
   /** Where the deployment's replay clock is kept when REPLAY_ANCHOR is not set (the event log). */
   anchorStore?: (proposal: ReplayAnchor) => Promise<ReplayAnchor>;
+  /**
+   * A stop asked for while the service starts: it ends `auto`'s probe at once (a SIGTERM need not
+   * wait out FEED_PROBE_TIMEOUT_MS), closing the live clients the probe opened, and the selection
+   * rejects with the signal's reason.
+   */
+  signal?: AbortSignal;
 }
 
 export interface SelectedFeed {
@@ -74,7 +81,7 @@ export function feedOptionsFromConfig(
  * and every figure later carries `feed.kind`.
  */
 export async function selectFeed(options: SelectFeedOptions): Promise<SelectedFeed> {
-  const { logger } = options;
+  const { logger, signal } = options;
   const withLogger = <T extends object>(o: T | undefined) => ({ ...o, ...(logger ? { logger } : {}) }) as T;
   const replay = async (
     reason: string,
@@ -104,7 +111,7 @@ export async function selectFeed(options: SelectFeedOptions): Promise<SelectedFe
     options.live?.fetchImplementation === undefined
   ) {
     const exchanges = options.live?.exchanges ?? EXCHANGES;
-    if (!(await anyOriginAnswers(exchanges, timeoutMs))) {
+    if (!(await anyOriginAnswers(exchanges, timeoutMs, signal))) {
       return fallback(`no live venue's API answered within ${timeoutMs} ms`);
     }
   }
@@ -124,16 +131,27 @@ export async function selectFeed(options: SelectFeedOptions): Promise<SelectedFe
   const leftMs = Math.max(0, timeoutMs - (Date.now() - startedAt));
   const probe = options.probe ?? ((feed: LiveFeed) => feed.probe());
   let timer: NodeJS.Timeout | undefined;
-  const outcome = await Promise.race([
-    probe(live).then(
-      (ok) => (ok ? 'reachable' : 'no live venue answered'),
-      (error: unknown) => `probe failed: ${error instanceof Error ? error.message : String(error)}`,
-    ),
-    new Promise<string>((resolve) => {
-      timer = setTimeout(() => resolve(`no live venue answered within ${timeoutMs} ms`), leftMs);
-    }),
-  ]);
-  clearTimeout(timer);
+  let outcome: string;
+  try {
+    outcome = await beforeAbort(
+      Promise.race([
+        probe(live).then(
+          (ok) => (ok ? 'reachable' : 'no live venue answered'),
+          (error: unknown) => `probe failed: ${error instanceof Error ? error.message : String(error)}`,
+        ),
+        new Promise<string>((resolve) => {
+          timer = setTimeout(() => resolve(`no live venue answered within ${timeoutMs} ms`), leftMs);
+        }),
+      ]),
+      signal,
+    );
+  } catch (stopped) {
+    // Only the stop rejects here (the probe's failure is an outcome): its clients are closed.
+    await live.close();
+    throw stopped;
+  } finally {
+    clearTimeout(timer);
+  }
   if (outcome === 'reachable') {
     const up = live
       .venues()
@@ -148,13 +166,22 @@ export async function selectFeed(options: SelectFeedOptions): Promise<SelectedFe
   return fallback(outcome);
 }
 
-/** Whether any venue's API origin gives an HTTP answer (any status) within `timeoutMs`. */
-async function anyOriginAnswers(exchanges: readonly Exchange[], timeoutMs: number): Promise<boolean> {
-  const signal = AbortSignal.timeout(timeoutMs);
+/**
+ * Whether any venue's API origin gives an HTTP answer (any status) within `timeoutMs`; rejects with
+ * `stop`'s reason once it is aborted first.
+ */
+async function anyOriginAnswers(
+  exchanges: readonly Exchange[],
+  timeoutMs: number,
+  stop?: AbortSignal,
+): Promise<boolean> {
+  const bound = AbortSignal.timeout(timeoutMs);
+  const signal = stop ? AbortSignal.any([bound, stop]) : bound;
   try {
     await Promise.any(exchanges.map((e) => fetch(LIVE_VENUES[e].origin, { method: 'HEAD', signal })));
     return true;
   } catch {
+    stop?.throwIfAborted();
     return false;
   }
 }

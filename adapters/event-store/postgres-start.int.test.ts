@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto';
+import { createServer, type Socket } from 'node:net';
 import pg from 'pg';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { freePort } from '../../test/ports.ts';
+import { freePort, freePortIn } from '../../test/ports.ts';
 import {
   dropSchemas,
   POSTGRES_URL,
@@ -11,6 +12,7 @@ import {
 import { DependencyRefusedError } from '../dependency-refused.ts';
 import { NoEventStoreError } from './port.ts';
 import { openPostgresEventStore } from './postgres.ts';
+import { migrationLockKey } from './postgres-schema.ts';
 
 const run = await shouldRunPostgresSuite('PostgreSQL start refusals');
 
@@ -108,4 +110,101 @@ describe.runIf(run)('opening the PostgreSQL event store', () => {
       expect(message).not.toContain('unused');
     });
   }
+
+  /**
+   * The backends a store on `schema` has on the server (its pool's, listener's and abort's
+   * connections are named after the schema), and of them those waiting on an advisory lock.
+   */
+  async function backendsOf(client: pg.Client, schema: string) {
+    const { rows } = await client.query<{ all: number; waiting: number }>(
+      `SELECT count(*)::int AS all,
+              count(*) FILTER (WHERE wait_event_type = 'Lock' AND wait_event = 'advisory')::int AS waiting
+         FROM pg_stat_activity WHERE application_name = ANY($1)`,
+      [[`es:${schema}`, `es-listen:${schema}`, `es-cancel:${schema}`]],
+    );
+    return rows[0]!;
+  }
+
+  /** This process's TCP sockets (a pool's connections among them). */
+  const sockets = () => process.getActiveResourcesInfo().filter((r) => r === 'TCPSocketWrap').length;
+
+  /** Polls `observe` until `done` holds of what it saw (or a generous bound passes): the last sight. */
+  async function settled<T>(observe: () => Promise<T> | T, done: (seen: T) => boolean): Promise<T> {
+    for (let tries = 0; ; tries++) {
+      const seen = await observe();
+      if (done(seen) || tries === 500) return seen;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+  }
+
+  it("on an abort while its migration waits on another process's schema lock, ends that wait on the server and its pool, and opens once the lock is free", async () => {
+    const schema = uniqueSchema('es_open_abort');
+    const holder = new pg.Client({ connectionString: POSTGRES_URL });
+    await holder.connect();
+    onTestFinished(async () => {
+      await holder.end();
+      await dropSchemas([schema]);
+    });
+    // Another process migrating the same schema: it holds the lock until it is done.
+    await holder.query('SELECT pg_advisory_lock($1)', [migrationLockKey(schema).toString()]);
+    const socketsBefore = sockets();
+    const stop = new AbortController();
+    const opening = openPostgresEventStore({ url: POSTGRES_URL, schema, signal: stop.signal });
+    opening.catch(() => undefined);
+    expect(
+      await settled(
+        () => backendsOf(holder, schema),
+        (seen) => seen.waiting === 1,
+      ),
+    ).toEqual({
+      all: 1,
+      waiting: 1,
+    });
+    const reason = new Error('stopping');
+    stop.abort(reason);
+    await expect(opening).rejects.toBe(reason);
+    // Nothing of the open is left: no backend on the server (the one waiting on the lock ended,
+    // not left to take it once it is free), no connection in this process.
+    const left = () => backendsOf(holder, schema).then((seen) => ({ ...seen, sockets: sockets() }));
+    const expected = { all: 0, waiting: 0, sockets: socketsBefore };
+    expect(await settled(left, (seen) => seen.all === 0 && seen.sockets === socketsBefore)).toEqual(expected);
+    await holder.query('SELECT pg_advisory_unlock($1)', [migrationLockKey(schema).toString()]);
+    const created = await holder.query('SELECT 1 FROM pg_namespace WHERE nspname = $1', [schema]);
+    expect(created.rowCount).toBe(0);
+    // The lock free, an open (no abort) migrates the schema and serves.
+    const store = await openPostgresEventStore({ url: POSTGRES_URL, schema });
+    expect(await store.health()).toMatchObject({ ok: true });
+    await store.close();
+  });
+
+  it('on an abort while its first connection waits for a login the server never answers, ends that connection', async () => {
+    const accepted: Socket[] = [];
+    const silent = createServer((socket) => {
+      socket.on('error', () => undefined);
+      accepted.push(socket);
+      silent.emit('accepted', socket);
+    });
+    const port = await freePortIn(19_300, 19_399);
+    await new Promise<void>((resolve) => silent.listen(port, '127.0.0.1', resolve));
+    onTestFinished(async () => {
+      for (const socket of accepted) socket.destroy();
+      await new Promise((resolve) => silent.close(resolve));
+    });
+    const stop = new AbortController();
+    const connected = new Promise<Socket>((resolve) => silent.once('accepted', resolve));
+    const opening = openPostgresEventStore({
+      url: `postgres://signal@127.0.0.1:${port}/signals`,
+      schema: uniqueSchema('es_open_abort'),
+      // Far past the test's bound: the connection ends with the abort or not at all.
+      connectTimeoutMs: 600_000,
+      signal: stop.signal,
+    });
+    opening.catch(() => undefined);
+    const socket = await connected;
+    const closed = new Promise((resolve) => socket.once('close', resolve));
+    const reason = new Error('stopping');
+    stop.abort(reason);
+    await expect(opening).rejects.toBe(reason);
+    await closed;
+  }, 30_000);
 });

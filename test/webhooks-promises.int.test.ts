@@ -31,10 +31,17 @@ const at = (r: Receiver, path: string) => `${new URL(r.url).origin}/${path}`;
  * commands on a stream queue behind each other, another process's do not). `holdReads(stream)`
  * holds that stream's next reads through either view until two have come, then lets both go: two
  * commands, one on each replica, then decide on the stream as it was and append against the same
- * revision, as two requests at once on two replicas do.
+ * revision, as two requests at once on two replicas do. It returns the barrier's release, for a
+ * request that ends without reaching it (refused before its read): the other one, held, goes on,
+ * and the test reads both answers instead of waiting out its timeout.
  */
 function replicaViews(log: MemoryEventStore) {
-  let held: { stream: string; waiting: (() => void)[] } | null = null;
+  type Barrier = { stream: string; waiting: (() => void)[] };
+  let held: Barrier | null = null;
+  const open = (barrier: Barrier) => {
+    if (held === barrier) held = null;
+    for (const waiting of barrier.waiting.splice(0)) waiting();
+  };
   const view = (): EventStore =>
     new Proxy(log, {
       get(target, prop) {
@@ -44,9 +51,7 @@ function replicaViews(log: MemoryEventStore) {
             if (barrier?.stream === stream) {
               await new Promise<void>((go) => {
                 barrier.waiting.push(go);
-                if (barrier.waiting.length < 2) return;
-                held = null;
-                for (const waiting of barrier.waiting) waiting();
+                if (barrier.waiting.length === 2) open(barrier);
               });
             }
             return target.readStream(stream, options);
@@ -58,8 +63,10 @@ function replicaViews(log: MemoryEventStore) {
     });
   return {
     view,
-    holdReads(stream: string): void {
-      held = { stream, waiting: [] };
+    holdReads(stream: string): () => void {
+      const barrier: Barrier = { stream, waiting: [] };
+      held = barrier;
+      return () => open(barrier);
     },
   };
 }
@@ -386,8 +393,11 @@ describe('the management API as its README promises it', () => {
       const path = `/api/webhooks/${sub.id}/rotate-secret`;
       // Both read the secret current and the subscriptions' stream before either appends: the one
       // appended second loses the race, reads the stream again and finds the other's rotation.
-      views.holdReads(subscriptionStream(keyId));
-      const answers = await Promise.all(replicas.map((r) => r.request('POST', path, key)));
+      const release = views.holdReads(subscriptionStream(keyId));
+      // Whichever request ends first opens the barrier: one that ended before its read (a replica
+      // refusing it) leaves the other held alone, and the statuses below say what each answered.
+      const answers = await Promise.all(replicas.map((r) => r.request('POST', path, key).finally(release)));
+      expect(answers.map((a) => a.status).sort(), JSON.stringify(answers)).toEqual([200, 409]);
       const won = answers.find((a) => a.status === 200)!;
       const lost = answers.find((a) => a.status !== 200)!;
       expect(won?.body.secret).toMatch(/^whsec_[0-9a-f]{48}$/);

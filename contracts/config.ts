@@ -45,6 +45,8 @@ const nonNegativeInt = decimal.pipe(z.number().int().min(0));
  */
 const timerMs = decimal.pipe(z.number().int().positive().max(MAX_TIMER_MS, MAX_TIMER_TEXT));
 const timerMsOrZero = decimal.pipe(z.number().int().min(0).max(MAX_TIMER_MS, MAX_TIMER_TEXT));
+/** The longest stream age JetStream takes: its max_age is int64 nanoseconds, (2^63 - 1) / 1e6 ms. */
+const MAX_NATS_AGE_MS = 9_223_372_036_854;
 /**
  * A lifetime that becomes an expiry date (now + lifetime), in ms or s as its name says: at most
  * MAX_TTL_MS (10 years), past which the date is invalid or a slip.
@@ -457,6 +459,12 @@ export const ConfigSchema = z
     NATS_STREAM_MAX_AGE_MS: nonNegativeInt
       // An hour at least: far above the bus's duplicate window, which JetStream wants no longer.
       .refine((ms) => ms === 0 || ms >= 3_600_000, '0 (keep every message) or at least 3600000 (an hour)')
+      // JetStream reads the age as int64 nanoseconds: past it the server answered `invalid JSON` and
+      // the start failed naming NATS_URL, not this setting.
+      .refine(
+        (ms) => ms <= MAX_NATS_AGE_MS,
+        `at most ${MAX_NATS_AGE_MS} (about 292 years), the longest age JetStream takes`,
+      )
       .default(7 * 86_400_000),
     /**
      * How long a start waits for NATS (servers down, a cluster electing its leader) before it

@@ -71,6 +71,8 @@ describe('loadConfig', () => {
     // Under the bus's duplicate window JetStream refuses the stream; an hour is the floor.
     [{ NATS_STREAM_MAX_AGE_MS: '60000' }, 'NATS_STREAM_MAX_AGE_MS'],
     [{ NATS_STREAM_MAX_AGE_MS: '7d' }, 'NATS_STREAM_MAX_AGE_MS'],
+    // Past int64 nanoseconds JetStream refuses the stream (`invalid JSON`, the start failed naming NATS_URL).
+    [{ NATS_STREAM_MAX_AGE_MS: '9223372036855' }, 'NATS_STREAM_MAX_AGE_MS'],
     [{ POSTGRES_STATEMENT_TIMEOUT_MS: 'forever' }, 'POSTGRES_STATEMENT_TIMEOUT_MS'],
     [{ METRICS_ENABLED: 'maybe' }, 'METRICS_ENABLED'],
     [{ TRUST_PROXY: 'yes' }, 'TRUST_PROXY'],
@@ -180,6 +182,9 @@ describe('loadConfig', () => {
     expect(loadConfig({}).NATS_STREAM_MAX_AGE_MS).toBe(604_800_000);
     expect(loadConfig({ NATS_STREAM_MAX_AGE_MS: '0' }).NATS_STREAM_MAX_AGE_MS).toBe(0);
     expect(loadConfig({ NATS_STREAM_MAX_AGE_MS: '3600000' }).NATS_STREAM_MAX_AGE_MS).toBe(3_600_000);
+    expect(loadConfig({ NATS_STREAM_MAX_AGE_MS: '9223372036854' }).NATS_STREAM_MAX_AGE_MS).toBe(
+      9_223_372_036_854,
+    );
   });
 
   it('refuses a lifetime past 10 years, naming the largest taken, and takes that one', () => {

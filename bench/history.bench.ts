@@ -15,9 +15,11 @@
  *  - track-record query: GET /api/track-record over the folded state of N outcomes against
  *    GET /healthz on the same server (latency ratio); and the CPU of an answer made fresh
  *    (currentTrackRecord: every cell merged, each line's risk intervals resampled) against the
- *    one handed out again while the record stays at the same position (record-cache.ts), over a
- *    record of every venue and timeframe for 90 days with risk forecasts (`--only=track-record`:
- *    that figure alone, in seconds).
+ *    one handed out again while the record stays at the same position (record-cache.ts), and the
+ *    server's CPU per GET /api/track-record over loopback for both (a cached answer's JSON is sent
+ *    as kept), over a record of every venue and timeframe for 90 days with risk forecasts
+ *    (`--only=track-record`: those figures alone, in seconds; servers on HISTORY_BENCH_PORT and
+ *    the next port, 19100 unset).
  *  - fairness: another key's p99 on a cheap route (GET /api/verdicts?limit=1) beside 4 export
  *    loops, in alternating phases of the same process: NDJSON with the scan's wait for the end of
  *    the turn between pages and without it (scan.ts pageTurn); Parquet with the exports past the
@@ -38,8 +40,12 @@ import { performance } from 'node:perf_hooks';
 import { pathToFileURL } from 'node:url';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
+import Fastify from 'fastify';
+import { validatorCompiler } from 'fastify-type-provider-zod';
+import { pino } from 'pino';
 import { request } from 'undici';
 import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
+import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import { deterministicId } from '../contracts/deterministic-id.ts';
 import type { RecordedEvent } from '../contracts/envelope.ts';
 import { type EventData, newEvent } from '../contracts/events.ts';
@@ -51,7 +57,7 @@ import { OUTCOMES_DB, VERDICTS_DB } from '../services/history/export-row-store.t
 import { sharedParquetEncoders } from '../services/history/parquet-encoders.ts';
 import { trackRecordProjection } from '../services/history/projections.ts';
 import { RecordCache } from '../services/history/record-cache.ts';
-import { MAX_EXPORTS_PER_KEY } from '../services/history/routes.ts';
+import { historyRoutes, MAX_EXPORTS_PER_KEY } from '../services/history/routes.ts';
 import { pageTurn } from '../services/history/scan.ts';
 import { addPoint, currentTrackRecord, type TrackRecordState } from '../services/history/track-record.ts';
 import {
@@ -67,6 +73,8 @@ import { atLeast, recordTarget } from './harness.ts';
 
 const MARKETS = SYNTHETIC_MARKETS;
 const BATCH = 1_000;
+/** The ports of the track-record servers (HISTORY_BENCH_PORT and the next one). */
+const HTTP_PORT = Number(process.env.HISTORY_BENCH_PORT ?? 19_100);
 
 function arg(name: string, fallback: number): number {
   const hit = process.argv.find((a) => a.startsWith(`--${name}=`));
@@ -302,8 +310,28 @@ function wideRecord(days: number): { state: TrackRecordState; now: number } {
   return { state, now: day0 + (days + 30) * 86_400_000 };
 }
 
-/** CPU ms a track-record answer, made fresh and from the cache, per window, over wideRecord(90). */
-function trackRecordAnswers(): { freshMs: number; cachedMs: number } {
+/** A client in a process of its own: on each message `n`, GETs its URL n times in turn and replies with the last body's bytes. */
+const TRACK_RECORD_CLIENT = `
+const url = process.argv[1];
+process.on('message', async (n) => {
+  let bytes = 0;
+  for (let i = 0; i < n; i++) {
+    const res = await fetch(url);
+    if (res.status !== 200) throw new Error(url + ': ' + res.status);
+    bytes = (await res.arrayBuffer()).byteLength;
+  }
+  process.send(bytes);
+});
+`;
+
+/**
+ * CPU per track-record answer over wideRecord(90), per window: the answer made fresh against
+ * handed out again (RecordCache); and this process's CPU per GET /api/track-record over loopback
+ * HTTP (the client in a process of its own, so what is counted is the server's: the route, its
+ * hooks, the body written), with the record moving at every request against staying at the same
+ * position.
+ */
+async function trackRecordAnswers(): Promise<{ freshMs: number; cachedMs: number; routeCachedMs: number }> {
   const { state, now } = wideRecord(90);
   // A revision as the service's projection runner has: it moves only when an outcome is folded.
   const cache = new RecordCache({ state, revision: 1 });
@@ -314,29 +342,91 @@ function trackRecordAnswers(): { freshMs: number; cachedMs: number } {
     const used = process.cpuUsage(before);
     return (used.user + used.system) / 1000 / n;
   };
+  // One server on a record whose revision moves at every read (each answer made afresh, as after
+  // an outcome resolves), one on the record staying where it is (each answer the cached one).
+  let moving = 0;
+  const moved = {
+    state,
+    get revision() {
+      return ++moving;
+    },
+  };
+  const serve = async (records: RecordCache, port: number) => {
+    const app = Fastify({ logger: false });
+    app.setValidatorCompiler(validatorCompiler);
+    await app.register(
+      historyRoutes({
+        store: new MemoryEventStore(),
+        records,
+        now: () => now,
+        logger: pino({ level: 'silent' }),
+      }),
+    );
+    await app.listen({ host: '127.0.0.1', port });
+    return app;
+  };
+  const servers = [await serve(new RecordCache(moved), HTTP_PORT), await serve(cache, HTTP_PORT + 1)];
+  /** This process's CPU ms per request of `n` GETs of `window` from the server at `port`, and the body's bytes. */
+  const routeMs = async (port: number, window: string, n: number) => {
+    const client = spawn(
+      process.execPath,
+      ['-e', TRACK_RECORD_CLIENT, `http://127.0.0.1:${port}/api/track-record?window=${window}`],
+      { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] },
+    );
+    const gets = (count: number) =>
+      new Promise<number>((resolve, reject) => {
+        client.once('message', (bytes) => resolve(Number(bytes)));
+        client.once('exit', (code) => reject(new Error(`track-record client exited ${code}`)));
+        client.send(count);
+      });
+    await gets(5);
+    const before = process.cpuUsage();
+    const bytes = await gets(n);
+    const used = process.cpuUsage(before);
+    client.removeAllListeners('exit');
+    client.kill();
+    return { ms: (used.user + used.system) / 1000 / n, bytes };
+  };
   const rows: Record<string, Record<string, number>> = {};
-  for (const window of TRACK_RECORD_WINDOWS) {
-    const fresh = cpuMs(50, () => currentTrackRecord(state, window, now));
-    const cached = cpuMs(2_000, () => cache.current(window, now));
-    const json = cpuMs(50, () => JSON.stringify(cache.current(window, now)));
-    rows[window] = {
-      'fresh CPU ms': Number(fresh.toFixed(3)),
-      'cached CPU µs': Number((cached * 1000).toPrecision(2)),
-      'cached / fresh': Number((cached / fresh).toPrecision(2)),
-      'JSON.stringify ms': Number(json.toFixed(3)),
-    };
+  try {
+    for (const window of TRACK_RECORD_WINDOWS) {
+      const fresh = cpuMs(50, () => currentTrackRecord(state, window, now));
+      const cached = cpuMs(2_000, () => cache.current(window, now));
+      const json = cpuMs(50, () => JSON.stringify(cache.current(window, now)));
+      const routeFresh = await routeMs(HTTP_PORT, window, 50);
+      const routeCached = await routeMs(HTTP_PORT + 1, window, 1_000);
+      rows[window] = {
+        'fresh CPU ms': Number(fresh.toFixed(3)),
+        'cached CPU µs': Number((cached * 1000).toPrecision(2)),
+        'cached / fresh': Number((cached / fresh).toPrecision(2)),
+        'JSON.stringify ms': Number(json.toFixed(3)),
+        'HTTP fresh ms': Number(routeFresh.ms.toFixed(3)),
+        'HTTP cached µs': Math.round(routeCached.ms * 1000),
+        'body KB': Math.round(routeCached.bytes / 1000),
+      };
+    }
+  } finally {
+    for (const app of servers) await app.close();
   }
   console.log(
-    `track-record answer per request, ${Object.keys(state).length.toLocaleString()} day cells (${EXCHANGES.length} venues x ${TIMEFRAMES.length} timeframes x 90 days, risk forecasts served): made fresh against handed out again at the same position`,
+    `track-record answer per request, ${Object.keys(state).length.toLocaleString()} day cells (${EXCHANGES.length} venues x ${TIMEFRAMES.length} timeframes x 90 days, risk forecasts served): made fresh against handed out again at the same position; and the server's CPU per GET /api/track-record over loopback, the record moving at every request against staying`,
   );
   console.table(rows);
-  return { freshMs: rows.all!['fresh CPU ms']!, cachedMs: rows.all!['cached CPU µs']! / 1000 };
+  return {
+    freshMs: rows.all!['fresh CPU ms']!,
+    cachedMs: rows.all!['cached CPU µs']! / 1000,
+    routeCachedMs: rows.all!['HTTP cached µs']! / 1000,
+  };
 }
 
 export async function run(): Promise<Record<string, number>> {
   if (process.argv.includes('--only=track-record')) {
-    const { freshMs, cachedMs } = trackRecordAnswers();
-    return { trackRecordFreshMs: freshMs, trackRecordCachedMs: cachedMs };
+    const { freshMs, cachedMs, routeCachedMs } = await trackRecordAnswers();
+    return {
+      trackRecordFreshMs: freshMs,
+      trackRecordCachedMs: cachedMs,
+      trackRecordRouteCachedMs: routeCachedMs,
+    };
   }
   const verdicts = arg('verdicts', 1_000_000);
   const outcomes = Math.min(verdicts, arg('outcomes', 100_000));
@@ -607,7 +697,7 @@ export async function run(): Promise<Record<string, number>> {
       'track-record 30d': { ms: Number(tr30.toFixed(3)), ratio: Number((tr30 / healthMs).toFixed(1)) },
     });
     await server.close();
-    const answers = trackRecordAnswers();
+    const answers = await trackRecordAnswers();
 
     // ---- outcome projection throughput at N events, in memory, folded chunk by chunk ----
     const n = verdicts;
@@ -648,6 +738,7 @@ export async function run(): Promise<Record<string, number>> {
       trackRecordMs: trAll,
       trackRecordFreshMs: answers.freshMs,
       trackRecordCachedMs: answers.cachedMs,
+      trackRecordRouteCachedMs: answers.routeCachedMs,
       foldPerSec: n / foldS,
       fairnessP99Ratio: fair.ratio,
       fairnessP99Ms: fair.p99,

@@ -562,7 +562,11 @@ describe('GET /api/track-record', () => {
       const res = await fetch(`${server.url}/api/track-record?window=${window}`);
       expect(res.status).toBe(200);
       expect(res.headers.get('cache-control')).toBe('public, max-age=60');
-      const tr = TrackRecordResponse.parse(await res.json());
+      expect(res.headers.get('content-type')).toBe('application/json; charset=utf-8');
+      const body = await res.text();
+      // Asked again at the same position: the same bytes (the answer's JSON, kept with it).
+      expect(await (await fetch(`${server.url}/api/track-record?window=${window}`)).text()).toBe(body);
+      const tr = TrackRecordResponse.parse(JSON.parse(body));
       const { rows } = await ndjson('');
       const rescored = await scoreRows(
         (async function* () {

@@ -56,10 +56,10 @@ function frozen<T>(value: T, top = true): T {
 
 /**
  * The track-record line of each (exchange, timeframe, confidence bucket) a trade call carries,
- * made once per revision and UTC day of `asOf` (the window's first day). Profiled under load,
- * merging the 90 days' cells for every call was 4-5 % of a keyed MCP call, for a line that changes
- * only when an outcome resolves. Being the same object also lets the answer's JSON of it be
- * reused (api/mcp/answer-json.ts).
+ * made once per revision and UTC day of `asOf` (the window's first day): every keyed trade call
+ * carries one, and merging the window's day cells for each call would repeat, call after call, the
+ * same work for a line that changes only when an outcome resolves. Being the same object also lets
+ * the answer's JSON of it be reused (api/mcp/answer-json.ts).
  */
 export class BriefCache {
   private readonly lines: RevisionMemo<TrackRecordBrief>;
@@ -85,9 +85,14 @@ export class BriefCache {
  * (`npx tsx bench/history.bench.ts --only=track-record`).
  */
 export class RecordCache {
-  /** The latest due outcome, read once per revision: a pass over every cell, about 2 ms at 4,950 cells. */
+  /**
+   * The latest due outcome, read once per revision: a pass over every cell, which a cached answer
+   * would otherwise pay on each request just to find the asOf it is cached under.
+   */
   private readonly due: RevisionMemo<number>;
   private readonly answers: RevisionMemo<TrackRecordResponse>;
+  /** Each answer's JSON as sent, kept as long as the answer is (its memo drops it on a move). */
+  private readonly bodies = new WeakMap<TrackRecordResponse, Buffer>();
 
   constructor(source: RecordSource) {
     this.due = new RevisionMemo(source);
@@ -102,5 +107,23 @@ export class RecordCache {
       this.due.get(0, '', (state) => recordAsOf(state, Infinity)),
     );
     return this.answers.get(asOf, window, (state) => trackRecord(state, window, asOf));
+  }
+
+  /**
+   * current()'s answer as the UTF-8 bytes of its JSON, made once per answer, so that handing a
+   * cached answer out again serialises nothing: JSON.stringify's bytes, which are what Fastify
+   * sends for the object (the route declares its answer's schema for the OpenAPI document only,
+   * no response serializer that would drop or reorder fields). Nothing the answer holds is written
+   * once made (it is frozen; its shared baselines and carry are its module's constants), so its
+   * bytes cannot go stale; they are the same Buffer each time: callers must not write to it.
+   */
+  currentJson(window: TrackRecordWindow, now: number): Buffer {
+    const answer = this.current(window, now);
+    let body = this.bodies.get(answer);
+    if (body === undefined) {
+      body = Buffer.from(JSON.stringify(answer));
+      this.bodies.set(answer, body);
+    }
+    return body;
   }
 }

@@ -1,4 +1,7 @@
 import { randomUUID } from 'node:crypto';
+import Fastify from 'fastify';
+import { validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
+import { pino } from 'pino';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
@@ -9,6 +12,7 @@ import { ProjectionRunner } from '../../projections/runner.ts';
 import { scoredPoint } from '../../test/scored-point.ts';
 import { trackRecordProjection } from './projections.ts';
 import { BriefCache, RecordCache } from './record-cache.ts';
+import { historyRoutes, TRACK_RECORD_ROUTE } from './routes.ts';
 import {
   currentTrackRecord,
   type ScoredPoint,
@@ -91,6 +95,7 @@ describe('RecordCache', () => {
     const { runner, fold, cache } = await record();
     const first = cache.current('30d', NOW);
     expect(cache.current('30d', NOW)).toBe(first);
+    expect(cache.currentJson('30d', NOW).toString()).toBe(JSON.stringify(first));
     // A later clock past the latest due outcome: the same asOf, the same record.
     expect(cache.current('30d', NOW + DAY)).toBe(first);
     expect(Object.isFrozen(first.lines[0]!.risk)).toBe(true);
@@ -102,6 +107,7 @@ describe('RecordCache', () => {
     expect(JSON.stringify(second)).toBe(JSON.stringify(currentTrackRecord(runner.state, '30d', NOW)));
     expect(JSON.stringify(second)).not.toBe(JSON.stringify(first));
     expect(cache.current('30d', NOW)).toBe(second);
+    expect(cache.currentJson('30d', NOW).toString()).toBe(JSON.stringify(second));
 
     // A looped lap's outcome moves only the position (no figure, nor asOf): a new answer still.
     await fold({ ...scoredPoint('BINANCE', '4h', T0, 2), replayLap: 1 });
@@ -120,6 +126,77 @@ describe('RecordCache', () => {
       JSON.stringify(currentTrackRecord(runner.state, '7d', NOW)),
     );
     expect(cache.current('7d', NOW).asOf).not.toBe(cache.current('7d', early).asOf);
+  });
+});
+
+describe('GET /api/track-record', () => {
+  it('sends a cached answer as the bytes Fastify sends for the answer made fresh, for every window', async () => {
+    const { runner, cache } = await record();
+    const app = Fastify({ logger: false });
+    // As the service's app does (services/api/app.ts): route schemas are zod contracts.
+    app.setValidatorCompiler(validatorCompiler);
+    await app.register(
+      historyRoutes({
+        store: new MemoryEventStore(),
+        records: cache,
+        now: () => NOW,
+        logger: pino({ level: 'silent' }),
+      }),
+    );
+    // The answer made fresh and returned as an object, on the route's own options (its schemas
+    // and documented answer): what Fastify serialises for it is what a client receives.
+    await app.register(async (scope) => {
+      scope
+        .withTypeProvider<ZodTypeProvider>()
+        .get('/fresh', TRACK_RECORD_ROUTE, async (request) =>
+          currentTrackRecord(runner.state, request.query.window, NOW),
+        );
+    });
+    onTestFinished(() => app.close());
+    for (const query of ['', ...TRACK_RECORD_WINDOWS.map((w) => `?window=${w}`)]) {
+      const fresh = await app.inject(`/fresh${query}`);
+      expect(fresh.statusCode).toBe(200);
+      // Made for the first request (but '?window=all', made for ''), handed out again for the second.
+      for (let i = 0; i < 2; i++) {
+        const served = await app.inject(`/api/track-record${query}`);
+        expect(served.statusCode, query).toBe(200);
+        expect(served.headers['content-type'], query).toBe(fresh.headers['content-type']);
+        expect(served.headers['content-length'], query).toBe(fresh.headers['content-length']);
+        expect(served.body, query).toBe(fresh.body);
+        expect(served.rawPayload.equals(fresh.rawPayload), query).toBe(true);
+      }
+    }
+    expect(cache.currentJson('30d', NOW)).toBe(cache.currentJson('30d', NOW));
+  });
+});
+
+describe('RecordCache with no outcome counted', () => {
+  it('answers as of each `now` asked, never one answer made at another', async () => {
+    const { fold, runner } = await running();
+    const cache = new RecordCache(runner);
+    const [t1, t2] = [T0 + 10 * DAY, T0 + 10 * DAY + 1];
+    const empty = async () => {
+      for (const window of TRACK_RECORD_WINDOWS) {
+        const first = cache.currentJson(window, t1).toString();
+        expect(first).toBe(JSON.stringify(currentTrackRecord(runner.state, window, t1)));
+        // asOf is `now` when no outcome counts (recordAsOf): the answer at t2 is t2's.
+        const second = cache.current(window, t2);
+        expect(second.asOf).toBe(new Date(t2).toISOString());
+        expect(cache.currentJson(window, t2).toString()).toBe(
+          JSON.stringify(currentTrackRecord(runner.state, window, t2)),
+        );
+        expect(cache.currentJson(window, t2).toString()).not.toBe(first);
+        // And back at t1, t1's again.
+        expect(cache.current(window, t1).asOf).toBe(new Date(t1).toISOString());
+      }
+    };
+    // Nothing folded: an empty state.
+    await empty();
+    // A looped lap's outcome only: the state holds it (its position is the answer's), no figure counts it.
+    await fold({ ...scoredPoint('BINANCE', '4h', T0, 1), replayLap: 1 });
+    expect(cache.current('all', t1).asOfPosition).toBeGreaterThan(0);
+    expect(cache.current('all', t1).overall.calls + cache.current('all', t1).overall.holds).toBe(0);
+    await empty();
   });
 });
 

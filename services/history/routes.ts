@@ -164,7 +164,8 @@ const VERDICTS_ROUTE = declared({
     ),
   },
 });
-const TRACK_RECORD_ROUTE = declared({
+/** GET /api/track-record's options: exported for the test that serves its answer made fresh on them. */
+export const TRACK_RECORD_ROUTE = declared({
   summary:
     "Track record: hit rates per venue, timeframe and confidence bucket against random calls; the risk forecast's band coverage and σ served ÷ realised; the shipped baselines and carry fit",
   tags: ['history'],
@@ -399,8 +400,11 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
     );
 
     app.get('/api/track-record', TRACK_RECORD_ROUTE, async (request, reply) => {
-      reply.header('cache-control', 'public, max-age=60');
-      return deps.records.current(request.query.window, deps.now());
+      // The answer's JSON as the cache keeps it (the content type Fastify gives a JSON object).
+      reply
+        .header('cache-control', 'public, max-age=60')
+        .header('content-type', 'application/json; charset=utf-8');
+      return deps.records.currentJson(request.query.window, deps.now());
     });
 
     app.get('/track-record', { config: PAGE_DOC }, async (_request, reply) =>

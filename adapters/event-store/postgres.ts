@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import type { Logger } from 'pino';
 import type { AppendResult, NewEvent, RecordedEvent } from '../../contracts/envelope.ts';
@@ -57,11 +58,10 @@ export interface PostgresEventStoreOptions {
    */
   statementTimeoutMs?: number;
   /**
-   * Ends the opening when it aborts (the process asked to stop while starting): the signal's
-   * reason is thrown at once, and the step in flight ends with it, a connection being made or a
-   * migration waiting on another process's lock included: the open's pool and connections are
-   * ended, and its statements still running on the server are cancelled from one more connection,
-   * which ends once they are (OpeningConnections).
+   * Ends the opening's wait when it aborts (the process asked to stop while starting): the
+   * signal's reason is thrown at once; the step in flight (the first connection, a migration) runs
+   * out in the background, no later one is taken, and its pool is ended (a store opened all the
+   * same is closed).
    */
   signal?: AbortSignal;
   /**
@@ -113,10 +113,8 @@ export async function openPostgresEventStore(
 }
 
 async function openStore(options: PostgresEventStoreOptions): Promise<PostgresEventStore> {
-  const { signal } = options;
-  signal?.throwIfAborted();
+  const nextStep = () => options.signal?.throwIfAborted();
   const names = schemaNames(options.schema);
-  const connections = new OpeningConnections(options);
   const pool = new pg.Pool({
     connectionString: options.url,
     max: options.poolSize ?? 10,
@@ -127,7 +125,6 @@ async function openStore(options: PostgresEventStoreOptions): Promise<PostgresEv
     keepAliveInitialDelayMillis: 10_000,
     application_name: `es:${options.schema}`.slice(0, 63),
     statement_timeout: options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS,
-    Client: connections.Client,
   });
   // A pooled idle connection that dies (terminated backend, server restart) is dropped by the
   // pool; without this listener its error would crash the process.
@@ -139,140 +136,37 @@ async function openStore(options: PostgresEventStoreOptions): Promise<PostgresEv
       'postgres: idle connection lost',
     ),
   );
-  let store: PostgresEventStore | null = null;
-  // The abort ends what the open started; the step in flight then fails, and a later one finds
-  // the pool ended. The outcome is beforeAbort's to drop (openPostgresEventStore).
-  const abandon = () => {
-    if (store !== null) void store.close().catch(() => undefined);
-    else pool.end().catch(() => undefined);
-    void connections.end();
-  };
-  signal?.addEventListener('abort', abandon, { once: true });
+  let recorded: string[];
   try {
-    let recorded: string[];
-    try {
-      await firstConnection(pool, options.url);
-      await migrate(pool, options.schema, names, options.logger, options.create).catch((err: unknown) => {
+    await firstConnection(pool, options.url);
+    nextStep();
+    await migrate(pool, options.schema, names, options.logger, options.create, options.signal).catch(
+      (err: unknown) => {
         throw setupRefusal(err, options.url, options.schema) ?? err;
-      });
-      recorded = (
-        await pool.query<{ name: string }>(`SELECT name FROM ${names.schema}.event_types`)
-      ).rows.map((row) => row.name);
-    } catch (err) {
-      await pool.end().catch(() => undefined);
-      throw err;
-    }
-    // A log a newer version wrote a type to is refused here, before anything reads it: read on, its
-    // events would be passed over without a word by every fold (parseDomainEvent knows no such type).
-    const newer = recorded.find((name) => !isEventType(name));
-    if (newer !== undefined) {
-      await pool.end().catch(() => undefined);
-      throw new NewerLogError(
-        `event type ${newer}`,
-        `the ${EVENT_TYPES.length} types of its catalog`,
-        `the event log in PostgreSQL schema ${options.schema}`,
-      );
-    }
-    store = new PostgresEventStore(pool, options, names, new Set(recorded));
-    await store.listen();
-    return store;
-  } finally {
-    signal?.removeEventListener('abort', abandon);
-    connections.opened();
-  }
-}
-
-/**
- * Ends a connection at once, made or being made: end() alone sends a goodbye and waits for the
- * server's close, which a server that never answered the login does not send.
- */
-function cut(client: pg.Client): void {
-  client.end().catch(() => undefined);
-  client.connection.stream.destroy();
-}
-
-/**
- * The pool's connections while the store opens, for its abort to end where they wait. Ending the
- * pool does not: it ends its idle connections and waits for the others to come back, and one
- * waiting on another process's migration lock (a session-level lock: postgres-schema.ts) does not
- * until that process lets go. Closing that connection's socket does not end the wait either: a
- * backend waiting on a lock reads nothing from its client until it has the lock. So each
- * connection is ended at once (pg cuts one with a statement in flight) and the statements of the
- * ones made are cancelled on the server, from a connection of its own.
- */
-class OpeningConnections {
-  /** The pool's client class: every connection it makes while the store opens is known here. */
-  readonly Client: typeof pg.Client;
-  private readonly making = new Set<pg.Client>();
-  private readonly made = new Set<pg.Client>();
-  private open = true;
-
-  constructor(private readonly options: PostgresEventStoreOptions) {
-    const track = (client: pg.Client) => this.track(client);
-    this.Client = class extends pg.Client {
-      constructor(config?: string | pg.ClientConfig) {
-        super(config);
-        track(this);
-      }
-    };
-  }
-
-  /** The store is open (or its open has failed): later connections are the store's own. */
-  opened(): void {
-    this.open = false;
-    this.making.clear();
-    this.made.clear();
-  }
-
-  /** Ends every connection of the open and cancels the statements of those made; never throws. */
-  async end(): Promise<void> {
-    for (const client of this.making) cut(client);
-    const pids = [...this.made].flatMap((client) => {
-      const pid = (client as unknown as { processID: number | null }).processID;
-      return pid === null ? [] : [pid];
-    });
-    for (const client of this.made) client.end().catch(() => undefined);
-    if (pids.length > 0) await cancelStatements(this.options, pids).catch(() => undefined);
-  }
-
-  private track(client: pg.Client): void {
-    if (!this.open) return;
-    this.making.add(client);
-    client.once('connect', () => {
-      if (!this.making.delete(client)) return;
-      this.made.add(client);
-    });
-    client.once('end', () => {
-      this.making.delete(client);
-      this.made.delete(client);
-    });
-  }
-}
-
-/**
- * Cancels the statements in flight on the backends `pids` (the open's own connections, ended on
- * the client's side): a lock wait among them ends, and its backend with it. A bounded wait: the
- * cancel's connection and statement each get the store's connect timeout.
- */
-async function cancelStatements(options: PostgresEventStoreOptions, pids: number[]): Promise<void> {
-  const bound = options.connectTimeoutMs ?? 2_000;
-  const client = new pg.Client({
-    connectionString: options.url,
-    connectionTimeoutMillis: bound,
-    query_timeout: bound,
-    application_name: `es-cancel:${options.schema}`.slice(0, 63),
-  });
-  client.on('error', () => undefined);
-  try {
-    await client.connect();
-    await client.query(
-      "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE pid = ANY($1::int[]) AND state = 'active'",
-      [pids],
+      },
     );
-    await client.end();
-  } catch {
-    cut(client);
+    recorded = (await pool.query<{ name: string }>(`SELECT name FROM ${names.schema}.event_types`)).rows.map(
+      (row) => row.name,
+    );
+    nextStep();
+  } catch (err) {
+    await pool.end().catch(() => undefined);
+    throw err;
   }
+  // A log a newer version wrote a type to is refused here, before anything reads it: read on, its
+  // events would be passed over without a word by every fold (parseDomainEvent knows no such type).
+  const newer = recorded.find((name) => !isEventType(name));
+  if (newer !== undefined) {
+    await pool.end().catch(() => undefined);
+    throw new NewerLogError(
+      `event type ${newer}`,
+      `the ${EVENT_TYPES.length} types of its catalog`,
+      `the event log in PostgreSQL schema ${options.schema}`,
+    );
+  }
+  const store = new PostgresEventStore(pool, options, names, new Set(recorded));
+  await store.listen();
+  return store;
 }
 
 /** The server's refusals of setting up the log's schema that an operator corrects, each with how. */
@@ -340,6 +234,7 @@ export async function migrate(
   names: SchemaNames,
   logger?: Logger,
   create = true,
+  signal?: AbortSignal,
 ) {
   const client = await pool.connect();
   try {
@@ -347,7 +242,7 @@ export async function migrate(
     // is a migration's wait for a table's lock, under a lock_timeout the role or database may set
     // (a migration that must bound its waits sets its own, as version 5 does).
     await client.query('SET statement_timeout = 0; SET lock_timeout = 0');
-    await client.query('SELECT pg_advisory_lock($1)', [migrationLockKey(schema).toString()]);
+    await takeMigrationLock(client, schema, signal);
     try {
       if (!create) await requireLog(client, pool, schema, names);
       await client.query(`CREATE SCHEMA IF NOT EXISTS ${names.schema}`);
@@ -388,6 +283,25 @@ export async function migrate(
     throw err;
   }
   client.release();
+}
+
+/** How often a migration waiting for another process's asks for the schema's lock again. */
+const MIGRATION_LOCK_POLL_MS = 200;
+
+/**
+ * Takes the schema's migration lock, waiting while another process migrates. Asked for again and
+ * again rather than waited for on the server (pg_advisory_lock): a backend waiting on a lock ends
+ * neither with its client's socket nor with the pool, so an open stopped meanwhile would leave it
+ * waiting, and then migrating, once the other process let go. Between asks the stop ends the wait.
+ */
+async function takeMigrationLock(client: pg.PoolClient, schema: string, signal?: AbortSignal): Promise<void> {
+  const key = migrationLockKey(schema).toString();
+  for (;;) {
+    const { rows } = await client.query<{ held: boolean }>('SELECT pg_try_advisory_lock($1) AS held', [key]);
+    if (rows[0]?.held) return;
+    signal?.throwIfAborted();
+    await sleep(MIGRATION_LOCK_POLL_MS, undefined, signal ? { signal } : undefined);
+  }
 }
 
 async function requireLog(client: pg.PoolClient, pool: pg.Pool, schema: string, names: SchemaNames) {
@@ -452,8 +366,6 @@ export class PostgresEventStore implements EventStore {
   private readonly pollMs: number;
   private readonly logger: Logger | undefined;
   private listener: pg.Client | null = null;
-  /** The listening connection being made: close cuts it (an open's abort ends with it). */
-  private listenerConnecting: pg.Client | null = null;
   /** Leases handed out: their connections are closed with the store. */
   private readonly leases = new Set<PostgresLease>();
   /** Names this store's notifies, so its listener passes over its own (see listen). */
@@ -1096,7 +1008,6 @@ export class PostgresEventStore implements EventStore {
     if (this.heldTimer) clearTimeout(this.heldTimer);
     if (this.notifyTimer) clearTimeout(this.notifyTimer);
     this.signal.notify();
-    if (this.listenerConnecting) cut(this.listenerConnecting);
     const listener = this.listener;
     this.listener = null;
     await listener?.end().catch(() => undefined);
@@ -1131,23 +1042,15 @@ export class PostgresEventStore implements EventStore {
     });
     client.on('error', lost);
     client.on('end', () => lost());
-    this.listenerConnecting = client;
     try {
       await client.connect();
       await client.query(`LISTEN ${this.names.channel}`);
-      this.listenerConnecting = null;
-      if (this.closed) {
-        await client.end().catch(() => undefined);
-        return;
-      }
       this.listener = client;
       if (this.listenerFailing) this.logger?.info('postgres: listener connected again');
       this.listenerFailing = false;
       this.signal.notify();
     } catch (err) {
-      this.listenerConnecting = null;
       client.end().catch(() => undefined);
-      if (this.closed) return;
       // Retried every 500 ms: one warning until it connects, the rest at debug.
       const error = { message: (err as Error).message, code: (err as { code?: string }).code };
       if (this.listenerFailing)

@@ -266,3 +266,47 @@ describe.skipIf(!haveBinary)('the first connect while nats-server is down', () =
     expect(failure?.message).not.toMatch(/not usable within/);
   });
 });
+
+describe.skipIf(!haveBinary)('stopping a consumer while nats-server is down', () => {
+  let server: PrivateNatsServer;
+  let bus: NatsBus | null = null;
+
+  beforeAll(async () => {
+    server = await startNatsServer();
+  });
+
+  afterAll(async () => {
+    await bus?.close().catch(() => undefined);
+    await server?.dispose();
+  });
+
+  it('stops an unconfirmed-ack consumer without failing: its acks are left to redelivery', async () => {
+    // The webhook dispatcher's consumers (confirmAck: false) flush their acks at stop. During a NATS
+    // outage that flush rejected ('connection disconnected'), and the dispatcher's stop ended there:
+    // its deliveries in flight were not waited for and its projections not stopped.
+    const stream = `STOPDOWN_${randomUUID().slice(0, 8)}`;
+    const lines: Array<{ msg?: string }> = [];
+    const recording = pino(
+      { level: 'warn' },
+      { write: (line: string) => void lines.push(JSON.parse(line) as { msg?: string }) },
+    );
+    bus = await connectNatsBus({ url: server.url, stream, subjectPrefix: 'down', logger: recording });
+    const received: string[] = [];
+    const consumer = await bus.consume(
+      { durable: 'unconfirmed', filterSubject: 'down.events.>', confirmAck: false },
+      async (message) => {
+        received.push(message.msgId);
+        await message.ack();
+      },
+    );
+    const msgId = randomUUID();
+    await bus.publish('down.events.x', new TextEncoder().encode('{}'), { msgId });
+    await waitFor(() => received.includes(msgId), 'the message delivered');
+    await server.kill();
+    while ((await bus.health()).ok) await sleep(50);
+    await expect(consumer.stop()).resolves.toBeUndefined();
+    expect(lines.map((l) => l.msg)).toContain(
+      'acks not confirmed at stop: NATS unreachable; the server redelivers what they acknowledged',
+    );
+  });
+});

@@ -229,8 +229,15 @@ async function* readItems(
 ): AsyncGenerator<HistoryRow | MalformedRowError> {
   if (format === 'parquet') {
     for (const part of parquetParts(path)) {
-      const buf = await readFile(part);
       const name = part.slice(part.lastIndexOf('/') + 1);
+      // A folder holding an export's directory (exports/ with verdicts.parquet/ in it): read as a
+      // part it would fail as EISDIR, a bug's words, where the path given is one level too high.
+      if (statSync(part).isDirectory())
+        throw unreadable(
+          name,
+          `Parquet part: it is a directory, an export's parts of its own: give its path (${part})`,
+        );
+      const buf = await readFile(part);
       // Every Parquet file starts with PAR1, one cut short too (it lacks the footer): without it the
       // file is in another format (fewer than 4 bytes: cut short, below).
       if (buf.length >= 4 && buf.subarray(0, 4).toString('latin1') !== 'PAR1')

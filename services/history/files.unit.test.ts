@@ -231,6 +231,21 @@ describe('a Parquet export read as NDJSON or CSV', () => {
   });
 });
 
+// The folder above an export (exports/, holding verdicts.parquet/) given as the path: its
+// directory is named with the path to give, not read as a part failing on EISDIR.
+describe('a folder holding a Parquet export directory', () => {
+  it('ends the read naming the directory and its path', async () => {
+    const above = join(dir, 'exports');
+    mkdirSync(join(above, 'verdicts.parquet'), { recursive: true });
+    for (const read of [readExport(above).next(), readExportPastMalformed(above).next()]) {
+      await expect(read).rejects.toMatchObject({ name: 'MalformedRowError', where: 'verdicts.parquet' });
+    }
+    await expect(readExport(above).next()).rejects.toThrow(
+      `verdicts.parquet: malformed Parquet part: it is a directory, an export's parts of its own: give its path (${join(above, 'verdicts.parquet')})`,
+    );
+  });
+});
+
 // A CSV answer resumed with after= starts with its own header: appended as is, the line is named
 // as the header it is, not as a row whose every field is malformed.
 describe('a CSV export with its header again after a row', () => {

@@ -446,9 +446,16 @@ function limitBatch(
     const what = oversized.tool === null ? 'messages' : `calls of ${oversized.tool}`;
     const bound = `can never fit a rate limit of ${oversized.limit} per window`;
     const message = errorMessage(code, { size: oversized.size, what, bound, limit: oversized.limit });
-    reply
-      .code(ERRORS[code].status)
-      .send({ jsonrpc: '2.0', id: null, error: { code: ERRORS[code].rpc, message, data: { code } } });
+    // The caller is known here: its figures ride in the error as on the route's own 400s (the batch cap's too).
+    undebitedService(deps.quota, caller)
+      .then((service) => {
+        reply.code(ERRORS[code].status).send({
+          jsonrpc: '2.0',
+          id: null,
+          error: { code: ERRORS[code].rpc, message, data: { code, _service: service } },
+        });
+      })
+      .catch(done);
   });
 }
 

@@ -118,10 +118,16 @@ describe('MCP batches and the JSON-RPC envelope', () => {
 
   it('a batch no window could take is 400 BATCH_TOO_LARGE, not retryable, and counts as one request', async () => {
     key = (await server.issue('free', 'batch-too-large')).key;
+    // The caller is known: its figures ride in the error, as on the route's own 400s.
+    const service = { auth: { outcome: 'OK', tier: 'free' }, quota: { remaining: expect.any(Number) } };
     const invalid = (what: RegExp) => ({
       jsonrpc: '2.0',
       id: null,
-      error: { code: -32600, message: expect.stringMatching(what), data: { code: 'BATCH_TOO_LARGE' } },
+      error: {
+        code: -32600,
+        message: expect.stringMatching(what),
+        data: { code: 'BATCH_TOO_LARGE', _service: service },
+      },
     });
     // 41 messages against a limit of 40: never, whatever the window has left.
     const pings = Array.from({ length: 41 }, (_, i) => ({ jsonrpc: '2.0', id: i, method: 'ping' }));

@@ -7,6 +7,7 @@ import {
   type TrackRecordWindow,
 } from '../../contracts/history.ts';
 import { type OutcomeContent, outcomeHash, verdictHash } from '../../contracts/verdict-hash.ts';
+import { verdictStream } from '../engine/verdict-recorder.ts';
 import { MalformedRowError } from './files.ts';
 import { servedForecast } from './outcome.ts';
 import { rowContent } from './rows.ts';
@@ -310,11 +311,13 @@ function blame(open: OutOfOrder, next: number | null): { at: RowRef; reason: str
 }
 
 /**
- * The row's stamps outside the hash, against what determines them: reveal_at is the candle close
- * plus the reveal delay, outcome_id derives from the verdict id, and an outcome is recorded after
- * its verdict. The reason one is wrong, or null.
+ * The row's stamps outside the hash, against what determines them: the stream is the one its
+ * market names (a whole stream renamed breaks no link, and its /verify link would name another
+ * stream), reveal_at is the candle close plus the reveal delay, outcome_id derives from the
+ * verdict id, and an outcome is recorded after its verdict. The reason one is wrong, or null.
  */
 function recordTimes(row: HistoryRow): string | null {
+  if (row.stream !== verdictStream(row)) return 'stream is not the one its exchange, coin and timeframe name';
   if (!Number.isFinite(Date.parse(row.recorded_at))) return 'recorded_at is not a time';
   if (
     row.candle_close_time !== null &&

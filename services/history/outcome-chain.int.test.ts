@@ -214,6 +214,23 @@ describe('outcomes in the chain', () => {
     });
   }
 
+  // The stream is outside the hashes: renamed in every row of it, no link breaks, and the rows'
+  // /verify links would name a stream the log does not hold.
+  it('fails verify on a stream renamed in every row of it, naming its first row (NDJSON, CSV, Parquet)', async () => {
+    const victim = middle();
+    const renamed = `${victim.stream}x`;
+    const forged = rows.map((r) => (r.stream === victim.stream ? { ...r, stream: renamed } : r));
+    const first = rows.find((r) => r.stream === victim.stream)!;
+    for (const format of HISTORY_FORMATS) {
+      const report = await verify(await write(`stream-renamed-${format}`, format, forged));
+      expect(report.firstBroken, format).toMatchObject({
+        stream: renamed,
+        position: first.position,
+        reason: 'stream is not the one its exchange, coin and timeframe name',
+      });
+    }
+  });
+
   it('walks every row when the break is a link found open only at the end of the file (an outcome dropped)', async () => {
     const victim = middle();
     const forged = rows.map((r) => (r === victim ? { ...r, ...NO_OUTCOME } : r));

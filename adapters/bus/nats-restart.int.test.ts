@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { type AddressInfo, connect, createServer, type Server, type Socket } from 'node:net';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RecordedEvent } from '../../contracts/envelope.ts';
@@ -309,4 +310,74 @@ describe.skipIf(!haveBinary)('stopping a consumer while nats-server is down', ()
       'acks not confirmed at stop: NATS unreachable; the server redelivers what they acknowledged',
     );
   });
+});
+
+describe.skipIf(!haveBinary)('stopping a consumer while nats-server does not answer', () => {
+  let server: PrivateNatsServer;
+  let relay: Server | null = null;
+  const sockets = new Set<Socket>();
+  let bus: NatsBus | null = null;
+
+  beforeAll(async () => {
+    server = await startNatsServer();
+  });
+
+  afterAll(async () => {
+    for (const socket of sockets) socket.destroy();
+    relay?.close();
+    await bus?.close().catch(() => undefined);
+    await server?.dispose();
+  });
+
+  it('ends the stop within the request timeout when the ack flush gets no answer', async () => {
+    // A server that holds the connection and answers nothing (a partition, a hung node): the
+    // flush waited for an answer until the connection was found stale, minutes later, and the
+    // dispatcher's stop with it, so every SIGTERM ended in `shutdown timed out` and SIGKILL.
+    let silent = false;
+    relay = createServer((client) => {
+      const upstream = connect(server.port, '127.0.0.1');
+      for (const socket of [client, upstream]) {
+        sockets.add(socket);
+        socket.on('error', () => undefined);
+      }
+      client.on('data', (chunk) => {
+        if (!silent) upstream.write(chunk);
+      });
+      upstream.on('data', (chunk) => {
+        if (!silent) client.write(chunk);
+      });
+    });
+    await new Promise<void>((resolve) => relay!.listen(0, '127.0.0.1', resolve));
+    const port = (relay.address() as AddressInfo).port;
+    const stream = `STOPSILENT_${randomUUID().slice(0, 8)}`;
+    const lines: Array<{ msg?: string }> = [];
+    const recording = pino(
+      { level: 'warn' },
+      { write: (line: string) => void lines.push(JSON.parse(line) as { msg?: string }) },
+    );
+    bus = await connectNatsBus({
+      url: `nats://127.0.0.1:${port}`,
+      stream,
+      subjectPrefix: 'silent',
+      logger: recording,
+      requestTimeoutMs: 1_000,
+    });
+    const received: string[] = [];
+    const consumer = await bus.consume(
+      { durable: 'unconfirmed', filterSubject: 'silent.events.>', confirmAck: false },
+      async (message) => {
+        received.push(message.msgId);
+        await message.ack();
+      },
+    );
+    const msgId = randomUUID();
+    await bus.publish('silent.events.x', new TextEncoder().encode('{}'), { msgId });
+    await waitFor(() => received.includes(msgId), 'the message delivered');
+    silent = true;
+    // Bounded by the test's own timeout: without the bound the stop waits minutes.
+    await consumer.stop();
+    expect(lines.map((l) => l.msg)).toContain(
+      'acks not confirmed at stop: NATS unreachable; the server redelivers what they acknowledged',
+    );
+  }, 20_000);
 });

@@ -683,6 +683,21 @@ export class NatsBus implements Bus {
   }
 }
 
+/** nc.flush(), failed once `ms` pass without the server's answer (the client waits for it until the connection is found stale). */
+async function flushWithin(nc: NatsConnection, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    await Promise.race([
+      nc.flush(),
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`no answer to a flush within ${ms} ms`)), ms);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /**
  * One consume() call. The library's consume() iterator re-pulls after reconnects; this loop
  * recreates it (and the durable, if the server lost it) whenever the iterator ends for any other
@@ -717,11 +732,13 @@ class NatsConsumer extends ConsumeLoop {
     // durable: the server answers a flush only after everything sent before it.
     if (this.options.confirmAck === false && !this.bus.nc.isClosed()) {
       try {
-        await this.bus.nc.flush();
+        await flushWithin(this.bus.nc, this.bus.config.requestTimeoutMs);
       } catch (err) {
-        // The server away (the flush rejects 'connection disconnected'): the acks it did not get
-        // are redelivered to the successor, as after a crash. Thrown, it ended the stop of the
-        // caller (the webhook dispatcher) before its deliveries in flight were waited for.
+        // The server away (the flush rejects 'connection disconnected') or silent (no answer within
+        // the request timeout): the acks it did not get are redelivered to the successor, as after
+        // a crash. Thrown, it ended the stop of the caller (the webhook dispatcher) before its
+        // deliveries in flight were waited for; unbounded, a silent server held the stop until
+        // SHUTDOWN_TIMEOUT_MS and SIGKILL.
         this.logger.warn(
           { err },
           'acks not confirmed at stop: NATS unreachable; the server redelivers what they acknowledged',

@@ -879,6 +879,20 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
         `${command} takes ${most === 0 ? 'no path' : 'one path'}: ${positionals.join(' ')}`,
       );
   }
+  // One place the history is read from: a second would be ignored without a word (`verify PATH
+  // --url … --key …` checked the file alone, ok, as if checked against the service).
+  if (command === 'export' || command === 'verify') {
+    const given = [
+      ...(command === 'verify' && positionals.length > 0 ? [positionals[0]!] : []),
+      ...(values.url !== undefined ? ['--url'] : []),
+      ...(values.store ? ['--store'] : []),
+    ];
+    if (given.length > 1)
+      throw new UsageError(
+        `${command} reads one source, got ${given.join(' and ')}: ${command === 'verify' ? 'PATH, ' : ''}--url URL --key KEY or --store`,
+      );
+    if (values.key !== undefined && values.url === undefined) throw new UsageError('--key goes with --url');
+  }
   const filters: Record<string, string> = {};
   for (const f of FILTERS) if (typeof values[f] === 'string') filters[f] = values[f] as string;
   // Read by GET /api/verdicts' own schema, so --url and --store take the same values (exchange,

@@ -1209,6 +1209,30 @@ describe('npm run history', () => {
     expect((usage as { stderr: string }).stderr).toContain('verify does not take --coin');
   });
 
+  it('refuses two sources, rather than read one and ignore the other', async () => {
+    const out = join(dir, 'sources.ndjson');
+    await runHistoryCommand(['export', '--store', '--out', out], deps());
+    const url = ['--url', server.url, '--key', key];
+    await expect(runHistoryCommand(['verify', out, ...url], deps())).rejects.toThrow(
+      new UsageError(`verify reads one source, got ${out} and --url: PATH, --url URL --key KEY or --store`),
+    );
+    await expect(runHistoryCommand(['verify', out, '--store'], deps())).rejects.toThrow(
+      `verify reads one source, got ${out} and --store`,
+    );
+    await expect(runHistoryCommand(['verify', '--store', ...url], deps())).rejects.toThrow(
+      'verify reads one source, got --url and --store',
+    );
+    await expect(
+      runHistoryCommand(['export', '--store', ...url, '--out', join(dir, 'both.ndjson')], deps()),
+    ).rejects.toThrow(
+      new UsageError('export reads one source, got --url and --store: --url URL --key KEY or --store'),
+    );
+    await expect(runHistoryCommand(['verify', out, '--key', key], deps())).rejects.toThrow(
+      new UsageError('--key goes with --url'),
+    );
+    expect(existsSync(join(dir, 'both.ndjson'))).toBe(false);
+  });
+
   it('writes all of its output into a pipe read slowly before it exits', async () => {
     // The CLIs' exit (history and operator): 300 kB into a pipe, whose reader waits half a second
     // before it reads. process.exit right after the write left 65,536 bytes of it, exit status 0.

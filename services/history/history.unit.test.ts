@@ -503,6 +503,10 @@ describe('cursor and query', () => {
     expect(format(undefined, 'text/*')).toBe('csv');
     expect(format(undefined, 'text/html, text/*;q=0.5')).toBe('csv');
     expect(format('parquet', 'text/csv')).toBe('parquet');
+    // q=0 refuses a format (RFC 9110): a wildcard beside it takes the next one it covers.
+    expect(format(undefined, 'application/x-ndjson;q=0, */*')).toBe('csv');
+    expect(format(undefined, 'application/x-ndjson;q=0, application/*')).toBe('parquet');
+    expect(() => format(undefined, 'text/csv;q=0, text/*')).toThrow(HistoryQueryError);
     expect(() => format(undefined, 'text/html')).toThrow(HistoryQueryError);
     expect(() => format('json', undefined)).toThrow('format must be one of');
   });
@@ -542,6 +546,14 @@ describe('cursor and query', () => {
       format: 'ndjson',
       trailer: false,
     });
+    // The profile on a range given q=0 is refused with it, not asked for.
+    expect(
+      negotiateAnswer(
+        undefined,
+        undefined,
+        'application/x-ndjson; profile="trailer"; q=0, application/x-ndjson',
+      ),
+    ).toEqual({ format: 'ndjson', trailer: false });
     expect(negotiateAnswer(undefined, undefined, 'text/csv')).toEqual({ format: 'csv', trailer: false });
     expect(negotiateAnswer(undefined, undefined, undefined)).toEqual({ format: 'ndjson', trailer: false });
   });

@@ -80,14 +80,35 @@ function mediaRanges(accept: string): { type: string; q: number; trailer: boolea
   });
 }
 
-/** The media range of `Accept` an answer is served as: the first we can serve, by q; null when none. */
+/**
+ * The media range of `Accept` an answer is served as: the first we can serve, by q; null when none.
+ * A format its own range gives q=0 is not acceptable (RFC 9110): a wildcard beside it
+ * (`application/x-ndjson;q=0, *\/*`) takes the next format it covers.
+ */
 function chosenRange(
   ranges: ReturnType<typeof mediaRanges>,
 ): { format: HistoryFormat; trailer: boolean } | null {
+  const refused = new Set(
+    // With the profile, q=0 refuses only the trailer line (below), not the format.
+    ranges
+      .filter((t) => t.q === 0 && !t.trailer)
+      .flatMap(({ type }) => {
+        const hit = MEDIA.find(([re]) => re.test(type));
+        return hit && hit[1] !== 'any' ? [hit[1]] : [];
+      }),
+  );
   const types = ranges.filter((t) => t.q > 0).sort((a, b) => b.q - a.q);
   for (const { type, trailer } of types) {
     const hit = MEDIA.find(([re]) => re.test(type));
-    if (hit) return { format: hit[1] === 'any' ? 'ndjson' : hit[1], trailer };
+    if (!hit) continue;
+    if (hit[1] !== 'any') {
+      if (!refused.has(hit[1])) return { format: hit[1], trailer };
+      continue;
+    }
+    // application/* covers NDJSON and Parquet, */* every format.
+    const covered: HistoryFormat[] = type === '*/*' ? ['ndjson', 'csv', 'parquet'] : ['ndjson', 'parquet'];
+    const format = covered.find((f) => !refused.has(f));
+    if (format) return { format, trailer };
   }
   return null;
 }
@@ -147,7 +168,8 @@ export function negotiateAnswer(
   }
   return {
     format: served,
-    trailer: trailer ?? ranges.some((range) => NDJSON_TYPE.test(range.type) && range.trailer),
+    // A range given q=0 refuses what it names: its profile asks for nothing.
+    trailer: trailer ?? ranges.some((range) => NDJSON_TYPE.test(range.type) && range.trailer && range.q > 0),
   };
 }
 

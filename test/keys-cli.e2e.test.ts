@@ -1,7 +1,7 @@
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { type AddressInfo, createServer as createNetServer, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -102,6 +102,49 @@ describe('npm run keys (the real CLI on an LMDB store)', () => {
     const failed = await cli('revoke').catch((err: { code: number; stderr: string }) => err);
     expect(failed).toMatchObject({ code: 2 });
     expect((failed as { stderr: string }).stderr).toContain('a key id is required');
+  });
+
+  it('prints a new key before waiting for the service, so a Ctrl-C during the wait does not lose it', async () => {
+    // A service address that takes the connection and answers nothing: the CLI waits up to 10 s.
+    // The key was printed only after that wait, so a Ctrl-C in it left an active key never shown.
+    let probed: () => void = () => undefined;
+    const reached = new Promise<void>((resolve) => {
+      probed = resolve;
+    });
+    const held: Socket[] = [];
+    const silent = createNetServer((socket) => {
+      held.push(socket);
+      probed();
+    });
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    try {
+      const child = spawn(process.execPath, [...CLI, 'create', '--plan', 'pro', '--owner', 'interrupted'], {
+        cwd: ROOT,
+        env: {
+          ...process.env,
+          EVENT_STORE: 'lmdb',
+          DATA_DIR: dir,
+          CACHE: 'memory',
+          BUS: 'memory',
+          PUBLIC_BASE_URL: `http://127.0.0.1:${(silent.address() as AddressInfo).port}`,
+        },
+      });
+      let stdout = '';
+      child.stdout.on('data', (chunk: Buffer) => {
+        stdout += chunk.toString();
+      });
+      const exited = new Promise<number | null>((resolve) => child.once('close', (code) => resolve(code)));
+      // The CLI asks the service's /readyz only once the key is on the log.
+      await reached;
+      child.kill('SIGINT');
+      await exited;
+      const keyId = /id: +(\S+)/.exec(stdout)?.[1];
+      expect(stdout).toMatch(/key: +sk_live_/);
+      expect((await cli('list')).stdout).toContain(`${keyId}  `);
+    } finally {
+      for (const socket of held) socket.destroy();
+      silent.close();
+    }
   });
 
   it('refuses an id that names no key, and a change the key refuses, in one line without the usage (exit 1)', async () => {

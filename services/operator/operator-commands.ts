@@ -189,18 +189,27 @@ export async function runOperatorCommand(
     secrets?: () => SecretBox;
     settleMs?: number;
     applied?: (position: number) => Promise<string | null>;
+    /**
+     * What a key change did, handed over before the wait for the service (`applied`): the CLI
+     * prints it at once, so a key shown once is not lost to a Ctrl-C during a wait of up to 10 s
+     * (the key was issued, active, and never printed). With it, the answer holds only what the
+     * wait says.
+     */
+    shown?: (text: string) => void;
   },
 ): Promise<string> {
   const done = async (position: number, lines: string[]) => {
+    deps.shown?.(lines.join('\n'));
+    const told = deps.shown ? [] : lines;
     let note: string | null;
     try {
       note = deps.applied ? await deps.applied(position) : null;
     } catch (err) {
       if (err instanceof OtherLogError)
-        throw new OtherLogError(err.message, [...lines, err.message].join('\n'));
+        throw new OtherLogError(err.message, [...told, err.message].join('\n'));
       throw err;
     }
-    return [...lines, ...(note ? [note] : [])].join('\n');
+    return [...told, ...(note ? [note] : [])].join('\n');
   };
   const [command, ...rest] = argv;
   const { positional, named } = flags(rest);

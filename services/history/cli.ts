@@ -74,6 +74,9 @@ try {
     openStore,
     afterOutput: (finish) => afterOutput.push(finish),
   });
+  // A reader that went away (`score … | head`): the rest has nowhere to go, which is no crash (an
+  // unhandled EPIPE printed a stack trace and exited 1). The write's callback is told.
+  process.stdout.on('error', () => {});
   // Handed to the OS first: killed before, a finished export keeps its checkpoint for --resume.
   const written = await new Promise<boolean>((resolve) =>
     process.stdout.write(`${output}\n`, (err) => resolve(!err)),

@@ -1260,6 +1260,22 @@ describe('npm run history', () => {
     expect(await exited).toBe(3);
   });
 
+  it('ends quietly, exit 0, when its reader goes away before the output is written (| head)', async () => {
+    // score's answer is some 85 kB, past a pipe's 64 KiB: head takes its first bytes and exits.
+    const empty = join(dir, 'score-into-head');
+    mkdirSync(empty);
+    const err = join(dir, 'score-into-head.err');
+    const { stdout } = await run('bash', [
+      '-c',
+      `"$0" --import tsx services/history/cli.ts score "$1" 2>"$2" | head -c 1 >/dev/null; echo "\${PIPESTATUS[0]}"`,
+      process.execPath,
+      empty,
+      err,
+    ]);
+    expect(readFileSync(err, 'utf8')).toBe('');
+    expect(stdout.trim()).toBe('0');
+  });
+
   it('shows log positions out of the head with --store', async () => {
     const bar = new PassThrough();
     let printed = '';

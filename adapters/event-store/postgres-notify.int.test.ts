@@ -195,6 +195,23 @@ describe.runIf(run)('PostgreSQL LISTEN/NOTIFY', () => {
       await admin.end();
     }
   });
+
+  it('ends a listening connection that connects after the store closed', async () => {
+    // A reconnect in flight when the store closes (the listener lost a moment before): the
+    // connection it makes is ended, not kept open past close.
+    const schema = fresh();
+    const admin = new pg.Client({ connectionString: POSTGRES_URL });
+    await admin.connect();
+    try {
+      const store = await openPostgresEventStore({ url: POSTGRES_URL, schema, pollMs: POLL_MS });
+      const reconnecting = store.listen();
+      await store.close();
+      await reconnecting;
+      await expect.poll(() => listenerPids(admin, schema), { interval: 20 }).toEqual([]);
+    } finally {
+      await admin.end();
+    }
+  });
 });
 
 describe.runIf(run)('PostgreSQL outage logging', () => {

@@ -1045,6 +1045,11 @@ export class PostgresEventStore implements EventStore {
     try {
       await client.connect();
       await client.query(`LISTEN ${this.names.channel}`);
+      // Closed while it connected (a reconnect in flight): kept, it would outlive the store.
+      if (this.closed) {
+        await client.end().catch(() => undefined);
+        return;
+      }
       this.listener = client;
       if (this.listenerFailing) this.logger?.info('postgres: listener connected again');
       this.listenerFailing = false;

@@ -1,11 +1,10 @@
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { createServer, type Socket } from 'node:net';
+import { type AddressInfo, createServer, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
-import { freePortIn } from './ports.ts';
 import { type ServiceProcess as Run, runServiceProcess as run } from './service-process.ts';
 
 const running: Run[] = [];
@@ -83,8 +82,8 @@ describe('a signal while the service waits at start for a server that does not a
         socket.on('error', () => {});
         answer?.(socket);
       });
-      const port = await freePortIn(19_300, 19_399);
-      await new Promise<void>((resolve) => silent.listen(port, '127.0.0.1', resolve));
+      await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+      const { port } = silent.address() as AddressInfo;
       try {
         const dataDir = await mkdtemp(join(tmpdir(), 'start-abort-'));
         dirs.push(dataDir);
@@ -136,8 +135,9 @@ describe("a signal while FEED=auto's probe waits for a venue that does not answe
       sockets.push(socket);
       socket.on('error', () => {});
     });
-    const port = await freePortIn(19_200, 19_299);
-    await new Promise<void>((resolve) => silent.listen(port, '127.0.0.1', resolve));
+    // Port 0: the system's pick, never one another test file takes from a shared block.
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const { port } = silent.address() as AddressInfo;
     try {
       const dataDir = await mkdtemp(join(tmpdir(), 'start-abort-'));
       dirs.push(dataDir);

@@ -1,8 +1,7 @@
-import { createServer, type Socket } from 'node:net';
+import { type AddressInfo, createServer, type Socket } from 'node:net';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../contracts/config.ts';
-import { freePortIn } from '../../test/ports.ts';
 import { fixtureFetch } from './fixture-fetch.ts';
 import type { FetchImplementation } from './live.ts';
 import type { MarketFeed } from './port.ts';
@@ -117,8 +116,9 @@ describe('selectFeed', () => {
       sockets.push(socket);
       socket.on('error', () => {});
     });
-    const port = await freePortIn(19_200, 19_299);
-    await new Promise<void>((resolve) => silent.listen(port, '127.0.0.1', resolve));
+    // Port 0: the system's pick, never one another test file takes from a shared block.
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const { port } = silent.address() as AddressInfo;
     try {
       const toSilent: FetchImplementation = (url, init) =>
         fetch(`http://127.0.0.1:${port}${new URL(url).pathname}`, init as RequestInit);

@@ -7,11 +7,13 @@ import { EXCHANGES, Exchange, Timeframe } from './market.ts';
 import { maskUrlCredentials } from './mask-url.ts';
 import {
   type Cidr,
+  DEFAULT_RETRY_SCHEDULE,
   MAX_TIMER_MS,
   MAX_TIMER_TEXT,
   MAX_TTL_MS,
   parseCidrList,
   parseEventTypes,
+  parseList,
   parsePortPolicy,
   parseSchedule,
   splitList,
@@ -138,6 +140,24 @@ function listSetting(entry: RegExp, expected: string) {
     }
   });
 }
+
+/**
+ * A comma-separated setting (every one is checked by this first): a value that names no entry, only
+ * commas and blanks, is refused by the shared parser (parseList) saying what to set instead, `entry`
+ * naming what the list holds. The value stays the string; what else it must be is chained after.
+ */
+function listOf(entry: string, instead: string) {
+  return z.string().superRefine((raw, ctx) => {
+    try {
+      parseList(raw, entry, instead);
+    } catch (err) {
+      ctx.addIssue({ code: 'custom', message: (err as Error).message });
+    }
+  });
+}
+
+const DEFAULT_ALLOWED_HOSTS = 'localhost,127.0.0.1,[::1]';
+const DEFAULT_TIMEFRAMES = ['15m', '1h', '4h'] as const;
 
 /** Whether `parse` (a run-time parser of a setting's value) takes the value without throwing. */
 function parses(parse: () => unknown): boolean {
@@ -336,8 +356,7 @@ export const ConfigSchema = z
      * (the socket address counts; right without a proxy), a hop count (`1` = one load balancer in
      * front), or comma-separated addresses/CIDRs of the trusted proxies.
      */
-    TRUST_PROXY: z
-      .string()
+    TRUST_PROXY: listOf('proxy', "unset it, or set 0, to believe none (the socket address is the client's)")
       // What the list may hold at all (digits, an address's or prefix's characters, commas and
       // spaces): a word is told as no such value.
       .regex(/^[0-9a-fA-F.:/,\s]*$/, 'empty, a hop count, or comma-separated proxy addresses/CIDRs')
@@ -432,9 +451,9 @@ export const ConfigSchema = z
     POSTGRES_STATEMENT_TIMEOUT_MS: timerMs.default(30_000),
     BUS: z.enum(['memory', 'nats']).default('memory'),
     /** One NATS server, or a cluster's servers comma-separated. */
-    NATS_URL: urlSetting(['nats', 'tls'], 'nats://127.0.0.1:4222', { list: true }).default(
-      'nats://127.0.0.1:4222',
-    ),
+    NATS_URL: listOf('server', 'unset it for the default, nats://127.0.0.1:4222')
+      .pipe(urlSetting(['nats', 'tls'], 'nats://127.0.0.1:4222', { list: true }))
+      .default('nats://127.0.0.1:4222'),
     NATS_STREAM: z
       .string()
       .regex(/^[A-Za-z0-9_-]+$/, 'letters, digits, _ and - only')
@@ -517,24 +536,21 @@ export const ConfigSchema = z
      * log and the others (and every restart) adopt it.
      */
     REPLAY_ANCHOR: instant.optional(),
-    LIVE_EXCHANGES: z
-      .string()
+    LIVE_EXCHANGES: listOf('exchange', `unset it for every one, ${EXCHANGES.join(',')}`)
       .transform((s) => splitList(s).map((x) => x.toUpperCase()))
       .pipe(z.array(Exchange).min(1))
       .default([...EXCHANGES]),
     FEED_PROBE_TIMEOUT_MS: timerMs.default(3_000),
     /** Timeframes the engine computes verdicts for on every candle close. */
-    SCHEDULE_TIMEFRAMES: z
-      .string()
+    SCHEDULE_TIMEFRAMES: listOf('timeframe', `unset it for the default, ${DEFAULT_TIMEFRAMES.join(',')}`)
       .transform(splitList)
       .pipe(z.array(Timeframe))
-      .default(['15m', '1h', '4h']),
+      .default([...DEFAULT_TIMEFRAMES]),
     /**
      * One venue, or several comma-separated, all scheduled by one engine process. Unset: the
      * feed's default venue (BINANCE live; BINANCE_SPOT on replay, which serves 5m–1d).
      */
-    SCHEDULE_EXCHANGE: z
-      .string()
+    SCHEDULE_EXCHANGE: listOf('exchange', "unset it for the feed's default venue")
       .transform((s) => splitList(s).map((x) => x.toUpperCase()))
       .pipe(z.array(Exchange).min(1))
       .optional(),
@@ -693,21 +709,34 @@ export const ConfigSchema = z
     CHAT_BASE_URL: httpUrl.optional(),
     CHAT_API_KEY: z.string().optional(),
     /** Model names callers may ask for, comma-separated (besides `extractive`). */
-    CHAT_MODELS: z.string().transform(splitList).default([]),
+    CHAT_MODELS: listOf('model', 'unset it for none besides extractive (with CHAT_PROVIDER=none)')
+      .transform(splitList)
+      .default([]),
     /** A provider that has not answered by then is abandoned: the answer is extractive, with a note. */
     CHAT_TIMEOUT_MS: timerMs.default(10_000),
     /** An MCP session with no request for this long is closed (clients often never send DELETE). */
     MCP_SESSION_IDLE_MS: timerMs.default(15 * 60_000),
     /** DNS-rebinding guard: Host names (port ignored) the API answers on; `*` turns the check off. */
-    ALLOWED_HOSTS: listSetting(
-      /^([A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\.?|\[[0-9A-Fa-f:.]+\])$/,
-      'host names as a Host header names them, without scheme, port or path (such as signals.example.com,localhost), comma-separated, or *',
-    ).default('localhost,127.0.0.1,[::1]'),
+    ALLOWED_HOSTS: listOf(
+      'host (every request would be refused 403)',
+      `unset it for the default, ${DEFAULT_ALLOWED_HOSTS}, or set * to answer any Host`,
+    )
+      .pipe(
+        listSetting(
+          /^([A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\.?|\[[0-9A-Fa-f:.]+\])$/,
+          'host names as a Host header names them, without scheme, port or path (such as signals.example.com,localhost), comma-separated, or *',
+        ),
+      )
+      .default(DEFAULT_ALLOWED_HOSTS),
     /** Browser origins allowed to call /mcp and /api/keys (CORS); empty = none, `*` = any. */
-    ALLOWED_ORIGINS: listSetting(
-      /^[A-Za-z][A-Za-z0-9+.-]*:\/\/([A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*|\[[0-9A-Fa-f:.]+\])(:\d{1,5})?$/,
-      'browser origins as a browser sends them, scheme://host[:port] without a path or trailing slash (such as https://app.example.com), comma-separated, or *',
-    ).default(''),
+    ALLOWED_ORIGINS: listOf('origin', 'unset it for none (the default), or set * for any')
+      .pipe(
+        listSetting(
+          /^[A-Za-z][A-Za-z0-9+.-]*:\/\/([A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*|\[[0-9A-Fa-f:.]+\])(:\d{1,5})?$/,
+          'browser origins as a browser sends them, scheme://host[:port] without a path or trailing slash (such as https://app.example.com), comma-separated, or *',
+        ),
+      )
+      .default(''),
     /**
      * The domain (host[:port]) a Sign-In with Ethereum message must name to get a free key. When
      * unset, the host of PUBLIC_BASE_URL, else it follows PORT (`localhost:<PORT>`), see loadConfig.
@@ -748,7 +777,12 @@ export const ConfigSchema = z
      * CACHE=redis, so every api host shares them).
      */
     OAUTH_JWKS: oauthJwks.optional(),
-    OAUTH_COOKIE_KEYS: oauthCookieKeys.optional(),
+    OAUTH_COOKIE_KEYS: listOf(
+      'secret',
+      'unset it to have them generated at first start and kept in the OAuth store',
+    )
+      .pipe(oauthCookieKeys)
+      .optional(),
 
     /**
      * Webhooks. 64 hex chars (32 bytes) encrypting subscription secrets at rest. Outside
@@ -768,10 +802,9 @@ export const ConfigSchema = z
      * secrets sealed under them, until `npm run keys -- reseal-webhook-secrets` has re-sealed every
      * secret under WEBHOOK_MASTER_KEY (deploy/README.md, Rotating the webhook master key).
      */
-    WEBHOOK_MASTER_KEYS_PREVIOUS: webhookPreviousKeys.optional(),
+    WEBHOOK_MASTER_KEYS_PREVIOUS: listOf('key', 'unset it for none').pipe(webhookPreviousKeys).optional(),
     /** Ports a webhook URL may name: `443`, a list `443,8443`, ranges `8000-8999`, or `*`. */
-    WEBHOOK_ALLOWED_PORTS: z
-      .string()
+    WEBHOOK_ALLOWED_PORTS: listOf('port', 'unset it for the default, 443, or set * for any')
       .regex(/^(\s*\*\s*|[\d\s,-]*)$/, 'ports and ranges, comma-separated, or *')
       // The pattern lets 99999 or 9000-8000 through: read here by the webhooks slice's own parser,
       // so it is refused naming the variable, not by that slice's start with a line that does not.
@@ -784,8 +817,7 @@ export const ConfigSchema = z
      * TEST ONLY: CIDRs webhooks may reach despite the SSRF guard (e.g. 127.0.0.1/32 for a local
      * receiver). Refused when NODE_ENV=production, so a production config cannot turn it on.
      */
-    WEBHOOK_TEST_ALLOW_CIDRS: z
-      .string()
+    WEBHOOK_TEST_ALLOW_CIDRS: listOf('address', 'unset it for none')
       // Read here by the webhooks slice's own parser (parseCidrList): a typo would fail that start
       // with ipaddr's own words, naming neither the variable nor the entry.
       .refine(
@@ -799,7 +831,7 @@ export const ConfigSchema = z
      * waits for a retry with a timer). Read by the dispatcher's parser (parseSchedule), whose
      * refusal names the entry that is wrong.
      */
-    WEBHOOK_RETRY_SCHEDULE: parsedBy(parseSchedule).default('0,5s,5m,30m,2h,5h,10h,10h'),
+    WEBHOOK_RETRY_SCHEDULE: parsedBy(parseSchedule).default(DEFAULT_RETRY_SCHEDULE),
     /** Each retry delay is varied by up to this fraction either way. */
     WEBHOOK_RETRY_JITTER: decimalNumber.pipe(z.number().min(0).max(1)).default(0.2),
     /** A receiver's Retry-After is honoured up to this many ms (the retry's wait is a timer's). */

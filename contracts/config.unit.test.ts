@@ -219,6 +219,46 @@ describe('loadConfig', () => {
     );
   });
 
+  it('refuses a list setting that names no entry (only commas or blanks), saying how to get the default', () => {
+    // Every comma-separated setting, with what its refusal offers besides unsetting it.
+    const lists: [string, RegExp][] = [
+      ['TRUST_PROXY', /names no proxy: unset it, or set 0, to believe none/],
+      ['NATS_URL', /names no server: unset it for the default, nats:\/\/127\.0\.0\.1:4222/],
+      ['RELAY_EVENT_TYPES', /names no event type: unset it for the default list, or set \* for every type/],
+      ['LIVE_EXCHANGES', /names no exchange: unset it for every one, BINANCE,/],
+      ['SCHEDULE_TIMEFRAMES', /names no timeframe: unset it for the default, 15m,1h,4h/],
+      ['SCHEDULE_EXCHANGE', /names no exchange: unset it for the feed's default venue/],
+      ['CHAT_MODELS', /names no model: unset it for none besides extractive/],
+      [
+        'ALLOWED_HOSTS',
+        /names no host .*: unset it for the default, localhost,127\.0\.0\.1,\[::1\], or set \*/,
+      ],
+      ['ALLOWED_ORIGINS', /names no origin: unset it for none \(the default\), or set \* for any/],
+      ['OAUTH_COOKIE_KEYS', /names no secret: unset it to have them generated/],
+      ['WEBHOOK_MASTER_KEYS_PREVIOUS', /names no key: unset it for none/],
+      ['WEBHOOK_ALLOWED_PORTS', /names no port: unset it for the default, 443, or set \* for any/],
+      ['WEBHOOK_TEST_ALLOW_CIDRS', /names no address: unset it for none/],
+      ['WEBHOOK_RETRY_SCHEDULE', /names no delay: unset it for the default, 0,5s,5m/],
+    ];
+    const defaults = loadConfig({});
+    for (const [name, refusal] of lists) {
+      for (const value of [',', ' ', ' , ,', '\t']) {
+        let message = '';
+        try {
+          loadConfig({ [name]: value });
+        } catch (err) {
+          message = (err as Error).message;
+        }
+        expect(message.split('\n'), `${name}=${JSON.stringify(value)}`).toHaveLength(2);
+        expect(message.split('\n')[1], `${name}=${JSON.stringify(value)}`).toMatch(
+          new RegExp(`^ {2}${name}: ${refusal.source}`),
+        );
+      }
+      // The empty value is the unset one: the default.
+      expect(loadConfig({ [name]: '' })[name as keyof Config], name).toEqual(defaults[name as keyof Config]);
+    }
+  });
+
   it('refuses BUS=memory for a process that runs the relay (projections) without the dispatcher', () => {
     // Its relay would publish to no one and move the shared relay checkpoint past the events: a
     // projections role started without BUS=nats lost every webhook event of its run for good.
@@ -354,7 +394,7 @@ describe('loadConfig', () => {
         'OAUTH_JWKS',
         /crv/,
       ],
-      [{ OAUTH_COOKIE_KEYS: ' , ' }, 'OAUTH_COOKIE_KEYS', /at least one secret/],
+      [{ OAUTH_COOKIE_KEYS: ' , ' }, 'OAUTH_COOKIE_KEYS', /names no secret: unset it/],
       [{ OAUTH_COOKIE_KEYS: `${secret}x,short` }, 'OAUTH_COOKIE_KEYS', /at least 16 characters/],
     ];
     for (const [env, variable, why] of refusals) {

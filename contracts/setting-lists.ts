@@ -16,6 +16,20 @@ export function splitList(raw: string): string[] {
     .filter((entry) => entry !== '');
 }
 
+/**
+ * A list setting's entries (splitList), refusing a value that names none: only commas and blanks
+ * (`,`, ` `). loadConfig reads an empty value as unset, so the default runs; `,` or ` ` would run
+ * as a list of no entry, which is rarely meant (ALLOWED_HOSTS=, refused every /mcp request 403,
+ * SCHEDULE_TIMEFRAMES=" " scheduled nothing). Every list setting of contracts/config.ts is checked
+ * by it. Throws `names no <entry>: <instead>`, `instead` saying how to get the default (unset it)
+ * or, where a list of none means something, how to say that.
+ */
+export function parseList(raw: string, entry: string, instead: string): string[] {
+  const entries = splitList(raw);
+  if (entries.length === 0) throw new Error(`names no ${entry}: ${instead}`);
+  return entries;
+}
+
 /** Which ports a webhook URL may name (WEBHOOK_ALLOWED_PORTS). */
 export type PortPolicy = (port: number) => boolean;
 
@@ -111,27 +125,27 @@ export function parseDuration(raw: string): number {
   return ms;
 }
 
+/** WEBHOOK_RETRY_SCHEDULE's default: eight attempts over about a day. */
+export const DEFAULT_RETRY_SCHEDULE = '0,5s,5m,30m,2h,5h,10h,10h';
+
 /**
  * WEBHOOK_RETRY_SCHEDULE: the delay before each attempt (`0,5s,5m,30m`), split as every list
- * setting (splitList). The delays need no order: each counts from when the attempt before was due.
+ * setting (parseList). The delays need no order: each counts from when the attempt before was due.
  * Throws naming the first entry that is no delay or longer than a timer waits (parseDuration), or
  * on a list of none.
  */
 export function parseSchedule(raw: string): number[] {
-  const delays = splitList(raw).map(parseDuration);
-  if (delays.length === 0) throw new Error('names no delay: set at least one, such as 0,5s,5m');
-  return delays;
+  return parseList(raw, 'delay', `unset it for the default, ${DEFAULT_RETRY_SCHEDULE}`).map(parseDuration);
 }
 
 /**
- * RELAY_EVENT_TYPES: the event types named, split as every list setting (splitList), or null for
+ * RELAY_EVENT_TYPES: the event types named, split as every list setting (parseList), or null for
  * `*` (every type). A name is checked by the event catalog's own predicate (isEventType); throws
  * naming the unknown ones and listing the catalog's, or on a list of none.
  */
 export function parseEventTypes(raw: string): ReadonlySet<EventType> | null {
   if (raw.trim() === '*') return null;
-  const names = splitList(raw);
-  if (names.length === 0) throw new Error('names no event type (set names or *)');
+  const names = parseList(raw, 'event type', 'unset it for the default list, or set * for every type');
   const unknown = names.filter((name) => !isEventType(name));
   if (unknown.length > 0) {
     throw new Error(

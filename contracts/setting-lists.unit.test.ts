@@ -6,6 +6,7 @@ import {
   parseCidrList,
   parseDuration,
   parseEventTypes,
+  parseList,
   parsePortPolicy,
   parseSchedule,
   splitList,
@@ -22,7 +23,7 @@ const takes = (parse: () => unknown) => {
 };
 const configTakes = (env: Record<string, string>) => takes(() => loadConfig(env));
 
-describe('the list settings: the configuration refuses what the run-time parser refuses, no more', () => {
+describe('the list settings: the configuration refuses what the run-time parser refuses, and a list of no entry', () => {
   it('WEBHOOK_ALLOWED_PORTS', () => {
     for (const spec of [
       '443',
@@ -74,7 +75,6 @@ describe('the list settings: the configuration refuses what the run-time parser 
       '10.0.0.0/33',
       '::1/129',
       '10.0.0.1 10.0.0.2',
-      ',',
     ]) {
       expect(configTakes({ TRUST_PROXY: raw }), raw).toBe(takes(() => parseCidrList(raw)));
       expect(
@@ -88,7 +88,9 @@ describe('the list settings: the configuration refuses what the run-time parser 
       true,
       false,
     ]);
-    // A list of no entry believes no one, as an empty value does.
+    // A list of no entry believes no one, as an empty value does; the configuration refuses it
+    // (parseList), offering 0 or unset for none.
+    expect(configTakes({ TRUST_PROXY: ' , ' })).toBe(false);
     expect(parseTrustProxy(' , ').any).toBe(false);
     expect(parseTrustProxy(' , ').peer('10.0.0.1')).toBe(false);
     for (const hops of ['0', '1', '2']) expect(configTakes({ TRUST_PROXY: hops }), hops).toBe(true);
@@ -194,10 +196,25 @@ describe('the list settings: the configuration refuses what the run-time parser 
     expect(parseEventTypes(' * ')).toBeNull();
     // A list of no entry, the empty value too (which loadConfig reads as unset: the default list).
     for (const empty of ['', ',', ' , ,']) {
-      expect(() => parseEventTypes(empty), empty).toThrow(/^names no event type \(set names or \*\)$/);
+      expect(() => parseEventTypes(empty), empty).toThrow(
+        /^names no event type: unset it for the default list, or set \* for every type$/,
+      );
     }
     expect(() => loadConfig({ RELAY_EVENT_TYPES: 'VerdictRecorded,VerdictRecordd' })).toThrow(
       `RELAY_EVENT_TYPES: names unknown event types: VerdictRecordd; the event types are ${EVENT_TYPES.join(', ')} (got`,
+    );
+  });
+
+  it('parseList refuses a list of no entry, saying what to set instead', () => {
+    expect(parseList(' a, ,b,', 'thing', 'unset it')).toEqual(['a', 'b']);
+    for (const none of ['', ',', ' ', ' , ,', '\t,\n']) {
+      expect(() => parseList(none, 'thing', 'unset it for the default'), JSON.stringify(none)).toThrow(
+        /^names no thing: unset it for the default$/,
+      );
+    }
+    // The run-time parsers of the list settings refuse it in the same words.
+    expect(() => parseSchedule(' , ')).toThrow(
+      /^names no delay: unset it for the default, 0,5s,5m,30m,2h,5h,10h,10h$/,
     );
   });
 
@@ -208,7 +225,12 @@ describe('the list settings: the configuration refuses what the run-time parser 
     const venues = loadConfig({ LIVE_EXCHANGES: 'binance, ,OKX,', SCHEDULE_EXCHANGE: 'BINANCE,' });
     expect([venues.LIVE_EXCHANGES, venues.SCHEDULE_EXCHANGE]).toEqual([['BINANCE', 'OKX'], ['BINANCE']]);
     expect(loadConfig({ SCHEDULE_TIMEFRAMES: '1h,,4h ' }).SCHEDULE_TIMEFRAMES).toEqual(['1h', '4h']);
-    // A venue list of none is still refused: a feed or a schedule needs one.
-    expect(configTakes({ LIVE_EXCHANGES: ',' })).toBe(false);
+    // A list of none is refused (parseList): a feed or a schedule needs a venue, an engine a
+    // timeframe (SCHEDULE_TIMEFRAMES=" " scheduled nothing), and an empty value is the default.
+    for (const setting of ['LIVE_EXCHANGES', 'SCHEDULE_EXCHANGE', 'SCHEDULE_TIMEFRAMES', 'CHAT_MODELS']) {
+      expect(configTakes({ [setting]: ',' }), setting).toBe(false);
+      expect(configTakes({ [setting]: ' ' }), setting).toBe(false);
+    }
+    expect(loadConfig({ SCHEDULE_TIMEFRAMES: '' }).SCHEDULE_TIMEFRAMES).toEqual(['15m', '1h', '4h']);
   });
 });

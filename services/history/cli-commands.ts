@@ -247,6 +247,12 @@ function urlSource(
       // filter refused here is: its words, exit 2; running the same command again cannot help.
       const refused = optionRefusal(res.status, body);
       if (refused) throw new UsageError(refused);
+      // No such route (--url http://host/api/verdicts, or a path the service is not under): the
+      // address is the option's fault, which running the same command again cannot mend.
+      if (res.status === 404)
+        throw new UsageError(
+          `--url: GET ${url} answered 404 (${body.slice(0, 200)}); --url is the service's base address, such as http://localhost:8080 (the CLI adds /api/verdicts)`,
+        );
       throw new Error(`GET ${url} answered ${res.status}: ${body}`);
     }
     const lines = (await res.text()).split('\n').filter((l) => l.trim() !== '');
@@ -909,6 +915,12 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
   const source = async (): Promise<Source> => {
     if (values.url) {
       if (typeof values.key !== 'string') throw new UsageError('--url needs --key');
+      // localhost:8080 reads as a URL of scheme "localhost": told as a failed fetch, "run the same
+      // command again" would follow.
+      if (!/^https?:\/\/[^/]/i.test(String(values.url)) || !URL.canParse(String(values.url)))
+        throw new UsageError(
+          `--url must be the service's http(s) address, such as http://localhost:8080; got ${JSON.stringify(values.url)}`,
+        );
       return urlSource(values.url as string, values.key, filters, deps.fetch ?? fetch);
     }
     if (values.store) {

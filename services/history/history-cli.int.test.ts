@@ -1233,6 +1233,29 @@ describe('npm run history', () => {
     expect(existsSync(join(dir, 'both.ndjson'))).toBe(false);
   });
 
+  it('refuses an --url that is no http(s) address, or not the service base, as a usage error leaving no file', async () => {
+    const out = join(dir, 'bad-url.ndjson');
+    for (const url of ['localhost:8080', 'ftp://localhost:8080']) {
+      await expect(
+        runHistoryCommand(['export', '--url', url, '--key', key, '--out', out], deps()),
+      ).rejects.toThrow(
+        new UsageError(
+          `--url must be the service's http(s) address, such as http://localhost:8080; got ${JSON.stringify(url)}`,
+        ),
+      );
+    }
+    const refusal = runHistoryCommand(
+      ['export', '--url', `${server.url}/api/verdicts`, '--key', key, '--out', out],
+      deps(),
+    );
+    await expect(refusal).rejects.toThrow(UsageError);
+    await expect(refusal).rejects.toThrow(
+      `--url: GET ${server.url}/api/verdicts/api/verdicts answered 404 (`,
+    );
+    expect(existsSync(out)).toBe(false);
+    expect(existsSync(`${out}.checkpoint.json`)).toBe(false);
+  });
+
   it('writes all of its output into a pipe read slowly before it exits', async () => {
     // The CLIs' exit (history and operator): 300 kB into a pipe, whose reader waits half a second
     // before it reads. process.exit right after the write left 65,536 bytes of it, exit status 0.

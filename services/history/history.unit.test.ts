@@ -507,6 +507,9 @@ describe('cursor and query', () => {
     expect(format(undefined, 'application/x-ndjson;q=0, */*')).toBe('csv');
     expect(format(undefined, 'application/x-ndjson;q=0, application/*')).toBe('parquet');
     expect(() => format(undefined, 'text/csv;q=0, text/*')).toThrow(HistoryQueryError);
+    // The most specific range decides: a wider q=0 leaves a narrower range its format.
+    expect(format(undefined, 'text/*;q=0, text/csv')).toBe('csv');
+    expect(format(undefined, 'application/*;q=0, */*')).toBe('csv');
     expect(() => format(undefined, 'text/html')).toThrow(HistoryQueryError);
     expect(() => format('json', undefined)).toThrow('format must be one of');
   });

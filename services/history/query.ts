@@ -57,12 +57,11 @@ export function parseTime(name: string, raw: string): number {
   return ms;
 }
 
-const MEDIA: [RegExp, HistoryFormat | 'any'][] = [
+/** The media types each format is served as (the wildcards: covers). */
+const MEDIA: [RegExp, HistoryFormat][] = [
   [/^application\/(x-)?ndjson$|^application\/jsonl$|^application\/x-jsonlines$/, 'ndjson'],
-  // "text/*" takes any text type: CSV is the one served.
-  [/^text\/csv$|^text\/\*$/, 'csv'],
+  [/^text\/csv$/, 'csv'],
   [/^application\/(vnd\.apache\.)?parquet$|^application\/x-parquet$/, 'parquet'],
-  [/^\*\/\*$|^application\/\*$/, 'any'],
 ];
 
 const NDJSON_TYPE = MEDIA.find(([, format]) => format === 'ndjson')![0];
@@ -81,33 +80,42 @@ function mediaRanges(accept: string): { type: string; q: number; trailer: boolea
 }
 
 /**
+ * The formats a media range covers, and how specifically it names them: RFC 9110 weighs a format
+ * by its most specific range (`text/csv` over `text/*` over `*\/*`).
+ */
+function covers(type: string): { formats: HistoryFormat[]; specificity: number } | null {
+  if (type === '*/*') return { formats: ['ndjson', 'csv', 'parquet'], specificity: 1 };
+  if (type === 'application/*') return { formats: ['ndjson', 'parquet'], specificity: 2 };
+  // "text/*" takes any text type: CSV is the one served.
+  if (type === 'text/*') return { formats: ['csv'], specificity: 2 };
+  const hit = MEDIA.find(([re]) => re.test(type));
+  return hit ? { formats: [hit[1]], specificity: 3 } : null;
+}
+
+/**
  * The media range of `Accept` an answer is served as: the first we can serve, by q; null when none.
- * A format its own range gives q=0 is not acceptable (RFC 9110): a wildcard beside it
- * (`application/x-ndjson;q=0, *\/*`) takes the next format it covers.
+ * A format its most specific range gives q=0 is not acceptable (RFC 9110): a wider range beside
+ * it (`application/x-ndjson;q=0, *\/*`) takes the next format it covers, and a narrower one
+ * (`text/*;q=0, text/csv`) still asks for its own.
  */
 function chosenRange(
   ranges: ReturnType<typeof mediaRanges>,
 ): { format: HistoryFormat; trailer: boolean } | null {
-  const refused = new Set(
-    // With the profile, q=0 refuses only the trailer line (below), not the format.
-    ranges
-      .filter((t) => t.q === 0 && !t.trailer)
-      .flatMap(({ type }) => {
-        const hit = MEDIA.find(([re]) => re.test(type));
-        return hit && hit[1] !== 'any' ? [hit[1]] : [];
-      }),
-  );
+  const weighed = ranges
+    // With the profile, q=0 refuses only the trailer line (negotiateAnswer), not the format.
+    .filter((t) => !(t.trailer && t.q === 0))
+    .flatMap((t) => {
+      const covered = covers(t.type);
+      return covered ? [{ ...covered, q: t.q }] : [];
+    });
+  const refused = (format: HistoryFormat) => {
+    const naming = weighed.filter((c) => c.formats.includes(format));
+    const top = Math.max(...naming.map((c) => c.specificity));
+    return naming.some((c) => c.specificity === top && c.q === 0);
+  };
   const types = ranges.filter((t) => t.q > 0).sort((a, b) => b.q - a.q);
   for (const { type, trailer } of types) {
-    const hit = MEDIA.find(([re]) => re.test(type));
-    if (!hit) continue;
-    if (hit[1] !== 'any') {
-      if (!refused.has(hit[1])) return { format: hit[1], trailer };
-      continue;
-    }
-    // application/* covers NDJSON and Parquet, */* every format.
-    const covered: HistoryFormat[] = type === '*/*' ? ['ndjson', 'csv', 'parquet'] : ['ndjson', 'parquet'];
-    const format = covered.find((f) => !refused.has(f));
+    const format = covers(type)?.formats.find((f) => !refused(f));
     if (format) return { format, trailer };
   }
   return null;

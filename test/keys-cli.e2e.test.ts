@@ -45,6 +45,10 @@ describe('operator key commands', () => {
   it('refuses bad input with a usage error naming the problem', async () => {
     await expect(run('create', '--plan', 'gold', '--owner', 'x')).rejects.toThrow(UsageError);
     await expect(run('create', '--plan', 'pro')).rejects.toThrow('--owner <who> is required');
+    // A missing plan is told as missing, with the plans to choose from (not "got undefined").
+    await expect(run('create', '--owner', 'x')).rejects.toThrow(
+      new UsageError('--plan <plan> is required: one of free, starter, pro'),
+    );
     await expect(run('revoke', 'key_nope')).rejects.toThrow('no key key_nope');
     await expect(run('frobnicate')).rejects.toThrow('unknown command frobnicate');
     // A day past its month's end names no day: refused, not rolled over to the next month's.
@@ -52,9 +56,19 @@ describe('operator key commands', () => {
       '--from must be an ISO 8601 date or time, e.g. 2026-11-01 or 2026-11-01T12:00Z (got 2026-02-30)',
     );
     await expect(run('payments', '--to', '2026-11-31T12:00Z')).rejects.toThrow(UsageError);
-    expect(await run('payments', '--from', '2028-02-29', '--to', '2026-12-01T00:00+01:00')).toContain(
+    expect(await run('payments', '--from', '2028-02-29', '--to', '2028-03-01T00:00+01:00')).toContain(
       '0 payments',
     );
+    // A window that ends before (or where) it starts: refused, not answered with empty totals.
+    for (const [from, to] of [
+      ['2026-12-01', '2026-11-01'],
+      ['2026-11-01', '2026-11-01'],
+      ['2026-11-01T00:30+01:00', '2026-10-31T23:30Z'],
+    ]) {
+      await expect(run('payments', '--from', from!, '--to', to!), `${from} ${to}`).rejects.toThrow(
+        new UsageError(`--from must be before --to (--to is exclusive; got --from ${from} --to ${to})`),
+      );
+    }
     const out = await run('create', '--plan', 'free', '--owner', 'bob');
     const keyId = /id: +(\S+)/.exec(out)![1]!;
     await expect(run('plan', keyId, 'free')).rejects.toThrow('already on free');
@@ -170,6 +184,24 @@ describe('npm run keys (the real CLI on an LMDB store)', () => {
     const same = await refused('plan', keyId, 'free');
     expect(same.code).toBe(1);
     expect(same.stderr.trimEnd().split('\n')).toEqual([expect.stringContaining('already on free')]);
+  });
+
+  it('refuses a create without --plan and a payments window that ends before it starts as usage errors (exit 2)', async () => {
+    const refused = (...args: string[]) =>
+      cli(...args).then(
+        () => ({ code: 0, stderr: '' }),
+        (err: { code: number; stderr: string }) => err,
+      );
+    // The log exists (payments reads one): a key issued first.
+    await cli('create', '--plan', 'free', '--owner', 'ops');
+    const noPlan = await refused('create', '--owner', 'ops');
+    expect(noPlan.code).toBe(2);
+    expect(noPlan.stderr).toMatch(/^--plan <plan> is required: one of free, starter, pro\n\nusage: /);
+    const swapped = await refused('payments', '--from', '2026-12-01', '--to', '2026-11-01');
+    expect(swapped.code).toBe(2);
+    expect(swapped.stderr).toMatch(
+      /^--from must be before --to \(--to is exclusive; got --from 2026-12-01 --to 2026-11-01\)\n\nusage: /,
+    );
   });
 
   it('refuses a read on a DATA_DIR holding no log, and rebuild-quota on the in-process cache (exit 2)', async () => {

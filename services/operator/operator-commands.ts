@@ -151,10 +151,12 @@ function instant(flag: string, value: string | boolean | undefined): number | un
   return ms;
 }
 
-function plan(value: string | boolean | undefined): Plan {
+/** A plan named by `what` (`--plan`, or `plan`'s second argument): missing is told as missing. */
+function plan(value: string | boolean | undefined, what: string): Plan {
+  const plans = Plan.options.join(', ');
+  if (value === undefined) throw new UsageError(`${what} is required: one of ${plans}`);
   const parsed = Plan.safeParse(value);
-  if (!parsed.success)
-    throw new UsageError(`plan must be one of ${Plan.options.join(', ')} (got ${String(value)})`);
+  if (!parsed.success) throw new UsageError(`${what} must be one of ${plans} (got ${String(value)})`);
   return parsed.data;
 }
 
@@ -220,7 +222,7 @@ export async function runOperatorCommand(
         if (typeof owner !== 'string' || owner.trim() === '')
           throw new UsageError('--owner <who> is required');
         const issued = await issueKey(deps.store, {
-          plan: plan(named.plan),
+          plan: plan(named.plan, '--plan <plan>'),
           owner: owner.trim(),
           via: 'operator',
         });
@@ -241,7 +243,7 @@ export async function runOperatorCommand(
       }
       case 'plan': {
         const record = await existing(deps.store, positional[0]);
-        const to = plan(positional[1]);
+        const to = plan(positional[1], 'a plan after the key id');
         const position = await changeKeyPlan(deps.store, record.stream, record.keyId, to);
         return done(position, [`${record.keyId}: ${record.plan} -> ${to}`]);
       }
@@ -287,6 +289,12 @@ export async function runOperatorCommand(
           to: instant('--to', named.to),
           status: status as PaymentStatus | undefined,
         };
+        // A window that ends where or before it starts holds no payment: its empty totals would
+        // read as a quiet period, not as the two dates swapped.
+        if (filter.from !== undefined && filter.to !== undefined && filter.from >= filter.to)
+          throw new UsageError(
+            `--from must be before --to (--to is exclusive; got --from ${String(named.from)} --to ${String(named.to)})`,
+          );
         const rows = filterLedger(await readLedger(deps.store), filter);
         if (format === 'csv') return ledgerCsv(rows);
         if (format === 'ndjson') return ledgerNdjson(rows);

@@ -478,8 +478,8 @@ export const ConfigSchema = z
     NATS_STREAM_MAX_AGE_MS: nonNegativeInt
       // An hour at least: far above the bus's duplicate window, which JetStream wants no longer.
       .refine((ms) => ms === 0 || ms >= 3_600_000, '0 (keep every message) or at least 3600000 (an hour)')
-      // JetStream reads the age as int64 nanoseconds: past it the server answered `invalid JSON` and
-      // the start failed naming NATS_URL, not this setting.
+      // JetStream reads the age as int64 nanoseconds: past it the server answers the stream's
+      // creation `invalid JSON`, a start failure that would name NATS_URL, not this setting.
       .refine(
         (ms) => ms <= MAX_NATS_AGE_MS,
         `at most ${MAX_NATS_AGE_MS} (about 292 years), the longest age JetStream takes`,

@@ -87,9 +87,8 @@ export const MAX_TIMER_TEXT = 'at most 2147483647 ms (about 24.8 days), the long
 /**
  * The longest lifetime an expiry setting takes (a nonce's, a token's, a paid answer's, a rotated
  * secret's overlap): 10 years, 315360000000 ms. Such a setting reaches no timer but becomes a date,
- * now + lifetime, and a Date ends 8.64e15 ms after 1970: SIWE_NONCE_TTL_MS=9000000000000000 passed
- * the check and every GET /api/keys/nonce answered 500 (its expires_at's toISOString threw
- * RangeError). Ten years is far past any lifetime the service gives (the longest default, a refresh
+ * now + lifetime, and a Date ends 8.64e15 ms after 1970: past it every answer stating the expiry
+ * (GET /api/keys/nonce's expires_at) would be a 500, toISOString throwing RangeError. Ten years is far past any lifetime the service gives (the longest default, a refresh
  * token's, is 30 days) and keeps now + lifetime a valid date for millennia; a value past it is a
  * slip (a digit too many, seconds written as ms).
  */

@@ -954,7 +954,16 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
       if (anchorOnly.length > 0 && !values.anchors)
         throw new UsageError(`${anchorOnly.map((name) => `--${name}`).join(', ')} goes with --anchors`);
       const anchors = values.anchors ? new AnchorCheck(await chainAnchors(values)) : null;
-      const recompute = data === undefined ? null : await OutcomeRecompute.open(data);
+      // A folder that holds no market data (no candles in the shared layout) is the option's
+      // fault: one line, exit 2, not a stack trace.
+      const recompute =
+        data === undefined
+          ? null
+          : await OutcomeRecompute.open(data).catch((err: Error) => {
+              throw new UsageError(
+                `--data ${data}: ${err.message} (a market-data folder in the shared layout, such as sample-data/market)`,
+              );
+            });
       try {
         const onRow = async (row: HistoryRow) => {
           anchors?.onRow(row);

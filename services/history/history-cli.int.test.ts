@@ -1256,6 +1256,16 @@ describe('npm run history', () => {
     expect(existsSync(`${out}.checkpoint.json`)).toBe(false);
   });
 
+  it('refuses a --data folder that holds no market data as a usage error', async () => {
+    const out = join(dir, 'data-none.ndjson');
+    await runHistoryCommand(['export', '--store', '--out', out], deps());
+    const empty = join(dir, 'data-none');
+    mkdirSync(empty);
+    const refusal = runHistoryCommand(['verify', out, '--data', empty], deps());
+    await expect(refusal).rejects.toThrow(UsageError);
+    await expect(refusal).rejects.toThrow(`--data ${empty}: replay: no candle files under ${empty}/candles/`);
+  });
+
   it('writes all of its output into a pipe read slowly before it exits', async () => {
     // The CLIs' exit (history and operator): 300 kB into a pipe, whose reader waits half a second
     // before it reads. process.exit right after the write left 65,536 bytes of it, exit status 0.

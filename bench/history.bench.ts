@@ -18,8 +18,7 @@
  *    one handed out again while the record stays at the same position (record-cache.ts), and the
  *    server's CPU per GET /api/track-record over loopback for both (a cached answer's JSON is sent
  *    as kept), over a record of every venue and timeframe for 90 days with risk forecasts
- *    (`--only=track-record`: those figures alone, in seconds; servers on HISTORY_BENCH_PORT and
- *    the next port, 19100 unset).
+ *    (`--only=track-record`: those figures alone, in seconds; servers on ports the system hands out).
  *  - fairness: another key's p99 on a cheap route (GET /api/verdicts?limit=1) beside 4 export
  *    loops, in alternating phases of the same process: NDJSON with the scan's wait for the end of
  *    the turn between pages and without it (scan.ts pageTurn); Parquet with the exports past the
@@ -32,8 +31,10 @@
  *   npx tsx bench/history.bench.ts [--verdicts=1000000] [--outcomes=100000] [--runs=3]
  *     [--profile=ndjson|parquet] [--inputs=full|small] [--phases=4] [--only=fairness|track-record]
  */
+
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -73,8 +74,6 @@ import { atLeast, recordTarget } from './harness.ts';
 
 const MARKETS = SYNTHETIC_MARKETS;
 const BATCH = 1_000;
-/** The ports of the track-record servers (HISTORY_BENCH_PORT and the next one). */
-const HTTP_PORT = Number(process.env.HISTORY_BENCH_PORT ?? 19_100);
 
 function arg(name: string, fallback: number): number {
   const hit = process.argv.find((a) => a.startsWith(`--${name}=`));
@@ -351,7 +350,7 @@ async function trackRecordAnswers(): Promise<{ freshMs: number; cachedMs: number
       return ++moving;
     },
   };
-  const serve = async (records: RecordCache, port: number) => {
+  const serve = async (records: RecordCache) => {
     const app = Fastify({ logger: false });
     app.setValidatorCompiler(validatorCompiler);
     await app.register(
@@ -362,10 +361,12 @@ async function trackRecordAnswers(): Promise<{ freshMs: number; cachedMs: number
         logger: pino({ level: 'silent' }),
       }),
     );
-    await app.listen({ host: '127.0.0.1', port });
+    // A port the system hands out: no other bench or test can hold it.
+    await app.listen({ host: '127.0.0.1', port: 0 });
     return app;
   };
-  const servers = [await serve(new RecordCache(moved), HTTP_PORT), await serve(cache, HTTP_PORT + 1)];
+  const servers = [await serve(new RecordCache(moved)), await serve(cache)];
+  const [freshPort, cachedPort] = servers.map((app) => (app.server.address() as AddressInfo).port);
   /** This process's CPU ms per request of `n` GETs of `window` from the server at `port`, and the body's bytes. */
   const routeMs = async (port: number, window: string, n: number) => {
     const client = spawn(
@@ -393,8 +394,8 @@ async function trackRecordAnswers(): Promise<{ freshMs: number; cachedMs: number
       const fresh = cpuMs(50, () => currentTrackRecord(state, window, now));
       const cached = cpuMs(2_000, () => cache.current(window, now));
       const json = cpuMs(50, () => JSON.stringify(cache.current(window, now)));
-      const routeFresh = await routeMs(HTTP_PORT, window, 50);
-      const routeCached = await routeMs(HTTP_PORT + 1, window, 1_000);
+      const routeFresh = await routeMs(freshPort!, window, 50);
+      const routeCached = await routeMs(cachedPort!, window, 1_000);
       rows[window] = {
         'fresh CPU ms': Number(fresh.toFixed(3)),
         'cached CPU µs': Number((cached * 1000).toPrecision(2)),

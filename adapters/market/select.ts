@@ -146,8 +146,9 @@ export async function selectFeed(options: SelectFeedOptions): Promise<SelectedFe
       signal,
     );
   } catch (stopped) {
-    // Only the stop rejects here (the probe's failure is an outcome): its clients are closed.
-    await live.close();
+    // Only the stop rejects here (the probe's failure is an outcome): its clients are closed, and
+    // a close that fails does not stand in for the stop's reason.
+    await live.close().catch(() => undefined);
     throw stopped;
   } finally {
     clearTimeout(timer);

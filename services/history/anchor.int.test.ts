@@ -16,6 +16,7 @@ import { anchorLeaf, merkleRoot, outcomeHash, verdictHash } from '../../contract
 import type { ProjectionRunner } from '../../projections/runner.ts';
 import { type Anvil, startAnvil } from '../../test/chain/anvil.ts';
 import { HOUR, MARKETS, recordHistory, startHistoryServer } from '../../test/history-harness.ts';
+import { freePort } from '../../test/ports.ts';
 import { readyzApp } from '../../test/readyz-app.ts';
 import { CommandFailedError } from '../shared/cli-failure.ts';
 import { Readiness } from '../shared/readiness.ts';
@@ -515,7 +516,8 @@ describe('the history anchor', () => {
   it("shows a failed send's reason on a passing check, with no failure's detail; the log has its words", async () => {
     // A chain that refuses: the anchorer's first check fails to send, which never makes the role
     // unready.
-    const { own, refused } = await refusingAnchorer(19301);
+    const port = await freePort();
+    const { own, refused } = await refusingAnchorer(port);
     const readiness = new Readiness();
     readiness.add('processor:history-anchor', refused.slice.checks()['processor:history-anchor']!);
     const { app, logged } = await readyzApp(readiness);
@@ -527,7 +529,7 @@ describe('the history anchor', () => {
       expect(check).toMatchObject({ ok: true, anchoring: 'on', address: ADDRESS, lastError: 'refused' });
       // A passing check carries no failure's words: the reason is in lastError, as the others show it.
       expect(check).not.toHaveProperty('detail');
-      expect(res.body).not.toContain('19301');
+      expect(res.body).not.toContain(String(port));
       // The error's words (the RPC's URL) are in the log's full result.
       expect(logged()).toHaveLength(1);
       expect(logged()[0]).toMatchObject({ check: 'processor:history-anchor', result: { ok: true } });
@@ -541,7 +543,7 @@ describe('the history anchor', () => {
 
   it('shows a check that threw undefined as failed: a throw of anything is a failure', async () => {
     // A check run before the throw below is refused.
-    const { own, refused } = await refusingAnchorer(19801);
+    const { own, refused } = await refusingAnchorer(await freePort());
     const check = refused.slice.checks()['processor:history-anchor']!;
     try {
       // The send throws undefined (a library rejecting with no reason), on every check from now on.

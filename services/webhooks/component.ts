@@ -29,6 +29,28 @@ import { type WebhookState, webhookProjectionWith } from './webhook-projection.t
 
 type WebhookAdapters = Pick<Adapters, 'eventStore' | 'projectionStore' | 'bus'>;
 
+/**
+ * A part's stop steps, in order, each run even when one before it throws: a projection snapshot
+ * that cannot be written must not leave the latest-verdicts runner folding, the delivery agent's
+ * sockets open or an own feed's clock ticking. The first failure is thrown once every step ran (the
+ * slice logs it); a later one is logged here, naming its step.
+ */
+async function stopSteps(
+  logger: Logger,
+  steps: [name: string, step: () => Promise<unknown>][],
+): Promise<void> {
+  let first: { err: unknown } | null = null;
+  for (const [name, step] of steps) {
+    try {
+      await step();
+    } catch (err) {
+      if (first === null) first = { err };
+      else logger.error({ err, step: name }, 'webhooks: a stop step failed after another');
+    }
+  }
+  if (first !== null) throw first.err;
+}
+
 function parts(
   config: Config,
   adapters: WebhookAdapters,
@@ -226,11 +248,13 @@ export function dispatcherComponent(deps: {
       await dispatcher.start();
     },
     async stop() {
-      await dispatcher?.stop(settings.timeoutMs + 1_000);
-      if (!deps.runner) await runner.stop({ drainMs: 2_000 });
-      await ownVerdicts?.stop({ drainMs: 2_000 });
-      await agent.close();
-      await ownFeed?.close();
+      await stopSteps(logger, [
+        ['dispatcher', async () => dispatcher?.stop(settings.timeoutMs + 1_000)],
+        ['projection:webhooks', async () => (deps.runner ? undefined : runner.stop({ drainMs: 2_000 }))],
+        ['projection:latest-verdicts', async () => ownVerdicts?.stop({ drainMs: 2_000 })],
+        ['agent', () => agent.close()],
+        ['feed', async () => ownFeed?.close()],
+      ]);
     },
     checks() {
       // Not `projection:latest-verdicts`: a shared runner is the projections slice's to report.
@@ -280,9 +304,11 @@ export function webhookApi(deps: {
       await runner.start();
     },
     async stop() {
-      await worker.drained();
-      await runner.stop({ drainMs: 2_000 });
-      await agent.close();
+      await stopSteps(logger, [
+        ['deliveries', () => worker.drained()],
+        ['projection:webhooks', () => runner.stop({ drainMs: 2_000 })],
+        ['agent', () => agent.close()],
+      ]);
     },
     checks() {
       return { 'projection:webhooks-api': projectionCheck(runner) };

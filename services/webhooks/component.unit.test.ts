@@ -19,33 +19,53 @@ const feed = {
   close: async () => {},
 } as unknown as MarketFeed;
 
-/** A projection store that fails to load or to save the latest-verdicts projection on request. */
-function projections(fail: { load?: boolean; save?: boolean }) {
+/**
+ * A projection store that fails to load or to save a projection on request (the latest-verdicts
+ * one unless `name` says another).
+ */
+function projections(fail: { load?: boolean; save?: boolean; name?: string }) {
   const store = new MemoryProjectionStore();
   const load = store.load.bind(store);
   const save = store.save.bind(store);
   store.load = async (name) => {
-    if (fail.load && name === 'latest-verdicts') throw new Error('snapshot unreadable');
+    if (fail.load && name === (fail.name ?? 'latest-verdicts')) throw new Error('snapshot unreadable');
     return load(name);
   };
   store.save = async (name, snapshot) => {
-    if (fail.save && name === 'latest-verdicts') throw new Error('snapshot unwritable');
+    if (fail.save && name === (fail.name ?? 'latest-verdicts')) throw new Error('snapshot unwritable');
     return save(name, snapshot);
   };
   return store;
 }
 
-function slice(fail: { load?: boolean; save?: boolean }) {
+function slice(
+  fail: { load?: boolean; save?: boolean; name?: string },
+  roles: ('api' | 'dispatcher')[] = ['api', 'dispatcher'],
+) {
   const eventStore = new MemoryEventStore();
   const bus = new MemoryBus();
+  const projectionStore = projections(fail);
   const built = webhooksSlice({
     config,
-    adapters: { eventStore, projectionStore: projections(fail), bus },
+    adapters: { eventStore, projectionStore, bus },
     logger,
-    roles: ['api', 'dispatcher'],
+    roles,
     feed,
   });
-  return { built, eventStore, bus };
+  return { built, eventStore, bus, projectionStore };
+}
+
+/** A subscription created on `eventStore`, folded by every runner on it: stopping has a snapshot to save. */
+async function somethingToFold(eventStore: MemoryEventStore): Promise<number> {
+  const { position } = await createSubscription(eventStore, {
+    keyId: 'key_a',
+    request: { url: 'https://hooks.example.com/a', events: ['trade_call'] } as never,
+    url: 'https://hooks.example.com/a',
+    secrets: new SecretBox('11'.repeat(32)),
+    maxPerKey: 5,
+  });
+  for (const runner of runnersOn(eventStore)) await runner.waitFor(position);
+  return position;
 }
 
 describe('the webhooks slice', () => {
@@ -73,6 +93,26 @@ describe('the webhooks slice', () => {
     for (const runner of running) await runner.waitFor(position);
     await expect(built.stop()).rejects.toThrow('snapshot unwritable');
     expect(runnersOn(eventStore).map((r) => r.name)).toEqual([]);
+    await bus.close();
+  });
+
+  it("runs the dispatcher part's later stop steps when an earlier one throws, rethrowing that failure", async () => {
+    // A dispatcher-only process: the part owns its webhook projection, whose snapshot cannot be
+    // written; the latest-verdicts runner is stopped after it.
+    const { built, eventStore, bus, projectionStore } = slice({ save: true, name: 'webhooks' }, [
+      'dispatcher',
+    ]);
+    await built.start();
+    const position = await somethingToFold(eventStore);
+    expect(
+      runnersOn(eventStore)
+        .map((r) => r.name)
+        .sort(),
+    ).toEqual(['latest-verdicts', 'webhooks']);
+    await expect(built.stop()).rejects.toThrow('snapshot unwritable');
+    // The later step ran: the latest-verdicts runner left the log and saved its snapshot.
+    expect(runnersOn(eventStore).map((r) => r.name)).toEqual([]);
+    expect((await projectionStore.load('latest-verdicts'))?.checkpoint).toBe(position);
     await bus.close();
   });
 

@@ -510,6 +510,9 @@ describe('cursor and query', () => {
     // The most specific range decides: a wider q=0 leaves a narrower range its format.
     expect(format(undefined, 'text/*;q=0, text/csv')).toBe('csv');
     expect(format(undefined, 'application/*;q=0, */*')).toBe('csv');
+    // ... and its q, not only q=0: a wider range's higher q asks nothing for a format named lower.
+    expect(format(undefined, '*/*, application/x-ndjson;q=0.1')).toBe('csv');
+    expect(format(undefined, 'text/*, text/csv;q=0.1, application/x-ndjson;q=0.5')).toBe('ndjson');
     expect(() => format(undefined, 'text/html')).toThrow(HistoryQueryError);
     expect(() => format('json', undefined)).toThrow('format must be one of');
   });

@@ -94,9 +94,10 @@ function covers(type: string): { formats: HistoryFormat[]; specificity: number }
 
 /**
  * The media range of `Accept` an answer is served as: the first we can serve, by q; null when none.
- * A format its most specific range gives q=0 is not acceptable (RFC 9110): a wider range beside
- * it (`application/x-ndjson;q=0, *\/*`) takes the next format it covers, and a narrower one
- * (`text/*;q=0, text/csv`) still asks for its own.
+ * A format takes the q of its most specific range (RFC 9110): a wider range beside it asks nothing
+ * for it (`application/x-ndjson;q=0, *\/*` takes the next format `*\/*` covers, `*\/*,
+ * application/x-ndjson;q=0.1` serves CSV), and a narrower one asks for its own (`text/*;q=0,
+ * text/csv`); a most specific range at q=0 makes it not acceptable.
  */
 function chosenRange(
   ranges: ReturnType<typeof mediaRanges>,
@@ -106,17 +107,16 @@ function chosenRange(
     .filter((t) => !(t.trailer && t.q === 0))
     .flatMap((t) => {
       const covered = covers(t.type);
-      return covered ? [{ ...covered, q: t.q }] : [];
+      return covered ? [{ ...covered, q: t.q, trailer: t.trailer }] : [];
     });
-  const refused = (format: HistoryFormat) => {
+  const decides = (range: (typeof weighed)[number], format: HistoryFormat) => {
     const naming = weighed.filter((c) => c.formats.includes(format));
     const top = Math.max(...naming.map((c) => c.specificity));
-    return naming.some((c) => c.specificity === top && c.q === 0);
+    return range.specificity === top && !naming.some((c) => c.specificity === top && c.q === 0);
   };
-  const types = ranges.filter((t) => t.q > 0).sort((a, b) => b.q - a.q);
-  for (const { type, trailer } of types) {
-    const format = covers(type)?.formats.find((f) => !refused(f));
-    if (format) return { format, trailer };
+  for (const range of weighed.filter((c) => c.q > 0).sort((a, b) => b.q - a.q)) {
+    const format = range.formats.find((f) => decides(range, f));
+    if (format) return { format, trailer: range.trailer };
   }
   return null;
 }

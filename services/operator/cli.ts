@@ -48,21 +48,17 @@ try {
   const output = await runOperatorCommand(argv, {
     store: adapters.eventStore,
     cache: adapters.cache,
-    applied,
     // A new key is printed before the wait for the service: a Ctrl-C then does not lose it.
-    shown: (text) => console.log(text),
+    applied: { shown: (text) => console.log(text), until: applied },
     secrets: () => secrets ?? secretBoxFromConfig(config),
   });
   if (output !== '') console.log(output);
 } catch (err) {
   code = err instanceof UsageError ? 2 : 1;
-  if (err instanceof OtherLogError) {
-    // What the command did (a new key is shown this once) went to stdout before the wait; why it is
-    // not in effect on stderr.
-    const did = err.output.slice(0, err.output.length - err.message.length).trimEnd();
-    if (did !== '') console.log(did);
-    console.error(err.message);
-  } else if (err instanceof UnfinishedError) {
+  // What the command did (a new key is shown this once) went to stdout before the wait; why it is
+  // not in effect goes to stderr.
+  if (err instanceof OtherLogError) console.error(err.message);
+  else if (err instanceof UnfinishedError) {
     // What it did on stdout; what it left undone (and why the exit is 1) on stderr.
     console.log(err.output);
     console.error(err.message);

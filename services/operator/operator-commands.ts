@@ -27,17 +27,10 @@ export class UsageError extends Error {
 
 /**
  * The service the CLI asked reads another event log than the CLI wrote to (another DATA_DIR or
- * store): the change is recorded, but not where that service looks. `output` is what the command
- * printed (a new key is shown only once) with the note; the CLI prints it and exits 1.
+ * store): the change is recorded, but not where that service looks. The CLI prints why and exits 1.
  */
 export class OtherLogError extends Error {
   override readonly name = 'OtherLogError';
-  constructor(
-    message: string,
-    readonly output = message,
-  ) {
-    super(message);
-  }
 }
 
 /**
@@ -180,7 +173,7 @@ function row(r: KeyRecord): string {
 /**
  * Runs one operator command and returns what to print. Pure of process and console. A key change
  * returns once `applied` says the running service has it (the CLI asks the service's /readyz), so
- * the next call already sees it; what `applied` answers, when it is not null, is printed after.
+ * the next call already sees it; what the change did is handed to `applied.shown` before that wait.
  */
 export async function runOperatorCommand(
   argv: string[],
@@ -190,28 +183,21 @@ export async function runOperatorCommand(
     /** The configured master keys, for reseal-webhook-secrets (made only when that runs). */
     secrets?: () => SecretBox;
     settleMs?: number;
-    applied?: (position: number) => Promise<string | null>;
     /**
-     * What a key change did, handed over before the wait for the service (`applied`): the CLI
-     * prints it at once, so a key shown once is not lost to a Ctrl-C during a wait of up to 10 s
-     * (the key was issued, active, and never printed). With it, the answer holds only what the
-     * wait says.
+     * The wait for the running service after a key change: `shown` is handed what the change did
+     * first (the CLI prints it at once, so a key shown once is not lost to a Ctrl-C during a wait
+     * of up to 10 s), then `until` waits; what it answers, when not null, is the command's answer.
      */
-    shown?: (text: string) => void;
+    applied?: {
+      shown: (text: string) => void;
+      until: (position: number) => Promise<string | null>;
+    };
   },
 ): Promise<string> {
   const done = async (position: number, lines: string[]) => {
-    deps.shown?.(lines.join('\n'));
-    const told = deps.shown ? [] : lines;
-    let note: string | null;
-    try {
-      note = deps.applied ? await deps.applied(position) : null;
-    } catch (err) {
-      if (err instanceof OtherLogError)
-        throw new OtherLogError(err.message, [...told, err.message].join('\n'));
-      throw err;
-    }
-    return [...told, ...(note ? [note] : [])].join('\n');
+    if (!deps.applied) return lines.join('\n');
+    deps.applied.shown(lines.join('\n'));
+    return (await deps.applied.until(position)) ?? '';
   };
   const [command, ...rest] = argv;
   const { positional, named } = flags(rest);

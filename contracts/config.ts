@@ -72,7 +72,7 @@ const privateKey = z.string().regex(/^0x[0-9a-fA-F]{64}$/, 'a 0x-prefixed 32-byt
  * A URL-valued setting: it must parse, with one of `schemes` (and a host unless `hostOptional`),
  * so a typo stops the start naming the variable instead of failing later in a client
  * (`getaddrinfo ENOTFOUND base`, `TypeError: Invalid URL`). `list`: comma-separated URLs, split
- * as every list setting (splitList), at least one.
+ * as every list setting (splitList); a list of none is refused before (listOf).
  */
 function urlSetting(
   schemes: string[],
@@ -84,9 +84,7 @@ function urlSetting(
     ? `one or more ${names} URLs, comma-separated, such as ${example}`
     : `a ${names} URL such as ${example}`;
   return z.string().superRefine((raw, ctx) => {
-    // A list is split as every list setting (splitList); one with no entry (`,`) names no server.
     const parts = opts.list ? splitList(raw) : [raw];
-    if (parts.length === 0) ctx.addIssue({ code: 'custom', message: expected });
     for (const part of parts) {
       let parsed: URL | null = null;
       try {
@@ -142,9 +140,10 @@ function listSetting(entry: RegExp, expected: string) {
 }
 
 /**
- * A comma-separated setting (every one is checked by this first): a value that names no entry, only
- * commas and blanks, is refused by the shared parser (parseList) saying what to set instead, `entry`
- * naming what the list holds. The value stays the string; what else it must be is chained after.
+ * A comma-separated setting (every one is checked by this first, or by its run-time parser through
+ * parsedBy): a value that names no entry, only commas and blanks, is refused by the shared parser
+ * (parseList) saying what to set instead, `entry` naming what the list holds. The value stays the
+ * string; what else it must be is chained after.
  */
 function listOf(entry: string, instead: string) {
   return z.string().superRefine((raw, ctx) => {
@@ -257,10 +256,9 @@ const oauthJwks = z.string().superRefine((raw, ctx) => {
 
 /** OAUTH_COOKIE_KEYS: comma-separated cookie secrets, the first signing, all checked. */
 const oauthCookieKeys = z.string().superRefine((raw, ctx) => {
+  // A list of none is refused before (listOf).
   const keys = splitList(raw);
-  if (keys.length === 0) {
-    ctx.addIssue({ code: 'custom', message: 'at least one secret (comma-separated)' });
-  } else if (keys.some((k) => k.length < 16)) {
+  if (keys.some((k) => k.length < 16)) {
     ctx.addIssue({
       code: 'custom',
       message: `each secret at least 16 characters (openssl rand -base64 32); ${keys.filter((k) => k.length < 16).length} of ${keys.length} shorter`,

@@ -19,10 +19,10 @@ export function splitList(raw: string): string[] {
 /**
  * A list setting's entries (splitList), refusing a value that names none: only commas and blanks
  * (`,`, ` `). loadConfig reads an empty value as unset, so the default runs; `,` or ` ` would run
- * as a list of no entry, which is rarely meant (ALLOWED_HOSTS=, refused every /mcp request 403,
- * SCHEDULE_TIMEFRAMES=" " scheduled nothing). Every list setting of contracts/config.ts is checked
- * by it. Throws `names no <entry>: <instead>`, `instead` saying how to get the default (unset it)
- * or, where a list of none means something, how to say that.
+ * as a list of no entry, which is rarely meant (ALLOWED_HOSTS=, would refuse every /mcp request
+ * 403, SCHEDULE_TIMEFRAMES=" " would schedule nothing). Every list setting of contracts/config.ts
+ * is checked by it. Throws `names no <entry>: <instead>`, `instead` saying how to get the default
+ * (unset it) or, where a list of none means something, how to say that.
  */
 export function parseList(raw: string, entry: string, instead: string): string[] {
   const entries = splitList(raw);
@@ -88,9 +88,10 @@ export const MAX_TIMER_TEXT = 'at most 2147483647 ms (about 24.8 days), the long
  * The longest lifetime an expiry setting takes (a nonce's, a token's, a paid answer's, a rotated
  * secret's overlap): 10 years, 315360000000 ms. Such a setting reaches no timer but becomes a date,
  * now + lifetime, and a Date ends 8.64e15 ms after 1970: past it every answer stating the expiry
- * (GET /api/keys/nonce's expires_at) would be a 500, toISOString throwing RangeError. Ten years is far past any lifetime the service gives (the longest default, a refresh
- * token's, is 30 days) and keeps now + lifetime a valid date for millennia; a value past it is a
- * slip (a digit too many, seconds written as ms).
+ * (GET /api/keys/nonce's expires_at) would be a 500, toISOString throwing RangeError. Ten years is
+ * far past any lifetime the service gives (the longest default, a refresh token's, is 30 days) and
+ * keeps now + lifetime a valid date for millennia; a value past it is a slip (a digit too many,
+ * seconds written as ms).
  */
 export const MAX_TTL_MS = 315_360_000_000;
 

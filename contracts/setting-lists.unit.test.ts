@@ -226,7 +226,7 @@ describe('the list settings: the configuration refuses what the run-time parser 
     expect([venues.LIVE_EXCHANGES, venues.SCHEDULE_EXCHANGE]).toEqual([['BINANCE', 'OKX'], ['BINANCE']]);
     expect(loadConfig({ SCHEDULE_TIMEFRAMES: '1h,,4h ' }).SCHEDULE_TIMEFRAMES).toEqual(['1h', '4h']);
     // A list of none is refused (parseList): a feed or a schedule needs a venue, an engine a
-    // timeframe (SCHEDULE_TIMEFRAMES=" " scheduled nothing), and an empty value is the default.
+    // timeframe (SCHEDULE_TIMEFRAMES=" " would schedule nothing), and an empty value is the default.
     for (const setting of ['LIVE_EXCHANGES', 'SCHEDULE_EXCHANGE', 'SCHEDULE_TIMEFRAMES', 'CHAT_MODELS']) {
       expect(configTakes({ [setting]: ',' }), setting).toBe(false);
       expect(configTakes({ [setting]: ' ' }), setting).toBe(false);

@@ -772,6 +772,7 @@ describe('the OpenAPI document describes every real answer', () => {
     const resources = { jsonrpc: '2.0', id: 2, method: 'resources/list', params: {} };
     await conform({ method: 'POST', template: '/mcp', body: resources, headers, status: 200 });
     await conform({ method: 'POST', template: '/mcp', raw: deep, headers, status: 400 });
+    await conform({ method: 'POST', template: '/mcp', raw: '', headers, status: 400 });
     await conform({ method: 'GET', template: '/mcp', headers, status: 400 });
     await methodsAsAnswered('/mcp', { ...headers, authorization: `Bearer ${key}` });
     await conform({

@@ -156,7 +156,7 @@ describe('MCP conformance of POST /mcp', () => {
       expect(answer.body.error.message).toContain('batch message 1: params._meta must be an object');
     });
 
-    it('an empty body is -32700 Parse error in plain words', async () => {
+    it("an empty body is the catalog's INVALID_JSON (-32700), as a malformed one is, saying it is empty", async () => {
       for (const headers of [on('2025-06-18'), {}]) {
         const answer = await post('', headers);
         expect(answer.status).toBe(400);
@@ -164,11 +164,15 @@ describe('MCP conformance of POST /mcp', () => {
           jsonrpc: '2.0',
           error: {
             code: -32700,
-            message: 'Parse error: the body is empty; send a JSON-RPC message',
-            data: withService(),
+            message: 'the body is not valid JSON: it is empty; send a JSON-RPC message',
+            data: withService({ code: 'INVALID_JSON' }),
           },
           id: null,
         });
+        const malformed = await post('{"jsonrpc":', headers);
+        expect(malformed.status).toBe(answer.status);
+        expect(malformed.body.error.code).toBe(answer.body.error.code);
+        expect(malformed.body.error.data.code).toBe(answer.body.error.data.code);
       }
     });
   });

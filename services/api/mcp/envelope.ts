@@ -17,15 +17,14 @@
  *   refused as above or by its params (params-check.ts: params not an object, a `_meta` MCP does
  *   not define; the message is named by its index); one holding initialize is refused with that
  *   message's id (the handshake is sent alone);
- * - an empty body is not JSON: -32700 Parse error, id null.
+ * - an empty body is not JSON: the catalog's INVALID_JSON (-32700, data.code INVALID_JSON, as a
+ *   malformed body is answered), id null.
  */
 
+import { ERRORS, type ErrorCode } from '../../../contracts/errors.ts';
 import { MCP_INVALID_REQUEST } from './error-codes.ts';
 import { isPlainObject, kindOf } from './json-shape.ts';
 import { metaIssue, type ParamsRefusal } from './params-check.ts';
-
-/** JSON-RPC's code for a body that is not JSON. */
-const MCP_PARSE_ERROR = -32700;
 
 /** The first revision without JSON-RPC batching (revisions are dates: later ones sort after). */
 export const NO_BATCH_REVISION = '2025-06-18';
@@ -102,13 +101,19 @@ const refusal = (message: string, id: string | number | null): ParamsRefusal => 
  * The refusal of a POST body whose envelope is not acceptable as above, or null. `version` is the
  * protocol revision the request speaks: its MCP-Protocol-Version header, else its session's.
  */
-export function envelopeRefusal(body: unknown, version: string | undefined): ParamsRefusal | null {
+export function envelopeRefusal(
+  body: unknown,
+  version: string | undefined,
+): (ParamsRefusal & { data?: { code: ErrorCode } }) | null {
   if (body === undefined) {
+    // Worded as the catalog words a malformed body (json-body.ts), saying what is wrong with it.
+    const code = 'INVALID_JSON';
     return {
-      status: 400,
-      code: MCP_PARSE_ERROR,
-      message: 'Parse error: the body is empty; send a JSON-RPC message',
+      status: ERRORS[code].status,
+      code: ERRORS[code].rpc,
+      message: `${ERRORS[code].message}: it is empty; send a JSON-RPC message`,
       id: null,
+      data: { code },
     };
   }
   if (!Array.isArray(body)) {

@@ -2,7 +2,7 @@ import { spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { connect, createServer, type Socket } from 'node:net';
+import { connect, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -11,6 +11,7 @@ import { EVENT_TYPES, newEvent } from '../contracts/events.ts';
 import { holdWriteLock, type LockHolder } from './lmdb-lock-holder.ts';
 import { freePortIn } from './ports.ts';
 import { type ServiceProcess as Run, runServiceProcess as run } from './service-process.ts';
+import { silentServer } from './silent-server.ts';
 
 const ROOT = new URL('..', import.meta.url).pathname;
 
@@ -203,10 +204,8 @@ describe('the service process', () => {
   it('on SIGTERM or SIGINT while it starts, ends the start, closes what it opened, says so in one stop line and exits 0', async () => {
     // A NATS port that takes the connection and never answers: the start waits on the bus (every
     // role of `npm start` carries it) and cannot finish while the signal comes.
-    const sockets: Socket[] = [];
-    const silent = createServer((socket) => sockets.push(socket));
-    const port = await freePortIn(19_200, 19_299);
-    await new Promise<void>((resolve) => silent.listen(port, '127.0.0.1', resolve));
+    const silent = await silentServer();
+    const { port, sockets } = silent;
     try {
       for (const signal of ['SIGTERM', 'SIGINT'] as const) {
         const dataDir = await tempDir();
@@ -227,8 +226,7 @@ describe('the service process', () => {
         await reopened.close();
       }
     } finally {
-      for (const socket of sockets) socket.destroy();
-      await new Promise<void>((resolve) => silent.close(() => resolve()));
+      await silent.close();
     }
   });
 

@@ -1,11 +1,12 @@
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { type AddressInfo, createServer, type Socket } from 'node:net';
+import type { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import { type ServiceProcess as Run, runServiceProcess as run } from './service-process.ts';
+import { silentServer } from './silent-server.ts';
 
 const running: Run[] = [];
 const dirs: string[] = [];
@@ -75,15 +76,8 @@ describe('a signal while the service waits at start for a server that does not a
     'on SIGTERM while it waits for %s, ends the wait, says so in one stop line and exits 0',
     async (_name, settings, answer) => {
       // A port that takes the connection and never answers (PostgreSQL's: past its login).
-      const sockets: Socket[] = [];
-      const silent = createServer((socket) => {
-        sockets.push(socket);
-        // The service resets its connection when it stops: not an error of this test's server.
-        socket.on('error', () => {});
-        answer?.(socket);
-      });
-      await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
-      const { port } = silent.address() as AddressInfo;
+      const silent = await silentServer(answer);
+      const { port, sockets } = silent;
       try {
         const dataDir = await mkdtemp(join(tmpdir(), 'start-abort-'));
         dirs.push(dataDir);
@@ -114,8 +108,7 @@ describe('a signal while the service waits at start for a server that does not a
         if (existsSync(join(dataDir, 'events')))
           await (await openLmdbEventStore({ path: join(dataDir, 'events') })).close();
       } finally {
-        for (const socket of sockets) socket.destroy();
-        await new Promise<void>((resolve) => silent.close(() => resolve()));
+        await silent.close();
       }
     },
     90_000,
@@ -130,14 +123,8 @@ describe('a signal while the service waits at start for a server that does not a
  */
 describe("a signal while FEED=auto's probe waits for a venue that does not answer", () => {
   it('ends the probe, says so in one stop line and exits 0', async () => {
-    const sockets: Socket[] = [];
-    const silent = createServer((socket) => {
-      sockets.push(socket);
-      socket.on('error', () => {});
-    });
-    // Port 0: the system's pick, never one another test file takes from a shared block.
-    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
-    const { port } = silent.address() as AddressInfo;
+    const silent = await silentServer();
+    const { port, sockets } = silent;
     try {
       const dataDir = await mkdtemp(join(tmpdir(), 'start-abort-'));
       dirs.push(dataDir);
@@ -162,8 +149,7 @@ describe("a signal while FEED=auto's probe waits for a venue that does not answe
       expect(stopped).toEqual([expect.objectContaining({ level: 30, signal: 'SIGTERM', during: 'start' })]);
       expect(existsSync(join(dataDir, 'service.pid'))).toBe(false);
     } finally {
-      for (const socket of sockets) socket.destroy();
-      await new Promise<void>((resolve) => silent.close(() => resolve()));
+      await silent.close();
     }
   }, 90_000);
 });

@@ -1,7 +1,7 @@
-import { type AddressInfo, createServer, type Socket } from 'node:net';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../contracts/config.ts';
+import { silentServer } from '../../test/silent-server.ts';
 import { fixtureFetch } from './fixture-fetch.ts';
 import type { FetchImplementation } from './live.ts';
 import type { MarketFeed } from './port.ts';
@@ -111,14 +111,8 @@ describe('selectFeed', () => {
   it('ends a probe that gets no answer when the start is stopped, rejecting with the stop', async () => {
     // Every venue's request reaches a port that takes the connection and never answers: the
     // probe's own bound (10 minutes here) is all that would end it.
-    const sockets: Socket[] = [];
-    const silent = createServer((socket) => {
-      sockets.push(socket);
-      socket.on('error', () => {});
-    });
-    // Port 0: the system's pick, never one another test file takes from a shared block.
-    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
-    const { port } = silent.address() as AddressInfo;
+    const silent = await silentServer();
+    const { port, sockets } = silent;
     try {
       const toSilent: FetchImplementation = (url, init) =>
         fetch(`http://127.0.0.1:${port}${new URL(url).pathname}`, init as RequestInit);
@@ -141,8 +135,7 @@ describe('selectFeed', () => {
       stop.abort(reason);
       await expect(selecting).rejects.toBe(reason);
     } finally {
-      for (const socket of sockets) socket.destroy();
-      await new Promise<void>((resolve) => silent.close(() => resolve()));
+      await silent.close();
     }
   }, 30_000);
 

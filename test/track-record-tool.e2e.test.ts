@@ -206,14 +206,19 @@ describe('get_track_record over MCP (official client)', () => {
         /^unsupported_exchange: exchange (BYBIT|OKX) is not served by the replay feed/,
       );
     }
-    // A timeframe no venue serves: the scans' refusal, code and words.
+    // A timeframe no venue serves, asked of every venue (no exchange): the scans' code, said of
+    // every venue with the timeframes they serve, not of the one venue a scan defaults to.
     const minute = await client.callTool({ name: 'get_track_record', arguments: { timeframe: '1m' } });
     const scan = await client.callTool({ name: 'scan_trade_calls', arguments: { timeframe: '1m' } });
     expect(minute.isError).toBe(true);
-    expect(text(minute)).toBe(text(scan));
-    expect(text(minute)).toMatch(/^unsupported_timeframe: timeframe 1m is not available for BINANCE_SPOT/);
-    // Neither call named a coin: the refusal names none (not the venue's top market it probed).
-    expect(text(minute)).toContain('candles of every coin here');
+    expect(minute.structuredContent).toMatchObject({ code: 'unsupported_timeframe' });
+    expect(text(scan)).toMatch(/^unsupported_timeframe: timeframe 1m is not available for BINANCE_SPOT/);
+    expect(text(minute)).toBe(
+      'unsupported_timeframe: timeframe 1m is not available on any venue here (BINANCE_SPOT, BINANCE): ' +
+        'they serve 5m, 15m, 30m, 1h, 2h, 4h, 8h, 12h, 1d',
+    );
+    expect(text(minute)).not.toContain('not available for');
+    // The call named no coin: the refusal names none (not the venue's top market it probed).
     expect(text(minute)).not.toMatch(/\b(BTC|ETH)\b/);
     // Served and held: answered (the history holds BINANCE 1h and BINANCE_SPOT 5m).
     for (const args of [

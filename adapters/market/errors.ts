@@ -52,6 +52,24 @@ export class UnsupportedTimeframeError extends marketDataError(
   (f) => `timeframe ${f.timeframe} is not available for ${f.exchange}: ${f.reason}`,
 ) {}
 
+/**
+ * A timeframe asked of no venue in particular (a filter naming none means every venue) that none
+ * of them serves: said of them all, with the timeframes they do serve, never of the one venue a
+ * call naming none would be answered for.
+ */
+export class TimeframeServedNowhereError extends marketDataError(
+  'TimeframeServedNowhereError',
+  'unsupported_timeframe',
+  (timeframe: string, venues: readonly Exchange[], served: readonly string[]) => ({
+    timeframe,
+    venues,
+    served,
+  }),
+  (f) =>
+    `timeframe ${f.timeframe} is not available on any venue here (${f.venues.join(', ')}): ` +
+    (f.served.length > 0 ? `they serve ${f.served.join(', ')}` : 'they serve no candles'),
+) {}
+
 export class UnsupportedExchangeError extends marketDataError(
   'UnsupportedExchangeError',
   'unsupported_exchange',
@@ -94,7 +112,7 @@ export function unservedAnswer(err: unknown): ServiceError | null {
   if (err instanceof UnsupportedExchangeError) {
     return new ServiceError('unsupported_exchange', { detail: err.message }, 'exchange');
   }
-  if (err instanceof UnsupportedTimeframeError) {
+  if (err instanceof UnsupportedTimeframeError || err instanceof TimeframeServedNowhereError) {
     return new ServiceError('unsupported_timeframe', { detail: err.message }, 'timeframe');
   }
   return null;

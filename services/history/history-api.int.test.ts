@@ -531,7 +531,6 @@ describe('GET /api/verdicts', () => {
         '?exchange=OKX&timeframe=1m',
         tools(() => fx.engine.getTradeCall({ coin: 'BTC', exchange: 'OKX', timeframe: '1m' })),
       ],
-      ['?timeframe=1m', tools(() => fx.engine.scanTradeCalls({ timeframe: '1m' }))],
       [
         '?exchange=BINANCE&timeframe=1m',
         tools(() => fx.engine.scanTradeCalls({ exchange: 'BINANCE', timeframe: '1m' })),
@@ -547,6 +546,17 @@ describe('GET /api/verdicts', () => {
       expect(await res.json(), query).toMatchObject({ code, message, field });
       expect(code, query).toMatch(/^unsupported_(exchange|timeframe)$/);
     }
+    // A timeframe alone is asked of every venue: the scans' code, said of every venue (a scan
+    // naming none is answered for its default venue, and its words name that one).
+    const minute = await fetch(`${server.url}/api/verdicts?timeframe=1m`, { headers: auth() });
+    expect(minute.status).toBe(422);
+    expect(await minute.json()).toMatchObject({
+      code: (await tools(() => fx.engine.scanTradeCalls({ timeframe: '1m' }))).code,
+      field: 'timeframe',
+      message: expect.stringMatching(
+        /^timeframe 1m is not available on any venue here \(.*BINANCE_SPOT.*\): they serve 5m, /,
+      ),
+    });
     // Served (or held) venues and timeframes still answer, an empty history where nothing is held.
     for (const query of ['?exchange=BINANCE&timeframe=4h', '?timeframe=5m', '?exchange=BINANCE_SPOT']) {
       const res = await fetch(`${server.url}/api/verdicts${query}`, { headers: auth() });

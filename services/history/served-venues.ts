@@ -1,6 +1,7 @@
+import { TimeframeServedNowhereError } from '../../adapters/market/errors.ts';
 import { LISTING_KEEP_MS } from '../../adapters/market/known-coins.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
-import type { Exchange, Timeframe } from '../../contracts/market.ts';
+import { type Exchange, TIMEFRAMES, type Timeframe } from '../../contracts/market.ts';
 import { defaultExchange, unservedVenue } from '../engine/engine.ts';
 import { parseVerdictStream } from '../engine/verdict-recorder.ts';
 import { setBounded } from '../shared/bounded-map.ts';
@@ -50,7 +51,7 @@ export class ServedVenues {
   /**
    * Throws the feed's refusal when the history holds nothing asked and the feed serves it
    * nowhere: a venue alone is refused only as a venue (unsupported_exchange); a timeframe alone
-   * when no venue serves it, with the refusal of the venue a call naming none is answered for.
+   * when no venue serves it, said of every venue with the timeframes they serve.
    */
   async check(ask: { exchange?: Exchange | undefined; timeframe?: Timeframe | undefined }): Promise<void> {
     const { exchange, timeframe } = ask;
@@ -73,13 +74,30 @@ export class ServedVenues {
       return;
     }
     const venues = [defaultExchange(feed), ...feed.exchanges()].filter((v, i, all) => all.indexOf(v) === i);
-    let first: Error | null = null;
+    const refusing: Exchange[] = [];
     for (const venue of venues) {
       const refusal = await this.#refusal(feed, venue, timeframe!);
       if (refusal === null) return;
-      if (first === null && (refusal as { code?: string }).code === 'unsupported_timeframe') first = refusal;
+      if ((refusal as { code?: string }).code === 'unsupported_timeframe') refusing.push(venue);
     }
-    if (first) throw first;
+    // Asked of every venue, refused by each: said of them all (not of the default venue, which
+    // the call did not name), with what they serve instead.
+    if (refusing.length > 0)
+      throw new TimeframeServedNowhereError(timeframe!, refusing, await this.#served(feed, refusing));
+  }
+
+  /** The timeframes some of `venues` serve, in TIMEFRAMES order (probed as check probes one). */
+  async #served(feed: MarketFeed, venues: readonly Exchange[]): Promise<Timeframe[]> {
+    const served: Timeframe[] = [];
+    for (const timeframe of TIMEFRAMES) {
+      for (const venue of venues) {
+        if ((await this.#refusal(feed, venue, timeframe)) === null) {
+          served.push(timeframe);
+          break;
+        }
+      }
+    }
+    return served;
   }
 
   async #refusal(feed: MarketFeed, exchange: Exchange, timeframe: Timeframe): Promise<Error | null> {

@@ -6,12 +6,13 @@ import { openReplayFeed, type ReplayFeed, SHIPPED_MARKET_DIR } from '../../adapt
 import { recordHistory, startHistoryServer } from '../../test/history-harness.ts';
 
 /**
- * A timeframe no venue serves, asked by a caller naming no coin (GET /api/verdicts?timeframe=,
- * get_track_record, a scan), is refused with the venue's top market's refusal. Where the venue's
- * coins hold different files (the full shared data set, the default replay beside the checkout:
- * BTC and ETH with 5m and 1h, AAVE and others with 1h only), the words named that market's coin
- * ("the replay data holds 5m, 1h candles of BTC here"), a coin the caller never named. Now a
- * timeframe no coin of the venue builds is said of the venue.
+ * A timeframe no venue serves, asked by a caller naming no coin: a scan is refused with its
+ * venue's top market's refusal; GET /api/verdicts?timeframe= and get_track_record, which ask every
+ * venue, are refused in words about every venue. Where the venue's coins hold different files
+ * (the full shared data set, the default replay beside the checkout: BTC and ETH with 5m and 1h,
+ * AAVE and others with 1h only), the words must not name a market's coin ("the replay data holds
+ * 5m, 1h candles of BTC here"), a coin the caller never named: a timeframe no coin of the venue
+ * builds is said of the venue.
  */
 describe('a timeframe no coin of a venue builds is refused in words about the venue, not a coin', () => {
   let dir: string;
@@ -42,16 +43,16 @@ describe('a timeframe no coin of a venue builds is refused in words about the ve
     if (dir) await rm(dir, { recursive: true, force: true });
   });
 
-  it('GET /api/verdicts?timeframe=1m: 422 unsupported_timeframe naming the venue and its files, no coin', async () => {
+  it('GET /api/verdicts?timeframe=1m: 422 unsupported_timeframe naming the venues and what they serve, no coin', async () => {
     const answer = await fetch(`${server.url}/api/verdicts?timeframe=1m`, {
       headers: { authorization: `Bearer ${key}` },
     });
     expect(answer.status).toBe(422);
     const body = (await answer.json()) as { code: string; message: string; field: string };
     expect(body).toMatchObject({ code: 'unsupported_timeframe', field: 'timeframe' });
+    // No venue asked is every venue: said of them all (here BINANCE_SPOT alone) and what they serve.
     expect(body.message).toBe(
-      'timeframe 1m is not available for BINANCE_SPOT: the replay data holds 5m, 1h candles here (not every coin ' +
-        'has each), which build 5m, 15m, 30m, 1h, 2h, 4h, 8h, 12h, 1d; 1m is served by no replayed venue (or on the live feed)',
+      'timeframe 1m is not available on any venue here (BINANCE_SPOT): they serve 5m, 15m, 30m, 1h, 2h, 4h, 8h, 12h, 1d',
     );
     expect(body.message).not.toMatch(/\b(BTC|ETH)\b/);
   });

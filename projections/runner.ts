@@ -50,6 +50,36 @@ export function runnersOn(store: EventStore): ProjectionRunner<unknown>[] {
 }
 
 /**
+ * When the stops of the runners on a store must be done (performance.now()), set by the service's
+ * shutdown. The slices stop their runners one after another, and with the store silent (a
+ * partition, a hung server: connections open, no answer) each one's head read, drain and final
+ * save waited in turn, past SHUTDOWN_TIMEOUT_MS. One deadline for all of them instead: a stop that
+ * reaches it leaves its snapshot unsaved, which costs only a re-fold from the last saved snapshot
+ * at the next start (every projection store keeps the last save whole; none is written part way).
+ */
+const stopDeadlines = new WeakMap<EventStore, number>();
+
+/** Bounds every later stop of a runner on `store` to end by `at` (performance.now() time). */
+export function stopRunnersBy(store: EventStore, at: number): void {
+  stopDeadlines.set(store, at);
+}
+
+/** `work` or, once the store's stop deadline passes, false; true when the work ended first. */
+async function beforeStopDeadline(store: EventStore, work: Promise<unknown>): Promise<boolean> {
+  const at = stopDeadlines.get(store);
+  if (at === undefined) return work.then(() => true);
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<false>((resolve) => {
+    timer = setTimeout(() => resolve(false), Math.max(0, at - performance.now()));
+  });
+  try {
+    return await Promise.race([work.then(() => true as const), late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
  * Runs one projection: loads its snapshot (state and checkpoint, saved atomically together),
  * catches up from the checkpoint, then tails the log live. After a crash it resumes from the
  * last snapshot and re-folds what followed, which is safe because folds are deterministic.
@@ -141,17 +171,37 @@ export class ProjectionRunner<S> extends FoldProgress implements FeedMember {
       // The drain is best effort, its head read too: a log already gone (closed under the
       // process) still lets the runner stop and keep what it folded.
       const drained = async () => this.waitFor(await this.store.headPosition(), options.drainMs!);
-      await drained().catch((err: unknown) =>
-        this.options.logger?.warn({ err, projection: this.name }, 'stopped before reaching the head'),
-      );
+      let late = false;
+      // A drain left at the deadline fails later (the store closed under it): already told.
+      const drain = drained().catch((err: unknown) => {
+        if (!late)
+          this.options.logger?.warn({ err, projection: this.name }, 'stopped before reaching the head');
+      });
+      late = !(await beforeStopDeadline(this.store, drain));
+      if (late)
+        this.options.logger?.warn(
+          { projection: this.name, position: this.position },
+          'stopped before reaching the head: the log did not answer by the stop deadline',
+        );
     }
     const wasJoined = this.joined;
     this.joined = false;
     runningOn.get(this.store)?.delete(this as ProjectionRunner<unknown>);
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
-    if (wasJoined) await feedOf(this.store).leave(this);
-    await this.saveSnapshot();
+    // The last member's leave waits for the feed's read in flight, which a silent store never ends.
+    const left = wasJoined ? feedOf(this.store).leave(this) : Promise.resolve();
+    const saved = left.then(() => this.saveSnapshot());
+    // Rejected here when awaited below; when left behind at the deadline, its failure is moot.
+    saved.catch(() => undefined);
+    if (!(await beforeStopDeadline(this.store, saved))) {
+      this.options.logger?.warn(
+        { projection: this.name, position: this.position, saved: this.savedPosition },
+        'projection snapshot not saved by the stop deadline: the next start re-folds from the last saved one',
+      );
+      return;
+    }
+    await saved;
   }
 
   /** Throws the state away and folds the whole log again from position 0. */

@@ -18,7 +18,12 @@ export interface Adapters {
   projectionStore: ProjectionStore;
   bus: Bus;
   cache: Cache;
-  close(): Promise<void>;
+  /**
+   * Closes them in turn. With `by` (a performance.now() time), one whose close has not ended then
+   * is left to the process's exit: a store that keeps its connections open without answering (a
+   * partition, a hung server) never ends a close that waits for its reply.
+   */
+  close(options?: { by?: number }): Promise<void>;
 }
 
 /** Throws NoEventStoreError when the configured LMDB log does not exist yet (other stores: never). */
@@ -76,10 +81,29 @@ export async function openAdapters(
       projectionStore,
       bus,
       cache,
-      async close() {
+      async close({ by }: { by?: number } = {}) {
         // Reverse order: followers of the store stop before the store itself.
-        for (const adapter of [cache, bus, { close: closeProjections }, eventStore]) {
-          await adapter.close().catch((err: unknown) => logger.error({ err }, 'closing an adapter failed'));
+        const adapters: [string, { close(): Promise<void> }][] = [
+          ['cache', cache],
+          ['bus', bus],
+          ['projection store', { close: closeProjections }],
+          ['event store', eventStore],
+        ];
+        for (const [name, adapter] of adapters) {
+          const closing = adapter
+            .close()
+            .catch((err: unknown) => logger.error({ err, adapter: name }, 'closing an adapter failed'));
+          if (by === undefined) {
+            await closing;
+            continue;
+          }
+          let timer: NodeJS.Timeout | undefined;
+          const late = new Promise<'late'>((resolve) => {
+            timer = setTimeout(() => resolve('late'), Math.max(0, by - performance.now()));
+          });
+          const end = await Promise.race([closing, late]).finally(() => clearTimeout(timer));
+          if (end === 'late')
+            logger.warn({ adapter: name }, 'an adapter did not close by the stop deadline: left to the exit');
         }
       },
     };

@@ -6,6 +6,7 @@ import { anchorInLog } from '../adapters/market/replay-anchor.ts';
 import { feedOptionsFromConfig, selectFeed } from '../adapters/market/select.ts';
 import { type Config, publicBaseUrl } from '../contracts/config.ts';
 import { projectionLag, runnerLags } from '../projections/lag.ts';
+import { stopRunnersBy } from '../projections/runner.ts';
 import { type Adapters, openAdapters } from './adapters.ts';
 import { buildApp } from './api/app.ts';
 import type { Role, Slice } from './component.ts';
@@ -212,6 +213,14 @@ export async function startService(
             step('drain');
             await drain(readiness, config.SHUTDOWN_DRAIN_MS, logger);
           }
+          // Deadlines within SHUTDOWN_TIMEOUT_MS for what waits on the stores: a silent one (a
+          // partition, a hung server) answers none of the waits. The runners' head reads, drains
+          // and final saves share the first (see stopRunnersBy); the adapters' close ends by the
+          // second, a fifth of the bound before it, which the exit (its lines flushed) takes on a
+          // loaded machine.
+          const stopStart = performance.now();
+          stopRunnersBy(adapters.eventStore, stopStart + (config.SHUTDOWN_TIMEOUT_MS * 3) / 5);
+          const adaptersBy = stopStart + (config.SHUTDOWN_TIMEOUT_MS * 4) / 5;
           step('http');
           await closeHttp(httpApp, Math.floor(config.SHUTDOWN_TIMEOUT_MS / 3), logger);
           for (const slice of [...started].reverse()) {
@@ -223,7 +232,7 @@ export async function startService(
           step('engine');
           await signalEngine?.close();
           step('adapters');
-          await adapters.close();
+          await adapters.close({ by: adaptersBy });
           step('done');
           logger.info({ stepsMs }, 'service stopped');
         })();

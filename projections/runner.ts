@@ -53,7 +53,7 @@ export function runnersOn(store: EventStore): ProjectionRunner<unknown>[] {
  * When the stops of the runners on a store must be done (performance.now()), set by the service's
  * shutdown. The slices stop their runners one after another, and with the store silent (a
  * partition, a hung server: connections open, no answer) each one's head read, drain and final
- * save waited in turn, past SHUTDOWN_TIMEOUT_MS. One deadline for all of them instead: a stop that
+ * save would wait in turn, past SHUTDOWN_TIMEOUT_MS. One deadline bounds them all: a stop that
  * reaches it leaves its snapshot unsaved, which costs only a re-fold from the last saved snapshot
  * at the next start (every projection store keeps the last save whole; none is written part way).
  */

@@ -36,3 +36,19 @@ export function beforeAbort<T>(
     );
   });
 }
+
+/**
+ * Whether `work` ended before `at` (a performance.now() time): true once it did (its failure is
+ * thrown), false once `at` passes first, the work left to end on its own (what it yields then is
+ * dropped, as beforeAbort drops it). A stop bounds by it what a silent server never answers.
+ */
+export async function endedBy(work: Promise<unknown>, at: number): Promise<boolean> {
+  const deadline = AbortSignal.timeout(Math.max(0, Math.ceil(at - performance.now())));
+  try {
+    await beforeAbort(work, deadline);
+    return true;
+  } catch (err) {
+    if (deadline.aborted && err === deadline.reason) return false;
+    throw err;
+  }
+}

@@ -1,6 +1,6 @@
 import { getEventListeners } from 'node:events';
 import { describe, expect, it } from 'vitest';
-import { beforeAbort } from './before-abort.ts';
+import { beforeAbort, endedBy } from './before-abort.ts';
 
 describe('beforeAbort', () => {
   it("is the work's outcome while not aborted", async () => {
@@ -92,6 +92,36 @@ describe('beforeAbort with a discard', () => {
       await expect(
         beforeAbort(Promise.reject(new Error('late')), stop.signal, () => undefined),
       ).rejects.toMatchObject({ name: 'AbortError' });
+      await new Promise((resolve) => setImmediate(resolve));
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
+    expect(unhandled).toEqual([]);
+  });
+});
+
+describe('endedBy (a stop bounded by a deadline)', () => {
+  it('is true for work that ends first, its failure thrown; false once the deadline passes first', async () => {
+    const later = performance.now() + 600_000;
+    await expect(endedBy(Promise.resolve(1), later)).resolves.toBe(true);
+    await expect(endedBy(Promise.reject(new Error('close failed')), later)).rejects.toThrow('close failed');
+    // A deadline already past: work that never ends is left, work already done still counts.
+    const past = performance.now() - 1;
+    await expect(endedBy(new Promise(() => {}), past)).resolves.toBe(false);
+    await expect(endedBy(Promise.resolve(2), past)).resolves.toBe(true);
+  });
+
+  it('drops what work left at the deadline yields later: no unhandled rejection', async () => {
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      let fail!: (err: Error) => void;
+      const work = new Promise((_, reject) => {
+        fail = reject;
+      });
+      await expect(endedBy(work, performance.now() - 1)).resolves.toBe(false);
+      fail(new Error('the store closed under it'));
       await new Promise((resolve) => setImmediate(resolve));
     } finally {
       process.off('unhandledRejection', onUnhandled);

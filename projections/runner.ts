@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import { endedBy } from '../adapters/before-abort.ts';
 import type { EventStore } from '../adapters/event-store/port.ts';
 import { firstIndex } from '../adapters/first-index.ts';
 import type { ProjectionStore } from '../adapters/projection-store/port.ts';
@@ -64,19 +65,11 @@ export function stopRunnersBy(store: EventStore, at: number): void {
   stopDeadlines.set(store, at);
 }
 
-/** `work` or, once the store's stop deadline passes, false; true when the work ended first. */
+/** Whether `work` ended before the store's stop deadline (it is awaited whole when none is set). */
 async function beforeStopDeadline(store: EventStore, work: Promise<unknown>): Promise<boolean> {
   const at = stopDeadlines.get(store);
   if (at === undefined) return work.then(() => true);
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<false>((resolve) => {
-    timer = setTimeout(() => resolve(false), Math.max(0, at - performance.now()));
-  });
-  try {
-    return await Promise.race([work.then(() => true as const), late]);
-  } finally {
-    clearTimeout(timer);
-  }
+  return endedBy(work, at);
 }
 
 /**

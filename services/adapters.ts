@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
-import { beforeAbort } from '../adapters/before-abort.ts';
+import { beforeAbort, endedBy } from '../adapters/before-abort.ts';
 import type { Bus } from '../adapters/bus/port.ts';
 import type { Cache } from '../adapters/cache/port.ts';
 import { type AppendWatch, watchAppends } from '../adapters/event-store/append-watch.ts';
@@ -97,12 +97,7 @@ export async function openAdapters(
             await closing;
             continue;
           }
-          let timer: NodeJS.Timeout | undefined;
-          const late = new Promise<'late'>((resolve) => {
-            timer = setTimeout(() => resolve('late'), Math.max(0, by - performance.now()));
-          });
-          const end = await Promise.race([closing, late]).finally(() => clearTimeout(timer));
-          if (end === 'late')
+          if (!(await endedBy(closing, by)))
             logger.warn({ adapter: name }, 'an adapter did not close by the stop deadline: left to the exit');
         }
       },

@@ -280,8 +280,9 @@ describe('the service process', () => {
 
   it('on SIGTERM beside a client that sent half a body and went quiet, cuts it off after the grace, drains and exits 0', async () => {
     const dataDir = await tempDir();
-    // The grace is a third of the shutdown timeout (3 s); the request timeout (30 s) is far past both.
-    const r = run({ DATA_DIR: dataDir, REPLAY_SPEED: '0', SHUTDOWN_TIMEOUT_MS: '9000' });
+    // The grace is a third of the shutdown timeout (5 s); the request timeout (30 s) is far past both.
+    // The projections' stop deadline (3/5 of it) leaves them 4 s past the grace to save on a loaded host.
+    const r = run({ DATA_DIR: dataDir, REPLAY_SPEED: '0', SHUTDOWN_TIMEOUT_MS: '15000' });
     running.push(r);
     await expect.poll(() => r.lines.find((l) => l.msg === 'service started'), { interval: 100 }).toBeTruthy();
     const url = new URL(r.lines.find((l) => l.msg === 'service started')!.url as string);

@@ -973,6 +973,15 @@ export const ConfigSchema = z
           });
         }
       }
+    } else if (cfg.CHAT_MODELS.length > 0) {
+      // Offered to callers (the request schema's enum), they would be answered extractively.
+      ctx.addIssue({
+        code: 'custom',
+        path: ['CHAT_MODELS'],
+        message:
+          'names models no provider serves with CHAT_PROVIDER=none: set CHAT_PROVIDER ' +
+          '(openai-compatible or anthropic) with CHAT_BASE_URL, or unset CHAT_MODELS',
+      });
     }
     if (cfg.NODE_ENV === 'production' && cfg.REPLAY_SPEED === 0) {
       ctx.addIssue({

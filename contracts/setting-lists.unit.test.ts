@@ -221,7 +221,8 @@ describe('the list settings: the configuration refuses what the run-time parser 
   it('splits a comma-separated value into its trimmed entries, the empty ones dropped', () => {
     expect(splitList(' a, ,b,')).toEqual(['a', 'b']);
     expect(splitList('')).toEqual([]);
-    expect(loadConfig({ CHAT_MODELS: ' m1, ,m2,' }).CHAT_MODELS).toEqual(['m1', 'm2']);
+    const chat = { CHAT_PROVIDER: 'openai-compatible', CHAT_BASE_URL: 'http://127.0.0.1:1/v1' };
+    expect(loadConfig({ ...chat, CHAT_MODELS: ' m1, ,m2,' }).CHAT_MODELS).toEqual(['m1', 'm2']);
     const venues = loadConfig({ LIVE_EXCHANGES: 'binance, ,OKX,', SCHEDULE_EXCHANGE: 'BINANCE,' });
     expect([venues.LIVE_EXCHANGES, venues.SCHEDULE_EXCHANGE]).toEqual([['BINANCE', 'OKX'], ['BINANCE']]);
     expect(loadConfig({ SCHEDULE_TIMEFRAMES: '1h,,4h ' }).SCHEDULE_TIMEFRAMES).toEqual(['1h', '4h']);

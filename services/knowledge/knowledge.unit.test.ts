@@ -1223,6 +1223,15 @@ describe('chat configuration', () => {
       }).CHAT_MODELS,
     ).toEqual(['a', 'b']);
   });
+
+  it('model names without a provider are refused: nothing would serve them', () => {
+    // Taken, they were offered (the OpenAPI enum, INVALID_MODEL's list) and answered extractively
+    // under the name "extractive", without a note.
+    expect(() => loadConfig({ CHAT_MODELS: 'gpt-4' })).toThrow(ConfigError);
+    expect(() => loadConfig({ CHAT_MODELS: 'gpt-4' })).toThrow(
+      /CHAT_MODELS: names models no provider serves with CHAT_PROVIDER=none/,
+    );
+  });
 });
 
 describe('request checks', () => {

@@ -260,6 +260,27 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
     expect(ServiceMeta.parse(edge.body._service).quota?.used).toBe(1);
   });
 
+  it('the error codes’ passages name the route that answers each, and what MCP answers instead', async () => {
+    const key = await issue('starter');
+    const passage = async (code: string) => {
+      const { body } = await post('/api/search', { query: code, limit: 5 }, bearer(key.key));
+      const found = SearchAnswer.parse(body).results.find((r) => r.id === `errors#${code}`);
+      return found?.excerpt.replaceAll('**', '');
+    };
+    // A search code is never answered on /api/chat, a chat code never on /api/search.
+    const search = await passage('QUERY_TOO_SHORT');
+    expect(search).toContain('on POST /api/search');
+    expect(search).not.toContain('/api/chat');
+    const chat = await passage('INVALID_MODEL');
+    expect(chat).toContain('on POST /api/chat');
+    expect(chat).not.toContain('/api/search');
+    // Over MCP a refused key is a JSON-RPC error and an exhausted quota quota_exhausted, not these codes.
+    expect(await passage('UNAUTHORIZED')).toContain('-32003');
+    expect(await passage('UNAUTHORIZED')).not.toContain('result.isError');
+    expect(await passage('QUOTA_EXHAUSTED')).toContain('quota_exhausted');
+    expect(await passage('KEY_UNVERIFIABLE')).toContain('-32004');
+  });
+
   it('both routes answer 401 UNAUTHORIZED without a live key', async () => {
     for (const path of ['/api/search', '/api/chat']) {
       const body = { query: 'webhooks', question: 'what does squeeze mean' };

@@ -6,6 +6,7 @@ import {
   ChatAnswer,
   ChatKnowledgeInput,
   KNOWLEDGE_ERRORS,
+  type KnowledgeErrorCode,
   SearchAnswer,
   SearchKnowledgeInput,
 } from '../../contracts/knowledge.ts';
@@ -219,6 +220,27 @@ const OTHER_ERRORS: { code: ErrorCode | `-${number}`; status: string; meaning: s
   },
 ];
 
+const ON_SEARCH = 'on POST /api/search (and comes back as result.isError of search_knowledge over MCP)';
+const ON_CHAT = 'on POST /api/chat (and comes back as result.isError of chat_knowledge over MCP)';
+const ON_BOTH = 'on POST /api/search and POST /api/chat';
+
+/** Where each knowledge code is answered: a field's code on its route alone, the caller's on both. */
+const ANSWERED: Record<KnowledgeErrorCode, string> = {
+  INVALID_QUERY: ON_SEARCH,
+  QUERY_TOO_SHORT: ON_SEARCH,
+  QUERY_TOO_LONG: ON_SEARCH,
+  INVALID_LIMIT: ON_SEARCH,
+  INVALID_QUESTION: ON_CHAT,
+  QUESTION_TOO_SHORT: ON_CHAT,
+  QUESTION_TOO_LONG: ON_CHAT,
+  INVALID_MODEL: ON_CHAT,
+  CHAT_QUOTA_EXHAUSTED: ON_CHAT,
+  UNAUTHORIZED: `${ON_BOTH} (over MCP a caller without a key is served on the free limits, and an unknown key is JSON-RPC error -32003)`,
+  QUOTA_EXHAUSTED: `${ON_BOTH} (over MCP the knowledge tools answer quota_exhausted, as every tool does)`,
+  KEY_UNVERIFIABLE: `${ON_BOTH} (over MCP, JSON-RPC error -32004)`,
+  INTERNAL_ERROR: `${ON_BOTH} (and comes back as result.isError over MCP)`,
+};
+
 export function errorPassages(): Passage[] {
   const knowledge = Object.entries(KNOWLEDGE_ERRORS).map(
     ([code, e]): Passage => ({
@@ -226,7 +248,7 @@ export function errorPassages(): Passage[] {
       source_type: 'errors',
       source_url: `contracts/knowledge.ts#${code}`,
       title: `Error code ${code}`,
-      text: `Error code ${code} answers HTTP ${e.status} on POST /api/search and POST /api/chat (and comes back as result.isError over MCP) when ${e.meaning}. The body is {code, message, _service}.`,
+      text: `Error code ${code} answers HTTP ${e.status} ${ANSWERED[code as KnowledgeErrorCode]} when ${e.meaning}. The body is {code, message, _service}.`,
     }),
   );
   const others = OTHER_ERRORS.map(

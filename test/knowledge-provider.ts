@@ -6,6 +6,7 @@ import type { AddressInfo } from 'node:net';
  * completions protocol and Anthropic's messages protocol. The model name picks the behaviour:
  *   good-*  answers citing the first passage it was given, as [1]
  *   liar-*  cites a passage it was not given ([9])
+ *   mute-*  says it does not know, citing nothing
  *   slow-*  answers after `slowMs`
  *   late-*  answers like good-* after `lateMs` (within the chat timeout: long enough for a test
  *           to act while a chat holds its unit)
@@ -39,7 +40,9 @@ export async function startFakeProvider(options: { slowMs?: number; lateMs?: num
       const first = /\[1\] id=\S+ title=[^\n]*\n([^\n]+)/.exec(prompt)?.[1] ?? '';
       const text = model.startsWith('liar')
         ? 'It costs 12 USD [9].'
-        : `According to the documentation: ${first.slice(0, 120)} [1].`;
+        : model.startsWith('mute')
+          ? 'I do not know.'
+          : `According to the documentation: ${first.slice(0, 120)} [1].`;
       const reply = () => {
         if (model.startsWith('down')) {
           res.writeHead(500, { 'content-type': 'application/json' });

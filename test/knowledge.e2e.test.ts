@@ -25,7 +25,7 @@ import { REDIS_URL, shouldRunRedisSuite, wipePrefix } from './redis-probe.ts';
 
 const run = await shouldRunRedisSuite('knowledge e2e suite');
 const PREFIX = `test:knowledge:${randomUUID()}:`;
-const MODELS = ['good-model', 'liar-model', 'slow-model', 'down-model', 'late-model'];
+const MODELS = ['good-model', 'liar-model', 'mute-model', 'slow-model', 'down-model', 'late-model'];
 
 type Body = Record<string, unknown> & { code?: string; message?: string; _service?: unknown };
 
@@ -854,6 +854,16 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
     expect(ChatAnswer.parse(liar.body)).toMatchObject({ model: 'extractive', grounded: true });
     expect(liar.body.note).toMatch(/liar-model cited sources or numbers it was not given/);
     expect(liar.body.answer).not.toContain('12 USD');
+    // A model that cites nothing is not said to have cited what it was not given.
+    const mute = await post(
+      '/api/chat',
+      { question: 'what does squeeze mean', model: 'mute-model' },
+      bearer(key.key),
+    );
+    expect(ChatAnswer.parse(mute.body)).toMatchObject({ model: 'extractive', grounded: true });
+    expect(mute.body.note).toBe(
+      'the model mute-model cited none of the passages it was given; this answer is extractive',
+    );
     const used = () => (good.body._service as { chat_quota: { used: number } }).chat_quota.used;
     expect(used()).toBe(1);
 
@@ -863,8 +873,8 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
       expect(late.res.status).toBe(200);
       expect(ChatAnswer.parse(late.body)).toMatchObject({ model: 'extractive', grounded: true });
       expect(late.body.note).toMatch(new RegExp(`the model ${model} was unavailable`));
-      // The provider failed: the unit came back (good and liar took one each).
-      expect((late.body._service as { chat_quota: { used: number } }).chat_quota.used).toBe(2);
+      // The provider failed: the unit came back (good, liar and mute took one each).
+      expect((late.body._service as { chat_quota: { used: number } }).chat_quota.used).toBe(3);
     }
   });
 });

@@ -121,11 +121,14 @@ export async function answerQuestion(
   }
   const checked = checkGenerated(text, context);
   if (checked === null) {
-    deps.logger.warn({ model }, 'chat provider cited passages it was not given; answering extractively');
+    // An answer citing nothing (a model saying it does not know) made nothing up: it is told apart.
+    const uncited = !/\[\d+\]/.test(text);
+    const why = uncited
+      ? 'cited none of the passages it was given'
+      : 'cited sources or numbers it was not given';
+    deps.logger.warn({ model }, `chat provider ${why}; answering extractively`);
     return {
-      answer: extractive(
-        `the model ${model} cited sources or numbers it was not given; this answer is extractive`,
-      ),
+      answer: extractive(`the model ${model} ${why}; this answer is extractive`),
       providerFailed: false,
     };
   }

@@ -1,5 +1,5 @@
 import { hash } from 'node:crypto';
-import type { Adapter, AdapterPayload } from 'oidc-provider';
+import { type Adapter, type AdapterPayload, errors } from 'oidc-provider';
 import type { OAuthStore } from './store.ts';
 
 /**
@@ -238,10 +238,22 @@ export function oauthAdapter(
     }
 
     async consume(id: string): Promise<void> {
-      // The first use is kept: a refresh token used again within its grace stays consumed from then.
+      // The first use is kept (the store marks it once): a refresh token used again within its
+      // grace stays consumed from then.
       const { key, stored } = await this.located(id);
-      if (stored?.consumedAt != null) return;
-      await store.consume(key, Math.floor(Date.now() / 1_000));
+      const first = stored !== undefined && (await store.consume(key, Math.floor(Date.now() / 1_000)));
+      if (first || this.model === 'RefreshToken') return;
+      // Consumed (or its grant revoked) by another request since the library read it unconsumed:
+      // two exchanges of one code at once, on any host. The library saw no reuse, so this is
+      // where it is one: refused, and the grant ended as the library ends it for a code used
+      // again, so the first exchange's tokens, saved before or after this, belong to a grant that
+      // is gone.
+      const grantId = stored === undefined ? undefined : this.payloadOf(stored, id).grantId;
+      if (typeof grantId === 'string') {
+        await this.revokeByGrantId(grantId);
+        await new StoreAdapter('Grant').destroy(grantId);
+      }
+      throw new errors.InvalidGrant(`${this.model} already consumed`);
     }
 
     async destroy(id: string): Promise<void> {

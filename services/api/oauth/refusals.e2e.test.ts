@@ -303,6 +303,27 @@ describe.runIf(present || process.env.CI === 'true')('OAuth sign-in refusals', (
     expect(after.challenge).toContain('error="invalid_token"');
   });
 
+  it('serves a code exchanged several times at once only once, and ends the sign-in as for a reuse', async () => {
+    const { verifier, challenge } = pkce();
+    const code = await codeFor(challenge);
+    const answers = await Promise.all(Array.from({ length: 5 }, () => exchange(code, verifier)));
+    const served = answers.filter((a) => a.status === 200);
+    expect(served).toHaveLength(1);
+    for (const refused of answers.filter((a) => a.status !== 200)) {
+      expect(refused.status).toBe(400);
+      expect(refused.body.error).toBe('invalid_grant');
+    }
+    const after = await callSignin(served[0]!.body.access_token!);
+    expect(after.status).toBe(401);
+    expect(after.challenge).toContain('error="invalid_token"');
+    const refresh = await token({
+      grant_type: 'refresh_token',
+      refresh_token: served[0]!.body.refresh_token,
+    });
+    expect(refresh.status).toBe(400);
+    expect(refresh.body.error).toBe('invalid_grant');
+  });
+
   it('refuses a token for another resource, at the authorization server and at /mcp/signin', async () => {
     const res = await fetch(
       authorizeUrl({ resource: 'http://other.example/mcp', code_challenge: pkce().challenge }),

@@ -42,6 +42,24 @@ function contract(name: string, make: () => Promise<OAuthStore>) {
       expect(await tokens.find('t2')).toBeUndefined();
     });
 
+    it('marks a code consumed once: a second consume is refused invalid_grant and ends its grant', async () => {
+      const Adapter = oauthAdapter(store);
+      const codes = new Adapter('AuthorizationCode');
+      const tokens = new Adapter('AccessToken');
+      const grants = new Adapter('Grant');
+      await grants.upsert('g-once', { accountId: 'k1', clientId: 'c' }, 600);
+      await codes.upsert('c-once', { grantId: 'g-once', accountId: 'k1' }, 60);
+      await tokens.upsert('t-once', { grantId: 'g-once', accountId: 'k1' }, 600);
+      // Two exchanges that both read the code unconsumed: the store marks it for one of them.
+      const both = await Promise.allSettled([codes.consume('c-once'), codes.consume('c-once')]);
+      expect(both.filter((s) => s.status === 'fulfilled')).toHaveLength(1);
+      const refused = both.find((s) => s.status === 'rejected') as PromiseRejectedResult;
+      expect(refused.reason).toMatchObject({ error: 'invalid_grant' });
+      expect(await grants.find('g-once')).toBeUndefined();
+      expect(await tokens.find('t-once')).toBeUndefined();
+      expect(await codes.find('c-once')).toBeUndefined();
+    });
+
     it('lets a rotated refresh token refresh again only within the grace of its first use', async () => {
       // A reuse inside the grace must not move the first use: else a token replayed every few
       // seconds (a thief's) would refresh for good, never seen as reused.

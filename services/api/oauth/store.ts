@@ -12,8 +12,12 @@ export interface OAuthStore {
   get(key: string): Promise<{ value: string; consumedAt: number | null } | undefined>;
   /** Writes the value; `ttlS` undefined keeps it until deleted. Clears a consumed mark. */
   put(key: string, value: string, ttlS: number | undefined): Promise<void>;
-  /** Marks a live value consumed (it stays readable, so a reuse is seen). */
-  consume(key: string, at: number): Promise<void>;
+  /**
+   * Marks a live value consumed (it stays readable, so a reuse is seen), the first time only:
+   * true when this call marked it, false when it is absent or was marked already (by another
+   * request, on any host sharing the store).
+   */
+  consume(key: string, at: number): Promise<boolean>;
   del(keys: string[]): Promise<void>;
   /** Adds to a set that lives at least as long as its longest-lived member. */
   addMember(set: string, member: string, ttlS: number | undefined): Promise<void>;
@@ -98,7 +102,9 @@ export class MemoryOAuthStore implements OAuthStore {
 
   async consume(key: string, at: number) {
     const entry = this.live(this.values, key);
-    if (entry) entry.consumedAt = at;
+    if (entry === undefined || entry.consumedAt !== null) return false;
+    entry.consumedAt = at;
+    return true;
   }
 
   async del(keys: string[]) {
@@ -216,9 +222,13 @@ export class RedisOAuthStore implements OAuthStore {
 
   async consume(key: string, at: number) {
     const ttlMs = await this.redis.pttl(this.k(key));
-    if (ttlMs === -2) return;
-    if (ttlMs === -1) await this.redis.set(this.k(key) + CONSUMED, String(at));
-    else await this.redis.set(this.k(key) + CONSUMED, String(at), 'PX', Math.max(ttlMs, 1));
+    if (ttlMs === -2) return false;
+    // NX: of several requests consuming at once (on any host), one only sets the mark.
+    const marked =
+      ttlMs === -1
+        ? await this.redis.set(this.k(key) + CONSUMED, String(at), 'NX')
+        : await this.redis.set(this.k(key) + CONSUMED, String(at), 'PX', Math.max(ttlMs, 1), 'NX');
+    return marked === 'OK';
   }
 
   async del(keys: string[]) {

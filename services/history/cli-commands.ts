@@ -87,7 +87,8 @@ export const USAGE = `${invocation('history')} <command> [options]
 --store reads the event store the service is configured with (EVENT_STORE, DATA_DIR, POSTGRES_URL, ...).
 Exit 2: a usage error (a filter refused here or by the service; from --store, a --coin the log
 holds no verdict of, or an --exchange or --timeframe it holds none of and the feed does not serve),
-a DATA_DIR or POSTGRES_SCHEMA that holds no event log, or a setting the service would refuse
+a PATH that holds no export (score: a folder of no Parquet part), a DATA_DIR or POSTGRES_SCHEMA
+that holds no event log, or a setting the service would refuse
 (nothing was read); 1: the command failed (verify: a broken link; a file, --url answer or --store
 read of no row; a file with fewer rows than its NDJSON trailer says; a store that does not answer;
 a file cut short).`;
@@ -1015,6 +1016,16 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
           "--as-of-position must be a log position (a whole number, the answer's asOfPosition)",
         );
       }
+      // A folder of no Parquet part is no export (one no row matched holds a part of no row): a
+      // mistyped path, or an export not copied yet, would score an empty track record, exit 0.
+      if (
+        existsSync(path) &&
+        statSync(path).isDirectory() &&
+        !readdirSync(path).some((f) => f.endsWith('.parquet'))
+      )
+        throw new UsageError(
+          `no export at ${path}: the folder holds no Parquet part (part-*.parquet; an export of no row holds one)`,
+        );
       const rows = exportRows(path, values.format);
       return JSON.stringify(
         await scoreRows(rows, window as TrackRecordWindow, asOf, at === undefined ? undefined : Number(at)),

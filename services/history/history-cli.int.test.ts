@@ -1295,8 +1295,8 @@ describe('npm run history', () => {
 
   it('ends quietly, exit 0, when its reader goes away before the output is written (| head)', async () => {
     // score's answer is some 85 kB, past a pipe's 64 KiB: head takes its first bytes and exits.
-    const empty = join(dir, 'score-into-head');
-    mkdirSync(empty);
+    const empty = join(dir, 'score-into-head.ndjson');
+    await runHistoryCommand(['export', '--store', '--out', empty, '--to', '2001-01-01T00:00:00Z'], deps());
     const err = join(dir, 'score-into-head.err');
     const { stdout } = await run('bash', [
       '-c',
@@ -1368,6 +1368,15 @@ describe('npm run history', () => {
     );
     await expect(runHistoryCommand(['score', join(dir, 'nothing-here')], deps())).rejects.toThrow(
       'no export at',
+    );
+    // An empty folder is no export either (an export of no row holds one part of no row): score
+    // refuses it as a usage error, where it scored no outcome and exited 0.
+    const noParts = join(dir, 'score-no-parts');
+    mkdirSync(noParts);
+    const refused = runHistoryCommand(['score', noParts], deps());
+    await expect(refused).rejects.toThrow(UsageError);
+    await expect(refused).rejects.toThrow(
+      `no export at ${noParts}: the folder holds no Parquet part (part-*.parquet; an export of no row holds one)`,
     );
   });
 

@@ -75,6 +75,37 @@ describe('operator key commands', () => {
     await run('revoke', keyId);
     await expect(run('revoke', keyId)).rejects.toThrow('is revoked');
   });
+
+  it('refuses a word a command does not take, naming it, on every command', async () => {
+    const out = await run('create', '--plan', 'free', '--owner', 'carol');
+    const keyId = /id: +(\S+)/.exec(out)![1]!;
+    const none = 'no argument but its options';
+    for (const [argv, told] of [
+      [['list', '--all', 'extra'], `unexpected argument "extra" (list takes ${none})`],
+      [['list', 'a', 'b'], `unexpected arguments "a" "b" (list takes ${none})`],
+      [
+        ['create', '--plan', 'free', '--owner', 'x', 'extra'],
+        `unexpected argument "extra" (create takes ${none})`,
+      ],
+      [
+        ['plan', keyId, 'pro', 'extra'],
+        'unexpected argument "extra" (plan takes <keyId> <free|starter|pro>)',
+      ],
+      [['revoke', keyId, 'extra'], 'unexpected argument "extra" (revoke takes <keyId>)'],
+      [['revoke', keyId, '--', '--reason'], 'unexpected argument "--reason" (revoke takes <keyId>)'],
+      [['rebuild-quota', 'extra'], `unexpected argument "extra" (rebuild-quota takes ${none})`],
+      [['payments', 'extra'], `unexpected argument "extra" (payments takes ${none})`],
+      [
+        ['reseal-webhook-secrets', 'extra'],
+        `unexpected argument "extra" (reseal-webhook-secrets takes ${none})`,
+      ],
+    ] as const) {
+      await expect(run(...argv), argv.join(' ')).rejects.toThrow(new UsageError(told));
+    }
+    // Nothing was done: the key is active on its plan.
+    expect(await run('list')).toContain(`${keyId}  `);
+    expect(findById(await foldKeyRegistry(store), keyId)).toMatchObject({ plan: 'free', revoked: false });
+  });
 });
 
 /**
@@ -223,6 +254,40 @@ describe('npm run keys (the real CLI on an LMDB store)', () => {
     const quota = await refused(['rebuild-quota'], {});
     expect(quota.code).toBe(2);
     expect(quota.stderr).toContain('set CACHE=redis');
+  });
+
+  it('refuses a word a command does not take as a usage error naming it (exit 2), before opening the store', async () => {
+    const refused = (...args: string[]) =>
+      cli(...args).then(
+        () => ({ code: 0, stderr: '' }),
+        (err: { code: number; stderr: string }) => err,
+      );
+    await cli('create', '--plan', 'free', '--owner', 'ops');
+    const list = await refused('list', '--all', 'extra');
+    expect(list.code).toBe(2);
+    expect(list.stderr).toMatch(
+      /^unexpected argument "extra" \(list takes no argument but its options\)\n\nusage: /,
+    );
+    // Refused before the store is opened: a create on a DATA_DIR holding no log makes none.
+    const fresh = join(dir, 'fresh-create');
+    const create = await exec(
+      process.execPath,
+      [...CLI, 'create', '--plan', 'free', '--owner', 'x', 'extra'],
+      {
+        cwd: ROOT,
+        env: {
+          ...process.env,
+          EVENT_STORE: 'lmdb',
+          DATA_DIR: fresh,
+          CACHE: 'memory',
+          BUS: 'memory',
+          PUBLIC_BASE_URL: 'http://127.0.0.1:9',
+        },
+      },
+    ).catch((err: { code: number; stderr: string }) => err);
+    expect(create).toMatchObject({ code: 2 });
+    expect((create as { stderr: string }).stderr).toMatch(/^unexpected argument "extra" \(create takes/);
+    expect(existsSync(fresh)).toBe(false);
   });
 });
 

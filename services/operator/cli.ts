@@ -8,6 +8,7 @@ import { commandLineLogger, failureText, openedOrExit } from '../shared/cli-fail
 import { exitFlushed, usageIfAsked } from '../shared/exit-flushed.ts';
 import { type SecretBox, secretBoxFromConfig } from '../webhooks/secret-box.ts';
 import {
+  checkCommandLine,
   OtherLogError,
   READS_EXISTING_LOG,
   refuseBeforeOpening,
@@ -21,6 +22,14 @@ import {
 /** Operator command line for keys (`npm run keys -- …`); uses the configured event store and cache. */
 const argv = process.argv.slice(2);
 await usageIfAsked(argv, USAGE);
+// A command line not as USAGE has it (an unknown option, a stray word): the usage error, exit 2,
+// before any setting is read or store opened.
+try {
+  checkCommandLine(argv);
+} catch (err) {
+  console.error(`${(err as Error).message}\n\n${USAGE}`);
+  await exitFlushed(2);
+}
 // A refused setting (a key too short, a URL that is none) is told in the service's words, exit 1.
 const config = await commandLineConfig(1);
 // The master keys reseal-webhook-secrets seals with are settings too (production requires

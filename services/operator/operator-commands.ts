@@ -86,6 +86,15 @@ export const READS_EXISTING_LOG = new Set([
 ]);
 
 /**
+ * A command line not as USAGE has it (see flags), refused (a UsageError) before the CLI reads its
+ * settings or opens a store: a `create` refused here creates no log.
+ */
+export function checkCommandLine(argv: readonly string[]): void {
+  const [command, ...rest] = argv;
+  flags(command, rest);
+}
+
+/**
  * What the CLI refuses before it opens any adapter (a UsageError, exit 2): `rebuild-quota` on the
  * in-process cache, which would rebuild the counters of the CLI's own throwaway cache while the
  * service's stay as they were (the command needs the shared one, CACHE=redis).
@@ -100,31 +109,61 @@ export function refuseBeforeOpening(command: string | undefined, config: Pick<Co
   }
 }
 
-/** The flags every command accepts; which ones a command reads is its own business. */
-function flags(args: string[]): {
+/**
+ * The words each command takes after its name, besides options (USAGE): a word more is refused
+ * (`list --all extra`, `revoke <keyId> <keyId>`), not ignored. A command not listed is refused as
+ * unknown where it runs.
+ */
+const COMMAND_WORDS: Record<string, readonly string[]> = {
+  create: [],
+  list: [],
+  plan: ['<keyId>', `<${Plan.options.join('|')}>`],
+  revoke: ['<keyId>'],
+  'rebuild-quota': [],
+  payments: [],
+  'reseal-webhook-secrets': [],
+};
+
+const OPTIONS = {
+  plan: { type: 'string' },
+  owner: { type: 'string' },
+  reason: { type: 'string' },
+  all: { type: 'boolean' },
+  from: { type: 'string' },
+  to: { type: 'string' },
+  status: { type: 'string' },
+  format: { type: 'string' },
+} as const;
+
+/**
+ * The command line after the command's name, read as USAGE has it: an unknown option, one missing
+ * its value and a word the command does not take are usage errors naming it. Which options a
+ * command reads is its own business.
+ */
+function flags(
+  command: string | undefined,
+  args: string[],
+): {
   positional: string[];
   named: Record<string, string | boolean | undefined>;
 } {
-  try {
-    const { positionals, values } = parseArgs({
-      args,
-      allowPositionals: true,
-      options: {
-        plan: { type: 'string' },
-        owner: { type: 'string' },
-        reason: { type: 'string' },
-        all: { type: 'boolean' },
-        from: { type: 'string' },
-        to: { type: 'string' },
-        status: { type: 'string' },
-        format: { type: 'string' },
-      },
-    });
-    return { positional: positionals, named: values };
-  } catch (err) {
-    // Unknown flags and missing values come back as usage errors, with node's own wording.
-    throw new UsageError((err as Error).message);
+  const parsed = (() => {
+    try {
+      return parseArgs({ args, allowPositionals: true, options: OPTIONS });
+    } catch (err) {
+      // Unknown flags and missing values come back as usage errors, with node's own wording.
+      throw new UsageError((err as Error).message);
+    }
+  })();
+  const { positionals, values } = parsed;
+  const words = command === undefined ? undefined : COMMAND_WORDS[command];
+  if (words !== undefined && positionals.length > words.length) {
+    const extra = positionals.slice(words.length).map((word) => JSON.stringify(word));
+    throw new UsageError(
+      `unexpected argument${extra.length > 1 ? 's' : ''} ${extra.join(' ')} (${command} takes ${words.length === 0 ? 'no argument but its options' : words.join(' ')})`,
+    );
   }
+  return { positional: positionals, named: values };
 }
 
 /** An ISO 8601 date or time as ms since the epoch (UTC when it names no zone); undefined when absent. */
@@ -200,7 +239,7 @@ export async function runOperatorCommand(
     return (await deps.applied.until(position)) ?? '';
   };
   const [command, ...rest] = argv;
-  const { positional, named } = flags(rest);
+  const { positional, named } = flags(command, rest);
   try {
     switch (command) {
       case 'create': {

@@ -130,16 +130,24 @@ export const SearchKnowledgeInput = strictInput({
     .meta({ minimum: 1, maximum: SEARCH_LIMIT_MAX, default: SEARCH_LIMIT_DEFAULT })
     .describe(`How many passages, 1–${SEARCH_LIMIT_MAX} (default ${SEARCH_LIMIT_DEFAULT})`),
 });
-export const ChatKnowledgeInput = strictInput({
-  question: z
-    .string()
-    .meta({ minLength: CHAT_QUESTION_MIN, maxLength: CHAT_QUESTION_MAX })
-    .describe(`The question, ${CHAT_QUESTION_MIN}–${CHAT_QUESTION_MAX} characters after trimming`),
-  model: z
-    .string()
-    .optional()
-    .describe(`"${EXTRACTIVE_MODEL}" (default: quotes the documentation) or a configured generative model`),
-});
+/**
+ * chat_knowledge's input; on a server allowing the generative `models`, its `model` advertises the
+ * names POST /api/chat's enum lists (ChatKnowledgeInput, without them, is any server's).
+ */
+export function chatKnowledgeInput(models?: readonly string[]) {
+  const model = z.string().optional();
+  return strictInput({
+    question: z
+      .string()
+      .meta({ minLength: CHAT_QUESTION_MIN, maxLength: CHAT_QUESTION_MAX })
+      .describe(`The question, ${CHAT_QUESTION_MIN}–${CHAT_QUESTION_MAX} characters after trimming`),
+    model: (models === undefined
+      ? model
+      : model.meta({ enum: [EXTRACTIVE_MODEL, ...models], default: EXTRACTIVE_MODEL })
+    ).describe(`"${EXTRACTIVE_MODEL}" (default: quotes the documentation) or a configured generative model`),
+  });
+}
+export const ChatKnowledgeInput = chatKnowledgeInput();
 
 export const SourceType = z.enum([
   'readme',

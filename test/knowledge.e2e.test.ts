@@ -127,8 +127,10 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
       query: { type: 'string', minLength: 3, maxLength: 500 },
       limit: { type: 'integer', minimum: 1, maximum: 50, default: 10 },
     });
+    // The models it takes are the ones the OpenAPI document's /api/chat lists, the default first.
     expect(tools.find((t) => t.name === 'chat_knowledge')!.inputSchema.properties).toMatchObject({
       question: { type: 'string', minLength: 5, maxLength: 500 },
+      model: { type: 'string', enum: ['extractive', ...MODELS], default: 'extractive' },
     });
     // Every tool, the knowledge ones included, declares what it answers and that it only reads;
     // SDK clients check each structuredContent against the outputSchema (calls below).

@@ -1,6 +1,7 @@
 import {
   ChatAnswer,
-  ChatKnowledgeInput,
+  type ChatKnowledgeInput,
+  chatKnowledgeInput,
   checkChat,
   checkSearch,
   type KNOWLEDGE_ERRORS,
@@ -54,7 +55,7 @@ export function knowledgeTools(
     title: 'Ask the documentation',
     description:
       'Answers a question about the service with sentences quoted from its documentation and live facts, each with a [n] citation; says it does not know when nothing relevant is found. Uses the monthly chat quota (_service.chat_quota).',
-    input: ChatKnowledgeInput,
+    input: chatKnowledgeInput(models),
     output: ChatAnswer,
     example: { question: 'What does the squeeze regime mean?' },
     run: (args, ctx) =>

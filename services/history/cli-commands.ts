@@ -19,6 +19,7 @@ import { parseArgs } from 'node:util';
 import { SingleBar } from 'cli-progress';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { makeDirectory } from '../../adapters/make-directory.ts';
+import { MarketFileError } from '../../adapters/market/csv.ts';
 import { unservedAnswer } from '../../adapters/market/errors.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
 import { openReplayFeed } from '../../adapters/market/replay.ts';
@@ -56,7 +57,7 @@ import {
   type TrailerCount,
 } from './files.ts';
 import { HistoryQuerySchema, historyFilter, parseTime } from './query.ts';
-import { OutcomeRecompute } from './recompute.ts';
+import { NoMarketDataError, OutcomeRecompute } from './recompute.ts';
 import { type HistoryFilter, ScanProgress, scanHistory } from './scan.ts';
 import { ServedVenues } from './served-venues.ts';
 import { CSV_HEADER, csvLine, parquetStream } from './writers.ts';
@@ -956,14 +957,23 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
         throw new UsageError(`${anchorOnly.map((name) => `--${name}`).join(', ')} goes with --anchors`);
       const anchors = values.anchors ? new AnchorCheck(await chainAnchors(values)) : null;
       // A folder that holds no market data (no candles in the shared layout) is the option's
-      // fault: one line, exit 2, not a stack trace.
+      // fault: one line, exit 2, not a stack trace. One whose candles cannot be read (a file this
+      // user may not read, a disk error, a corrupt file) is no usage error: one line, exit 1, as
+      // the command's other failures; anything else (a bug) keeps its stack.
       const recompute =
         data === undefined
           ? null
-          : await OutcomeRecompute.open(data).catch((err: Error) => {
-              throw new UsageError(
-                `--data ${data}: ${err.message} (a market-data folder in the shared layout, such as sample-data/market)`,
-              );
+          : await OutcomeRecompute.open(data).catch((err: unknown) => {
+              if (err instanceof NoMarketDataError)
+                throw new UsageError(
+                  `--data ${data}: ${err.message} (a market-data folder in the shared layout, such as sample-data/market)`,
+                );
+              if (err instanceof MarketFileError || typeof (err as { code?: unknown }).code === 'string')
+                throw new CommandFailedError(
+                  `--data ${data}: could not read its market data: ${(err as Error).message}; run the command again once every candle file of the folder is readable`,
+                  { cause: err },
+                );
+              throw err;
             });
       try {
         const onRow = async (row: HistoryRow) => {

@@ -23,6 +23,7 @@ import {
 } from '../../test/history-harness.ts';
 import { recordIntervalHistory } from '../../test/interval-history.ts';
 import { verdictStream } from '../engine/verdict-recorder.ts';
+import { CommandFailedError } from '../shared/cli-failure.ts';
 import {
   type CliDeps,
   deploymentReplay,
@@ -1263,7 +1264,31 @@ describe('npm run history', () => {
     mkdirSync(empty);
     const refusal = runHistoryCommand(['verify', out, '--data', empty], deps());
     await expect(refusal).rejects.toThrow(UsageError);
-    await expect(refusal).rejects.toThrow(`--data ${empty}: replay: no candle files under ${empty}/candles/`);
+    await expect(refusal).rejects.toThrow(`--data ${empty}: no candle files under ${empty}/candles/`);
+  });
+
+  it('fails a --data folder whose candle files cannot be read as a runtime failure, not a usage error', async () => {
+    const out = join(dir, 'data-unreadable.ndjson');
+    await runHistoryCommand(['export', '--store', '--out', out], deps());
+    // A candle file the folder lists but that cannot be read (EISDIR: as a file this user may not
+    // read, EACCES, which root never meets), and one that is no gzip (corrupt): the data's fault,
+    // not the option's, so exit 1 as the command's other failures (CommandFailedError), not 2.
+    const unreadable = join(dir, 'data-unreadable');
+    mkdirSync(join(unreadable, 'candles', 'binance-spot', 'BTCUSDT-1h.csv.gz'), { recursive: true });
+    const corrupt = join(dir, 'data-corrupt');
+    mkdirSync(join(corrupt, 'candles', 'binance-spot'), { recursive: true });
+    writeFileSync(join(corrupt, 'candles', 'binance-spot', 'BTCUSDT-1h.csv.gz'), 'not gzip');
+    for (const [data, why] of [
+      [unreadable, 'EISDIR'],
+      [corrupt, 'not a readable gzip file'],
+    ] as const) {
+      const failed = await runHistoryCommand(['verify', out, '--data', data], deps()).catch(
+        (err: Error) => err,
+      );
+      expect(failed, data).toBeInstanceOf(CommandFailedError);
+      expect((failed as Error).message).toContain(`--data ${data}: could not read its market data: `);
+      expect((failed as Error).message).toContain(why);
+    }
   });
 
   it('writes all of its output into a pipe read slowly before it exits', async () => {

@@ -1,5 +1,8 @@
+import { readdirSync } from 'node:fs';
+import { join } from 'node:path';
 import { MarketDataError } from '../../adapters/market/errors.ts';
 import { openReplayFeed, type ReplayFeed } from '../../adapters/market/replay.ts';
+import { CANDLE_FOLDERS, parseCandleFileName } from '../../adapters/market/replay-layout.ts';
 import { type HistoryRow, OUTCOME_AFTER_CANDLES, replayLapOf } from '../../contracts/history.ts';
 import { type Outcome, outcomeDueAt, resolveOutcome } from './outcome.ts';
 import { rowContent } from './rows.ts';
@@ -23,6 +26,34 @@ export interface RecomputeReport {
   /** Outcomes with at least one column other than recomputed; the first MAX_LISTED columns listed. */
   mismatched: number;
   mismatches: OutcomeMismatch[];
+}
+
+/**
+ * The folder given holds no candle file in the shared layout (it is not a market-data folder, or
+ * not the one meant): the option's fault. A folder that holds some, but whose files cannot be read
+ * (permissions, a disk error, a corrupt file), fails otherwise: with the error met.
+ */
+export class NoMarketDataError extends Error {
+  override readonly name = 'NoMarketDataError';
+}
+
+/**
+ * Whether `dir` holds a candle file in the shared layout. A candle folder that is not there (or a
+ * file in its place) holds none; any other failure to list one (EACCES, EIO) is thrown as met.
+ */
+function holdsCandles(dir: string): boolean {
+  for (const folder of Object.keys(CANDLE_FOLDERS)) {
+    let names: string[];
+    try {
+      names = readdirSync(join(dir, 'candles', folder));
+    } catch (err) {
+      const code = (err as { code?: unknown }).code;
+      if (code === 'ENOENT' || code === 'ENOTDIR') continue;
+      throw err;
+    }
+    if (names.some((name) => parseCandleFileName(name) !== undefined)) return true;
+  }
+  return false;
 }
 
 /** At most this many mismatches are listed; `checked` still counts every row. */
@@ -63,7 +94,12 @@ export class OutcomeRecompute {
     this.report = { dir, checked: 0, notInData: 0, mismatched: 0, mismatches: [] };
   }
 
+  /** Throws NoMarketDataError for a folder of no candle file; what reading one met otherwise. */
   static async open(dir: string): Promise<OutcomeRecompute> {
+    if (!holdsCandles(dir))
+      throw new NoMarketDataError(
+        `no candle files under ${join(dir, 'candles')}/{${Object.keys(CANDLE_FOLDERS).join(',')}}`,
+      );
     return new OutcomeRecompute(await openReplayFeed({ dir, run: false }), dir);
   }
 

@@ -1,6 +1,10 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { discoverAuthorizationServerMetadata } from '@modelcontextprotocol/sdk/client/auth.js';
+import { auth, discoverAuthorizationServerMetadata } from '@modelcontextprotocol/sdk/client/auth.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MemoryCache } from '../../../adapters/cache/memory.ts';
+import { startKeyedServer } from '../../../test/keyed-harness.ts';
+import { MemoryHost } from '../../../test/oauth-host.ts';
+import { freePort } from '../../../test/ports.ts';
 import { startTestService, type TestService } from '../../../test/service-harness.ts';
 
 /**
@@ -165,5 +169,38 @@ describe('OAuth metadata of a server that is not an OpenID provider', () => {
     }
     expect((await refusal('offline_access')).searchParams.get('scope')).toBe('offline_access');
     expect((await refusal('mcp openid')).searchParams.get('scope')).toBe('mcp openid');
+  });
+});
+
+describe('OAuth metadata of an issuer with a path (OAUTH_ISSUER=<origin>/auth)', () => {
+  let server: Awaited<ReturnType<typeof startKeyedServer>>;
+  let base: string;
+  beforeAll(async () => {
+    const port = await freePort();
+    base = `http://127.0.0.1:${port}`;
+    server = await startKeyedServer({
+      cache: new MemoryCache(),
+      port,
+      env: { PUBLIC_BASE_URL: base, OAUTH_ISSUER: `${base}/auth` },
+    });
+  });
+  afterAll(async () => {
+    await server?.close();
+  });
+
+  it('serves its RFC 8414 metadata where the issuer names it (path inserted), where the SDK finds it', async () => {
+    const inserted = await fetch(`${base}/.well-known/oauth-authorization-server/auth`);
+    expect(inserted.status).toBe(200);
+    expect(((await inserted.json()) as { issuer: string }).issuer).toBe(`${base}/auth`);
+    // A path the issuer does not name is no metadata.
+    expect((await fetch(`${base}/.well-known/oauth-authorization-server/other`)).status).toBe(404);
+
+    // The SDK client goes from /mcp/signin's 401 to a registration and an authorization URL.
+    const host = new MemoryHost(REDIRECT, 'issuer path host');
+    expect(await auth(host, { serverUrl: new URL(`${base}/mcp/signin`) })).toBe('REDIRECT');
+    expect(host.info?.client_id).toEqual(expect.any(String));
+    expect(`${host.authorizationUrl?.origin}${host.authorizationUrl?.pathname}`).toBe(
+      `${base}/oauth/authorize`,
+    );
   });
 });

@@ -55,6 +55,8 @@ export interface OAuthRoutesOptions {
   store: EventStore;
   cache: Cache;
   siweDomain: string;
+  /** The path of OAUTH_ISSUER when it has one (`/auth`): its metadata is served there too (RFC 8414 §3.1). */
+  issuerPath?: string | undefined;
   /** PUBLIC_BASE_URL, when set: the library names its endpoints at this origin, not the request's. */
   publicBaseUrl?: string | undefined;
   nonceTtlMs: number;
@@ -527,14 +529,20 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
       // Discovery is their fallback, an authorization server needs only one of the two).
       const handler = (request: FastifyRequest, reply: FastifyReply) =>
         passThrough(request, reply, '/.well-known/openid-configuration');
-      raw.get(AS_METADATA_PATH, { config: asDoc }, (request, reply) => {
+      const metadataHandler = (request: FastifyRequest, reply: FastifyReply) => {
         // Without PUBLIC_BASE_URL the library names its endpoints after the request's Host, which
         // any client names: no shared cache may keep that answer for other clients (see
         // originCacheControl). The library sends no Cache-Control of its own here.
         if (!publicUrl) reply.raw.setHeader('cache-control', 'private');
         return handler(request, reply);
-      });
-      raw.options(AS_METADATA_PATH, handler);
+      };
+      // An issuer with a path (OAUTH_ISSUER=https://host/auth) has its metadata at the well-known
+      // path with the issuer's path inserted (RFC 8414 §3.1), the one place MCP clients look for
+      // it; the root one stays.
+      for (const path of new Set([AS_METADATA_PATH, `${AS_METADATA_PATH}${options.issuerPath ?? ''}`])) {
+        raw.get(path, { config: asDoc }, metadataHandler);
+        raw.options(path, handler);
+      }
     });
 
     // Names the request's origin without PUBLIC_BASE_URL: cached by no shared cache then (originCacheControl).

@@ -32,6 +32,11 @@ export interface OAuthSignInDeps {
 }
 
 const trimSlash = (url: string) => url.replace(/\/+$/, '');
+/** The path of an issuer URL without its trailing slash (`/auth`), undefined when it has none. */
+const issuerPath = (issuer: string | undefined): string | undefined => {
+  const path = issuer === undefined ? '' : new URL(trimSlash(issuer)).pathname.replace(/\/+$/, '');
+  return path === '' ? undefined : path;
+};
 
 /** The most origins served with their own authorization server (ALLOWED_HOSTS=* admits any Host). */
 const MAX_SITES = 16;
@@ -218,6 +223,7 @@ export function oauthSignIn(deps: OAuthSignInDeps): {
     await app.register(
       oauthRoutes({
         site: siteFor,
+        issuerPath: issuerPath(config.OAUTH_ISSUER),
         keys: deps.keys,
         walletKeys,
         store: deps.store,

@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import { parseEnv } from 'node:util';
 import ipaddr from 'ipaddr.js';
 import { z } from 'zod';
+import { EXTRACTIVE_MODEL } from './knowledge.ts';
 import { EXCHANGES, Exchange, Timeframe } from './market.ts';
 import { maskUrlCredentials } from './mask-url.ts';
 import {
@@ -153,6 +154,26 @@ function listOf(entry: string, instead: string) {
       ctx.addIssue({ code: 'custom', message: (err as Error).message });
     }
   });
+}
+
+/**
+ * CHAT_MODELS' names are offered beside `extractive` as one enum (POST /api/chat's request schema
+ * in /openapi.json, chat_knowledge's input schema): `extractive` itself, or a name listed twice,
+ * would be a value the enum repeats. Each is refused naming the entry.
+ */
+function chatModelNames(raw: string, ctx: z.RefinementCtx) {
+  const seen = new Set<string>();
+  for (const name of splitList(raw)) {
+    if (name === EXTRACTIVE_MODEL) {
+      ctx.addIssue({
+        code: 'custom',
+        message: `names "${name}", the built-in model every server offers: list only generative models`,
+      });
+    } else if (seen.has(name)) {
+      ctx.addIssue({ code: 'custom', message: `names "${name}" more than once: list each model once` });
+    }
+    seen.add(name);
+  }
 }
 
 const DEFAULT_ALLOWED_HOSTS = 'localhost,127.0.0.1,[::1]';
@@ -708,6 +729,7 @@ export const ConfigSchema = z
     CHAT_API_KEY: z.string().optional(),
     /** Model names callers may ask for, comma-separated (besides `extractive`). */
     CHAT_MODELS: listOf('model', 'unset it for none besides extractive (with CHAT_PROVIDER=none)')
+      .superRefine(chatModelNames)
       .transform(splitList)
       .default([]),
     /** A provider that has not answered by then is abandoned: the answer is extractive, with a note. */

@@ -219,6 +219,17 @@ describe('loadConfig', () => {
     );
   });
 
+  it('refuses CHAT_MODELS naming extractive or a model twice, naming the entry (the advertised enum lists each once)', () => {
+    const chat = { CHAT_PROVIDER: 'openai-compatible', CHAT_BASE_URL: 'https://api.example.com/v1' };
+    expect(() => loadConfig({ ...chat, CHAT_MODELS: 'gpt-4o,extractive' })).toThrow(
+      /CHAT_MODELS: names "extractive", the built-in model every server offers: list only generative models/,
+    );
+    expect(() => loadConfig({ ...chat, CHAT_MODELS: 'gpt-4o, mini ,gpt-4o' })).toThrow(
+      /CHAT_MODELS: names "gpt-4o" more than once: list each model once/,
+    );
+    expect(loadConfig({ ...chat, CHAT_MODELS: 'gpt-4o,mini' }).CHAT_MODELS).toEqual(['gpt-4o', 'mini']);
+  });
+
   it('refuses a list setting that names no entry (only commas or blanks), saying how to get the default', () => {
     // Every comma-separated setting, with what its refusal offers besides unsetting it.
     const lists: [string, RegExp][] = [

@@ -293,7 +293,7 @@ async function fairness(
  * A record of every venue and timeframe, `days` UTC days of four resolved verdicts a day each, every
  * one with the risk forecast it served (so each line's risk intervals are resampled).
  */
-function wideRecord(days: number): { state: TrackRecordState; now: number } {
+export function wideRecord(days: number): { state: TrackRecordState; now: number } {
   const state: TrackRecordState = {};
   const day0 = Date.parse('2025-06-01T00:00:00Z');
   let position = 0;

@@ -20,3 +20,16 @@ export function keptAnswer<T extends object>(value: T): T {
 export function keptRevision(value: object): string | undefined {
   return revisions.get(value);
 }
+
+/**
+ * Names `value` by `revision`, a name its maker gives each answer of one run (the track record of
+ * one window and ask, services/history/record-cache.ts, one after another as outcomes resolve),
+ * where keptAnswer names each object apart: what is made from a name (answer-json.ts) then holds
+ * the latest answer of the run alone, each field replaced as the next answer is served, rather than
+ * a large answer per object kept up to the least-recently-used bound. Reuse goes by the very same
+ * value, never by the name alone, so answers sharing a name never mix. Returns `value`.
+ */
+export function keptAnswerAs<T extends object>(value: T, revision: string): T {
+  revisions.set(value, revision);
+  return value;
+}

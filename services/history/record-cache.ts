@@ -1,6 +1,7 @@
 import type { TrackRecordBrief, TrackRecordResponse, TrackRecordWindow } from '../../contracts/history.ts';
 import type { Exchange, Timeframe } from '../../contracts/market.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
+import { keptAnswerAs } from '../engine/answer-revisions.ts';
 import {
   bucketOf,
   DAY_MS,
@@ -9,6 +10,7 @@ import {
   trackRecord,
   trackRecordBrief,
 } from './track-record.ts';
+import { trackRecordForAgents } from './track-record-tool.ts';
 
 /** The track-record projection's runner: its state, and its revision, which moves whenever the state may have changed. */
 export type RecordSource = Pick<ProjectionRunner<TrackRecordState>, 'state' | 'revision'>;
@@ -77,6 +79,9 @@ export class BriefCache {
   }
 }
 
+/** RecordCaches made in this process: each names its tool answers by its own number. */
+let caches = 0;
+
 /**
  * The current track record of each window (currentTrackRecord), made once per revision and time it
  * is as of: GET /api/track-record (and the page that reads it) and get_track_record (and its
@@ -91,22 +96,57 @@ export class RecordCache {
    */
   private readonly due: RevisionMemo<number>;
   private readonly answers: RevisionMemo<TrackRecordResponse>;
+  /** get_track_record's answers (trackRecordForAgents), by window and ask. */
+  private readonly agents: RevisionMemo<TrackRecordResponse>;
   /** Each answer's JSON as sent, kept as long as the answer is (its memo drops it on a move). */
   private readonly bodies = new WeakMap<TrackRecordResponse, Buffer>();
+  /** Names this cache's tool answers apart from another cache's in the one JSON cache they share. */
+  private readonly id = ++caches;
 
   constructor(source: RecordSource) {
     this.due = new RevisionMemo(source);
     this.answers = new RevisionMemo(source);
+    this.agents = new RevisionMemo(source);
   }
 
   /** The record over `window` as it stands at `now`: as of its latest due outcome (recordAsOf). */
   current(window: TrackRecordWindow, now: number): TrackRecordResponse {
+    const asOf = this.asOf(now);
+    return this.answers.get(asOf, window, (state) => trackRecord(state, window, asOf));
+  }
+
+  /**
+   * get_track_record's answer (trackRecordForAgents of current()), made once per answer it is
+   * made from and handed out again as the same object: named a kept answer of the window and ask
+   * (answer-revisions.ts), so that the MCP and keyed HTTP channels reuse its JSON rather than
+   * serialise the record on every call (services/api/served-answers.ts), and the resources their
+   * text of it. One name per window and ask: the JSON kept for an ask is that of its latest answer.
+   */
+  forAgents(
+    window: TrackRecordWindow,
+    now: number,
+    ask: { exchange?: Exchange | undefined; timeframe?: Timeframe | undefined },
+  ): TrackRecordResponse {
+    const asOf = this.asOf(now);
+    const key = `${window}|${ask.exchange ?? ''}|${ask.timeframe ?? ''}`;
+    return this.agents.get(asOf, key, (state) =>
+      keptAnswerAs(
+        trackRecordForAgents(
+          this.answers.get(asOf, window, () => trackRecord(state, window, asOf)),
+          ask,
+        ),
+        `track-record\u0000${this.id}\u0000${key}`,
+      ),
+    );
+  }
+
+  /** The time the record is as of at `now`. */
+  private asOf(now: number): number {
     // Infinity when no outcome counts: asOf is then `now` (recordAsOf).
-    const asOf = Math.min(
+    return Math.min(
       now,
       this.due.get(0, '', (state) => recordAsOf(state, Infinity)),
     );
-    return this.answers.get(asOf, window, (state) => trackRecord(state, window, asOf));
   }
 
   /**

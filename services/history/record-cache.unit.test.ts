@@ -6,10 +6,19 @@ import { describe, expect, it, onTestFinished } from 'vitest';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import { newEvent } from '../../contracts/events.ts';
-import { TRACK_RECORD_WINDOWS } from '../../contracts/history.ts';
+import {
+  TRACK_RECORD_WINDOWS,
+  type TrackRecordResponse,
+  type TrackRecordWindow,
+} from '../../contracts/history.ts';
 import type { Exchange, Timeframe } from '../../contracts/market.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
 import { scoredPoint } from '../../test/scored-point.ts';
+import { escapeJson } from '../api/mcp/answer-json.ts';
+import { readResource } from '../api/mcp/resources.ts';
+import { signalToolTable, toolRegistry } from '../api/mcp/tool-registry.ts';
+import { answerBytesWithService, answerJsonWithService } from '../api/served-answers.ts';
+import { keptRevision } from '../engine/answer-revisions.ts';
 import { trackRecordProjection } from './projections.ts';
 import { BriefCache, RecordCache } from './record-cache.ts';
 import { historyRoutes, TRACK_RECORD_ROUTE } from './routes.ts';
@@ -19,6 +28,7 @@ import {
   type TrackRecordState,
   trackRecordBrief,
 } from './track-record.ts';
+import { trackRecordForAgents } from './track-record-tool.ts';
 
 const HOUR = 3_600_000;
 const DAY = 24 * HOUR;
@@ -126,6 +136,115 @@ describe('RecordCache', () => {
       JSON.stringify(currentTrackRecord(runner.state, '7d', NOW)),
     );
     expect(cache.current('7d', NOW).asOf).not.toBe(cache.current('7d', early).asOf);
+  });
+});
+
+/** Every ask get_track_record takes: none, a venue, a timeframe, both (with and without a line). */
+const ASKS: { exchange?: Exchange; timeframe?: Timeframe }[] = [
+  {},
+  { exchange: 'BINANCE_SPOT' },
+  { timeframe: '4h' },
+  { exchange: 'BINANCE', timeframe: '4h' },
+  { exchange: 'BINANCE', timeframe: '5m' },
+];
+
+/** A `_service` block as the channels add one, different on every call. */
+let calls = 0;
+const service = () => ({ auth: { tier: 'free' }, quota: { remaining: ++calls } });
+
+/**
+ * get_track_record's answer through the channels' JSON (services/api/served-answers.ts: MCP's
+ * structuredContent and text, the keyed HTTP body) is what serialising it afresh gives, byte for
+ * byte, its escape included (the text content inside the JSON-RPC answer).
+ */
+function expectServedAsFresh(answer: TrackRecordResponse, fresh: TrackRecordResponse, label: string) {
+  expect(JSON.stringify(answer), label).toBe(JSON.stringify(fresh));
+  for (let i = 0; i < 2; i++) {
+    const block = service();
+    const expected = JSON.stringify({ ...fresh, _service: block });
+    const made = answerJsonWithService('get_track_record', answer as never, block);
+    expect(made.json, label).toBe(expected);
+    expect(made.escaped ?? escapeJson(made.json), label).toBe(escapeJson(expected));
+    // The answer's own fields as one kept start (its UTF-8 made once), the call's `_service` after it.
+    const split = made.split!;
+    expect(split, label).toBeDefined();
+    expect(Buffer.concat([split.head, Buffer.from(split.tail)]).toString(), label).toBe(expected);
+    expect(Buffer.concat([split.escapedHead, Buffer.from(split.escapedTail)]).toString(), label).toBe(
+      escapeJson(expected),
+    );
+    const bytes = answerBytesWithService('get_track_record', answer as never, block);
+    expect(bytes.equals(Buffer.from(expected)), label).toBe(true);
+  }
+}
+
+describe('RecordCache.forAgents (get_track_record)', () => {
+  it('answers what the record made fresh and narrowed answers, byte for byte as served, for every window and ask', async () => {
+    const { runner, cache } = await record();
+    for (const window of TRACK_RECORD_WINDOWS) {
+      for (const ask of ASKS) {
+        const label = `${window} ${JSON.stringify(ask)}`;
+        const fresh = trackRecordForAgents(currentTrackRecord(runner.state, window, NOW), ask);
+        const answer = cache.forAgents(window, NOW, ask);
+        // Handed out again as the same object, named as a kept answer: the channels reuse its JSON.
+        expect(cache.forAgents(window, NOW, ask), label).toBe(answer);
+        expect(keptRevision(answer), label).toBeDefined();
+        expect(Object.isFrozen(answer.lines), label).toBe(true);
+        expectServedAsFresh(answer, fresh, label);
+      }
+    }
+    // Asks apart are answers apart, each under a name of its own.
+    const names = ASKS.map((ask) => keptRevision(cache.forAgents('all', NOW, ask)));
+    expect(new Set(names).size).toBe(ASKS.length);
+    expect(keptRevision(cache.forAgents('7d', NOW, {}))).not.toBe(
+      keptRevision(cache.forAgents('all', NOW, {})),
+    );
+  });
+
+  it('gives the track-record:// resources the text of the answer made fresh, for every window', async () => {
+    const { runner, fold, cache } = await record();
+    // get_track_record as the service registers it, its operation the slice's (slice.ts).
+    const table = signalToolTable().find((t) => t.name === 'get_track_record')!;
+    const registry = toolRegistry([
+      {
+        ...table,
+        run: async (args) => {
+          const ask = args as { window: TrackRecordWindow; exchange?: Exchange; timeframe?: Timeframe };
+          return cache.forAgents(ask.window, NOW, ask) as never;
+        },
+      },
+    ]);
+    const read = async (window: string) =>
+      (await readResource(registry, { uri: `track-record://${window}` })).contents[0]!.text;
+    for (let round = 0; round < 2; round++) {
+      for (const window of TRACK_RECORD_WINDOWS) {
+        const fresh = JSON.stringify(trackRecordForAgents(currentTrackRecord(runner.state, window, NOW), {}));
+        expect(await read(window), window).toBe(fresh);
+        expect(await read(window), window).toBe(fresh);
+      }
+      // The record moves: each read is of the new answer.
+      await fold(scoredPoint('BINANCE', '4h', T0 + (DAYS - 1) * DAY, 1));
+    }
+  });
+
+  it('hands out the new record once an outcome is folded, served as its own JSON, not the last one kept', async () => {
+    const { runner, fold, cache } = await record();
+    const before = TRACK_RECORD_WINDOWS.map((window) => cache.forAgents(window, NOW, {}));
+    // Served once each: the channels' JSON cache holds these answers under their names.
+    for (const answer of before) answerJsonWithService('get_track_record', answer as never, service());
+    await fold(scoredPoint('BINANCE', '4h', T0 + (DAYS - 1) * DAY, 1));
+    for (const [i, window] of TRACK_RECORD_WINDOWS.entries()) {
+      const answer = cache.forAgents(window, NOW, {});
+      expect(answer).not.toBe(before[i]);
+      expect(answer.asOfPosition).toBeGreaterThan(before[i]!.asOfPosition);
+      // The same name as the answer it follows: what is kept under it is replaced, never reused stale.
+      expect(keptRevision(answer)).toBe(keptRevision(before[i]!));
+      expectServedAsFresh(
+        answer,
+        trackRecordForAgents(currentTrackRecord(runner.state, window, NOW), {}),
+        window,
+      );
+    }
+    expect(JSON.stringify(cache.forAgents('30d', NOW, {}))).not.toBe(JSON.stringify(before[1]));
   });
 });
 

@@ -36,7 +36,6 @@ import { historyRoutes } from './routes.ts';
 import type { OutcomeIndex, StoredRows } from './scan.ts';
 import { holdsCoin, ServedVenues } from './served-venues.ts';
 import type { TrackRecordState } from './track-record.ts';
-import { trackRecordForAgents } from './track-record-tool.ts';
 
 /** Roles this slice does something in: routes (api), outcomes (projections), webhook lines (dispatcher). */
 export const HISTORY_ROLES: readonly Role[] = ['api', 'projections', 'dispatcher'];
@@ -277,7 +276,7 @@ export function historySlice(deps: HistorySliceDeps) {
             ? (input as z.output<typeof GetTrackRecordInput>)
             : GetTrackRecordInput.parse(input);
           await venues.check(ask);
-          return trackRecordForAgents(records.current(ask.window, now()), ask);
+          return records.forAgents(ask.window, now(), ask);
         },
       };
     },

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { TRACK_RECORD_WINDOWS, type TrackRecordWindow } from '../../../contracts/history.ts';
 import { TOOLS } from '../../../contracts/tools.ts';
+import { keptRevision } from '../../engine/answer-revisions.ts';
 import { MCP_INVALID_PARAMS } from './error-codes.ts';
 import type { ToolRegistry } from './tool-registry.ts';
 
@@ -99,5 +100,22 @@ export async function readResource(
     throw notFound(uri);
   }
   const record = await tool.run({ window: window as TrackRecordWindow }, { requestId: randomUUID() });
-  return { contents: [{ uri, mimeType: 'application/json', text: JSON.stringify(record) }] };
+  return { contents: [{ uri, mimeType: 'application/json', text: textOf(record) }] };
+}
+
+/** The JSON of each kept answer read (one the tool hands out again unchanged), made once per answer. */
+const texts = new WeakMap<object, string>();
+
+/**
+ * `record`'s JSON: for an answer the tool keeps (the track record's, made once per record
+ * position: services/history/record-cache.ts), the text made at its first read, which cannot go
+ * stale (a kept answer is never changed once handed out); anything else is serialised per read.
+ */
+function textOf(record: object): string {
+  let text = texts.get(record);
+  if (text === undefined) {
+    text = JSON.stringify(record);
+    if (keptRevision(record) !== undefined) texts.set(record, text);
+  }
+  return text;
 }

@@ -91,7 +91,7 @@ holds no verdict of, or an --exchange or --timeframe it holds none of and the fe
 a PATH that holds no export (score: a folder of no Parquet part), a DATA_DIR or POSTGRES_SCHEMA
 that holds no event log, or a setting the service would refuse
 (nothing was read); 1: the command failed (verify: a broken link; a file, --url answer or --store
-read of no row; a file with fewer rows than its NDJSON trailer says; a store that does not answer;
+read of no row, or of commitments only (none revealed: nothing rehashed) without --anchors; a file with fewer rows than its NDJSON trailer says; a store that does not answer;
 a file cut short).`;
 
 export class UsageError extends Error {}
@@ -770,22 +770,39 @@ function exportRows(
  * no row (a 0-byte file, an NDJSON trailer alone, a CSV header alone, a Parquet directory without
  * a row), or fewer rows than a trailer line of a served NDJSON answer says the answer held.
  */
-function incompleteFile(path: string, report: ChainReport, trailers: TrailerCount[]): string | null {
+function incompleteFile(
+  path: string,
+  report: ChainReport,
+  trailers: TrailerCount[],
+  anchored: boolean,
+): string | null {
   const short = trailers.find((t) => t.held < t.says);
   if (short)
     return `${path}: line ${short.line}, the answer's trailer, says it held ${short.says} rows; the file holds ${short.held} before it (${short.says - short.held} missing): a file cut or edited is no evidence; fetch the answer again`;
   // A first line that is no row in the format read (a CSV file read as NDJSON) is its broken link.
   if (report.rows === 0 && report.firstBroken === null)
     return `${path} holds no rows: 0 rows checked, so nothing is verified (an export no row matched, or a file emptied or cut, is no evidence)`;
-  return null;
+  return anchored ? null : commitmentsOnly(path, 'holds', report);
+}
+
+/**
+ * A file or read of commitments only (no revealed row, so no hash recomputed from its content):
+ * its links join hashes nothing in it can be checked against, so the walk verified nothing (null:
+ * it rehashed a row, or stopped at a broken link). The anchors can still check the commitments
+ * (`--anchors`): the callers ask this only without them.
+ */
+function commitmentsOnly(source: string, holds: string, report: ChainReport): string | null {
+  if (report.rows === 0 || report.rehashed > 0 || report.firstBroken !== null) return null;
+  return `${source} ${holds} ${report.rows} rows, none revealed: no hash could be recomputed from its content (rehashed: 0), so nothing is verified (a verdict is revealed six candles after its close: export again once some are, or check the commitments against the anchors with --anchors)`;
 }
 
 /**
  * A read from the service (--url) or the log (--store) that gave no row verified nothing, as a file
  * of no row does (null: it gave rows).
  */
-function incompleteRead(source: string, report: ChainReport): string | null {
-  if (report.rows > 0 || report.firstBroken !== null) return null;
+function incompleteRead(source: string, report: ChainReport, anchored: boolean): string | null {
+  if (report.rows > 0) return anchored ? null : commitmentsOnly(source, 'gave', report);
+  if (report.firstBroken !== null) return null;
   return `${source} gave no rows: 0 rows checked, so nothing is verified (a log of no verdict is no evidence)`;
 }
 
@@ -986,8 +1003,12 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
         // A file or read of no row, or a file short of its trailer's count, is not verified: there
         // is nothing to verify.
         const incomplete = path
-          ? incompleteFile(path, report, trailers)
-          : incompleteRead(values.url ? verdictsUrl(String(values.url)) : 'the log (--store)', report);
+          ? incompleteFile(path, report, trailers, anchors !== null)
+          : incompleteRead(
+              values.url ? verdictsUrl(String(values.url)) : 'the log (--store)',
+              report,
+              anchors !== null,
+            );
         const passed =
           report.ok && incomplete === null && (recomputed?.mismatched ?? 0) === 0 && (anchored?.ok ?? true);
         // An anchor beyond the file: its last rows are verified by none (a cut file looks the

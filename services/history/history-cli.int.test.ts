@@ -1108,6 +1108,19 @@ describe('npm run history', () => {
         incomplete: `${file} holds no rows: 0 rows checked, so nothing is verified (an export no row matched, or a file emptied or cut, is no evidence)`,
       });
     }
+    // Commitments only: no row revealed, no hash recomputed (rehashed 0), so nothing is verified,
+    // where the walk answered ok.
+    const commitments = join(dir, 'commitments-only.ndjson');
+    const unrevealed = (await served()).filter((r) => !r.revealed);
+    expect(unrevealed.length).toBeGreaterThan(0);
+    writeFileSync(commitments, unrevealed.map((r) => `${JSON.stringify(r)}\n`).join(''));
+    expect(JSON.parse(await runHistoryCommand(['verify', commitments], deps()))).toMatchObject({
+      ok: false,
+      rows: unrevealed.length,
+      rehashed: 0,
+      firstBroken: null,
+      incomplete: `${commitments} holds ${unrevealed.length} rows, none revealed: no hash could be recomputed from its content (rehashed: 0), so nothing is verified (a verdict is revealed six candles after its close: export again once some are, or check the commitments against the anchors with --anchors)`,
+    });
     // Two answers appended as served, each ending with its trailer: each trailer counts its own answer.
     const first = await answer('limit=50');
     const cursor = JSON.parse(first.at(-1)!).cursor as string;

@@ -85,8 +85,11 @@ const text = (invalid: ErrorCode, min: number, max: number) =>
     .min(min)
     .max(max);
 
-/** POST /api/search: the MCP input with its bounds (fields it does not name are ignored). */
-export const SearchRequest = z.object({
+/**
+ * POST /api/search: the MCP input with its bounds. A field it does not name is refused (400
+ * INVALID_FIELD naming it), as the tool refuses it (-32602).
+ */
+export const SearchRequest = strictInput({
   query: text('INVALID_QUERY', SEARCH_QUERY_MIN, SEARCH_QUERY_MAX).describe(
     `What to look for, ${SEARCH_QUERY_MIN}–${SEARCH_QUERY_MAX} characters after trimming`,
   ),
@@ -99,9 +102,12 @@ export const SearchRequest = z.object({
     .describe(`How many passages, 1–${SEARCH_LIMIT_MAX}`),
 });
 
-/** POST /api/chat, for a server allowing the generative `models` beside the extractive one. */
+/**
+ * POST /api/chat, for a server allowing the generative `models` beside the extractive one. A field
+ * it does not name is refused (400 INVALID_FIELD naming it), as the tool refuses it (-32602).
+ */
 export function chatRequest(models: readonly string[]) {
-  return z.object({
+  return strictInput({
     question: text('INVALID_QUESTION', CHAT_QUESTION_MIN, CHAT_QUESTION_MAX).describe(
       `The question, ${CHAT_QUESTION_MIN}–${CHAT_QUESTION_MAX} characters after trimming`,
     ),

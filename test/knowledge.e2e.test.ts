@@ -247,6 +247,8 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
       [{ query: 'webhooks', limit: 51 }, 'INVALID_LIMIT'],
       [{ query: 'webhooks', limit: 2.5 }, 'INVALID_LIMIT'],
       [{ query: 'webhooks', limit: '3' }, 'INVALID_LIMIT'],
+      // A misspelt field is refused naming it, not ignored (the tool refuses it too, -32602).
+      [{ query: 'webhooks', limt: 3 }, 'INVALID_FIELD'],
     ];
     for (const [body, code] of cases) {
       const { res, body: answer } = await post('/api/search', body, bearer(key.key));
@@ -255,6 +257,12 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
       expect(res.headers.get('cache-control')).toBe('no-store');
       expect(ServiceMeta.parse(answer._service).auth.outcome).toBe('OK');
     }
+    const misspelt = await post('/api/search', { query: 'webhooks', limt: 3 }, bearer(key.key));
+    expect(misspelt.body).toMatchObject({
+      code: 'INVALID_FIELD',
+      message: 'unknown field "limt"',
+      field: 'limt',
+    });
     // 500 characters after trimming is still fine.
     const edge = await post('/api/search', { query: ` ${'a'.repeat(500)} ` }, bearer(key.key));
     expect(edge.res.status).toBe(200);
@@ -391,6 +399,8 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
       [{ question: 'q'.repeat(501) }, 'QUESTION_TOO_LONG'],
       [{ question: 'what does squeeze mean', model: 'gpt-9' }, 'INVALID_MODEL'],
       [{ question: 'what does squeeze mean', model: 7 }, 'INVALID_MODEL'],
+      // A misspelt field is refused naming it, not answered by the default model.
+      [{ question: 'what does squeeze mean', modle: 'good-model' }, 'INVALID_FIELD'],
     ];
     for (const [body, code] of cases) {
       const { res, body: answer } = await post('/api/chat', body, bearer(key.key));
@@ -403,6 +413,21 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
       bearer(key.key),
     );
     expect(invalid.body.message).toContain('"extractive", "good-model"');
+    const misspelt = await post(
+      '/api/chat',
+      { question: 'what does squeeze mean', modle: 'good-model' },
+      bearer(key.key),
+    );
+    expect(misspelt.body).toMatchObject({
+      code: 'INVALID_FIELD',
+      message: 'unknown field "modle"',
+      field: 'modle',
+    });
+    // No refused input took a chat unit or a call.
+    const served = await post('/api/chat', { question: 'what does squeeze mean' }, bearer(key.key));
+    expect(served.res.status).toBe(200);
+    expect((served.body._service as { chat_quota: { used: number } }).chat_quota.used).toBe(1);
+    expect(ServiceMeta.parse(served.body._service).quota?.used).toBe(1);
     // A question sent as text, or JSON that is not an object, is told what to send.
     const asText = await fetch(`${service.url}/api/chat`, {
       method: 'POST',

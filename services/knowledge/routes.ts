@@ -87,7 +87,7 @@ function textCodes(
 
 /** The 400's note: a body that is not JSON and a repeated header are the route's invalid-input code. */
 const inputNote = (invalid: ErrorCode) =>
-  `The input; a body that is not JSON, and a request repeating Authorization or Host (its message names the header), are ${invalid}`;
+  `The input; a body that is not JSON, and a request repeating Authorization or Host (its message names the header), are ${invalid}; a field the body does not take is INVALID_FIELD naming it`;
 const TOO_LARGE =
   'The body is over the route’s limit (BODY_LIMIT_BYTES): the text’s too-long code, its message naming the limit';
 
@@ -119,7 +119,14 @@ function searchRoute() {
         headers: { Vary: 'Authorization, as the answer it stands for' },
       },
       400: refusal(
-        ['INVALID_QUERY', 'QUERY_TOO_SHORT', 'QUERY_TOO_LONG', 'INVALID_LIMIT', 'JSON_TOO_DEEP'],
+        [
+          'INVALID_QUERY',
+          'QUERY_TOO_SHORT',
+          'QUERY_TOO_LONG',
+          'INVALID_LIMIT',
+          'INVALID_FIELD',
+          'JSON_TOO_DEEP',
+        ],
         inputNote('INVALID_QUERY'),
       ),
       413: refusal(['QUERY_TOO_LONG'], TOO_LARGE),
@@ -147,7 +154,14 @@ function chatRoute(models: readonly string[]) {
     responses: {
       200: { description: 'A grounded answer with citations', schema: ChatAnswer },
       400: refusal(
-        ['INVALID_QUESTION', 'QUESTION_TOO_SHORT', 'QUESTION_TOO_LONG', 'INVALID_MODEL', 'JSON_TOO_DEEP'],
+        [
+          'INVALID_QUESTION',
+          'QUESTION_TOO_SHORT',
+          'QUESTION_TOO_LONG',
+          'INVALID_MODEL',
+          'INVALID_FIELD',
+          'JSON_TOO_DEEP',
+        ],
         inputNote('INVALID_QUESTION'),
       ),
       413: refusal(['QUESTION_TOO_LONG'], TOO_LARGE),

@@ -76,13 +76,46 @@ export const KNOWLEDGE_ERRORS = {
 } as const satisfies Partial<Record<ErrorCode, { status: number; meaning: string }>>;
 export type KnowledgeErrorCode = keyof typeof KNOWLEDGE_ERRORS;
 
-/** Whitespace alone is no text: refused with the field's INVALID_ code before its length is judged. */
-const text = (invalid: ErrorCode, min: number, max: number) =>
+/**
+ * A text's length in characters (Unicode code points), as zod counts it for the HTTP bodies and
+ * JSON Schema's minLength/maxLength for the tools' advertised input: String.length counts UTF-16
+ * units, two for a character outside the Basic Multilingual Plane (most emoji). Counted alike,
+ * the tools take every text their schema allows and /api/search takes.
+ */
+const characters = (text: string): number => {
+  let n = 0;
+  for (const _ of text) n++;
+  return n;
+};
+
+/**
+ * Control and format characters other than whitespace (U+0000, U+001B, U+200B, U+2060, a stray
+ * U+FEFF inside the text, soft hyphens, direction marks): they show nothing and carry no word.
+ */
+const INVISIBLE = /(?!\s)[\p{Cc}\p{Cf}]/gu;
+
+/** What a text shows: without its invisible characters (INVISIBLE), trimmed. */
+export const visible = (text: string): string => text.replace(INVISIBLE, '').trim();
+
+/**
+ * A text field's rule, as its description says: whitespace, control and format characters alone
+ * are no text (the field's INVALID_ code, before its length is judged), and they do not count
+ * toward the minimum; the maximum counts every character after trimming.
+ */
+const textRule = (what: string, invalid: ErrorCode, min: number, max: number) =>
+  `${what}, ${min}–${max} characters after trimming; control and format characters (U+0000, U+200B, U+FEFF…) do not count toward the ${min}, and a text of only those and whitespace is ${invalid}`;
+
+const SEARCH_QUERY_RULE = textRule('What to look for', 'INVALID_QUERY', SEARCH_QUERY_MIN, SEARCH_QUERY_MAX);
+const CHAT_QUESTION_RULE = textRule('The question', 'INVALID_QUESTION', CHAT_QUESTION_MIN, CHAT_QUESTION_MAX);
+
+/** Refused with the field's INVALID_ code when nothing shows, before its length is judged. */
+const text = ([invalid, short]: [ErrorCode, ErrorCode], min: number, max: number) =>
   z
     .string()
     .trim()
-    .refine((value) => value !== '', { abort: true, params: { code: invalid } })
+    .refine((value) => visible(value) !== '', { abort: true, params: { code: invalid } })
     .min(min)
+    .refine((value) => characters(visible(value)) >= min, { abort: true, params: { code: short } })
     .max(max);
 
 /**
@@ -90,8 +123,8 @@ const text = (invalid: ErrorCode, min: number, max: number) =>
  * INVALID_FIELD naming it), as the tool refuses it (-32602).
  */
 export const SearchRequest = strictInput({
-  query: text('INVALID_QUERY', SEARCH_QUERY_MIN, SEARCH_QUERY_MAX).describe(
-    `What to look for, ${SEARCH_QUERY_MIN}–${SEARCH_QUERY_MAX} characters after trimming`,
+  query: text(['INVALID_QUERY', 'QUERY_TOO_SHORT'], SEARCH_QUERY_MIN, SEARCH_QUERY_MAX).describe(
+    SEARCH_QUERY_RULE,
   ),
   limit: z
     .number()
@@ -108,8 +141,8 @@ export const SearchRequest = strictInput({
  */
 export function chatRequest(models: readonly string[]) {
   return strictInput({
-    question: text('INVALID_QUESTION', CHAT_QUESTION_MIN, CHAT_QUESTION_MAX).describe(
-      `The question, ${CHAT_QUESTION_MIN}–${CHAT_QUESTION_MAX} characters after trimming`,
+    question: text(['INVALID_QUESTION', 'QUESTION_TOO_SHORT'], CHAT_QUESTION_MIN, CHAT_QUESTION_MAX).describe(
+      CHAT_QUESTION_RULE,
     ),
     model: z
       .enum([EXTRACTIVE_MODEL, ...models])
@@ -128,7 +161,7 @@ export const SearchKnowledgeInput = strictInput({
   query: z
     .string()
     .meta({ minLength: SEARCH_QUERY_MIN, maxLength: SEARCH_QUERY_MAX })
-    .describe(`What to look for, ${SEARCH_QUERY_MIN}–${SEARCH_QUERY_MAX} characters after trimming`),
+    .describe(SEARCH_QUERY_RULE),
   limit: z
     .number()
     .int()
@@ -146,7 +179,7 @@ export function chatKnowledgeInput(models?: readonly string[]) {
     question: z
       .string()
       .meta({ minLength: CHAT_QUESTION_MIN, maxLength: CHAT_QUESTION_MAX })
-      .describe(`The question, ${CHAT_QUESTION_MIN}–${CHAT_QUESTION_MAX} characters after trimming`),
+      .describe(CHAT_QUESTION_RULE),
     model: (models === undefined
       ? model
       : model.meta({ enum: [EXTRACTIVE_MODEL, ...models], default: EXTRACTIVE_MODEL })
@@ -224,27 +257,14 @@ function fail(
   return { ok: false, code, message: detail ?? KNOWLEDGE_ERRORS[code].meaning };
 }
 
-/**
- * A text's length in characters (Unicode code points), as zod counts it for the HTTP bodies and
- * JSON Schema's minLength/maxLength for the tools' advertised input: String.length counts UTF-16
- * units, two for a character outside the Basic Multilingual Plane (most emoji). Counted alike,
- * the tools take every text their schema allows and /api/search takes.
- */
-const characters = (text: string): number => {
-  let n = 0;
-  for (const _ of text) n++;
-  return n;
-};
-
 /** Checks a search request body (HTTP) or tool arguments (MCP) against the bounds. */
 export function checkSearch(body: unknown): Checked<{ query: string; limit: number }> {
   const fields = (typeof body === 'object' && body !== null ? body : {}) as Record<string, unknown>;
   const raw = fields.query;
-  if (typeof raw !== 'string' || raw.trim() === '') return fail('INVALID_QUERY');
+  if (typeof raw !== 'string' || visible(raw) === '') return fail('INVALID_QUERY');
   const query = raw.trim();
-  const length = characters(query);
-  if (length < SEARCH_QUERY_MIN) return fail('QUERY_TOO_SHORT');
-  if (length > SEARCH_QUERY_MAX) return fail('QUERY_TOO_LONG');
+  if (characters(visible(query)) < SEARCH_QUERY_MIN) return fail('QUERY_TOO_SHORT');
+  if (characters(query) > SEARCH_QUERY_MAX) return fail('QUERY_TOO_LONG');
   const limit = fields.limit ?? SEARCH_LIMIT_DEFAULT;
   if (typeof limit !== 'number' || !Number.isInteger(limit) || limit < 1 || limit > SEARCH_LIMIT_MAX) {
     // In the words POST /api/search answers it with (the catalog's), over MCP too.
@@ -260,11 +280,10 @@ export function checkChat(
 ): Checked<{ question: string; model: string }> {
   const fields = (typeof body === 'object' && body !== null ? body : {}) as Record<string, unknown>;
   const raw = fields.question;
-  if (typeof raw !== 'string' || raw.trim() === '') return fail('INVALID_QUESTION');
+  if (typeof raw !== 'string' || visible(raw) === '') return fail('INVALID_QUESTION');
   const question = raw.trim();
-  const length = characters(question);
-  if (length < CHAT_QUESTION_MIN) return fail('QUESTION_TOO_SHORT');
-  if (length > CHAT_QUESTION_MAX) return fail('QUESTION_TOO_LONG');
+  if (characters(visible(question)) < CHAT_QUESTION_MIN) return fail('QUESTION_TOO_SHORT');
+  if (characters(question) > CHAT_QUESTION_MAX) return fail('QUESTION_TOO_LONG');
   const model = fields.model ?? EXTRACTIVE_MODEL;
   if (typeof model !== 'string' || (model !== EXTRACTIVE_MODEL && !models.includes(model))) {
     const allowed = [EXTRACTIVE_MODEL, ...models].map((m) => JSON.stringify(m)).join(', ');

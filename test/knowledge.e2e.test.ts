@@ -239,9 +239,15 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
       [{}, 'INVALID_QUERY'],
       [{ query: 42 }, 'INVALID_QUERY'],
       [{ query: '   ' }, 'INVALID_QUERY'],
+      // Control and format characters show nothing: alone (or with whitespace) they are no query.
+      [{ query: '\u0000\u0000\u0000' }, 'INVALID_QUERY'],
+      [{ query: '\u200b\u200b\u200b\u200b' }, 'INVALID_QUERY'],
+      [{ query: '\ufeff \u200b\u0007\u2060 \u00ad' }, 'INVALID_QUERY'],
       ['{"query": "not json', 'INVALID_QUERY'],
       [{ query: 'ab' }, 'QUERY_TOO_SHORT'],
       [{ query: '   ab   ' }, 'QUERY_TOO_SHORT'],
+      // …nor count toward the minimum.
+      [{ query: 'ab\u200b\u0000' }, 'QUERY_TOO_SHORT'],
       [{ query: 'x'.repeat(501) }, 'QUERY_TOO_LONG'],
       [{ query: 'webhooks', limit: 0 }, 'INVALID_LIMIT'],
       [{ query: 'webhooks', limit: 51 }, 'INVALID_LIMIT'],
@@ -254,6 +260,10 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
       const { res, body: answer } = await post('/api/search', body, bearer(key.key));
       expect({ status: res.status, code: answer.code }, JSON.stringify(body)).toEqual({ status: 400, code });
       expect(typeof answer.message).toBe('string');
+      // An invisible query is told what a whitespace one is, in the same words.
+      if (code === 'INVALID_QUERY' && typeof body === 'object') {
+        expect(answer.message).toBe('query is missing, not a string, or only whitespace');
+      }
       expect(res.headers.get('cache-control')).toBe('no-store');
       expect(ServiceMeta.parse(answer._service).auth.outcome).toBe('OK');
     }
@@ -394,6 +404,12 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
       [{}, 'INVALID_QUESTION'],
       [{ question: ['why'] }, 'INVALID_QUESTION'],
       [{ question: ' \n\t ' }, 'INVALID_QUESTION'],
+      // Control and format characters show nothing: alone (or with whitespace) they are no question.
+      [{ question: '\u0000'.repeat(6) }, 'INVALID_QUESTION'],
+      [{ question: '\u200b'.repeat(6) }, 'INVALID_QUESTION'],
+      [{ question: '\ufeff\u200b \u001b\u200e\u2060\ufeff' }, 'INVALID_QUESTION'],
+      // …nor count toward the minimum.
+      [{ question: 'why\u200b\u200b\u0000' }, 'QUESTION_TOO_SHORT'],
       ['not json at all', 'INVALID_QUESTION'],
       [{ question: 'why?' }, 'QUESTION_TOO_SHORT'],
       [{ question: 'q'.repeat(501) }, 'QUESTION_TOO_LONG'],
@@ -405,6 +421,9 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
     for (const [body, code] of cases) {
       const { res, body: answer } = await post('/api/chat', body, bearer(key.key));
       expect({ status: res.status, code: answer.code }, JSON.stringify(body)).toEqual({ status: 400, code });
+      if (code === 'INVALID_QUESTION' && typeof body === 'object' && !Array.isArray(body)) {
+        expect(answer.message).toBe('question is missing, not a string, or only whitespace');
+      }
       expect(ServiceMeta.parse(answer._service).auth.outcome).toBe('OK');
     }
     const invalid = await post(
@@ -670,6 +689,9 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
       ['search_knowledge', { query: 'x'.repeat(501) }, 'QUERY_TOO_LONG'],
       ['search_knowledge', { query: 'webhooks', limit: 99 }, 'INVALID_LIMIT'],
       ['chat_knowledge', { question: '  ' }, 'INVALID_QUESTION'],
+      ['chat_knowledge', { question: '\u200b\u0000\ufeff\u200b\u0000\u200b' }, 'INVALID_QUESTION'],
+      ['chat_knowledge', { question: 'why\u200b\u200b' }, 'QUESTION_TOO_SHORT'],
+      ['search_knowledge', { query: '\u0000\u200b\u0000' }, 'INVALID_QUERY'],
       ['chat_knowledge', { question: 'why' }, 'QUESTION_TOO_SHORT'],
       ['chat_knowledge', { question: 'q'.repeat(501) }, 'QUESTION_TOO_LONG'],
       ['chat_knowledge', { question: 'what does squeeze mean', model: 'gpt-9' }, 'INVALID_MODEL'],
@@ -683,6 +705,14 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
       const text = (result.content as { type: string; text: string }[])[0]!.text;
       expect(text.startsWith(code), `${name} ${JSON.stringify(args)} → ${text}`).toBe(true);
     }
+    // No refused call took a chat unit or a call.
+    const after = await client.callTool({
+      name: 'chat_knowledge',
+      arguments: { question: 'what does squeeze mean' },
+    });
+    const spent = (after.structuredContent as Record<string, unknown>)._service as Record<string, unknown>;
+    expect(ChatQuotaSnapshot.parse(spent.chat_quota).used).toBe(2);
+    expect(ServiceMeta.parse(spent).quota?.used).toBe(3);
   });
 
   it('MCP: CHAT_QUOTA_EXHAUSTED as result.isError; anonymous callers get the free chat quota', async () => {

@@ -55,20 +55,36 @@ export class UnsupportedTimeframeError extends marketDataError(
 /**
  * A timeframe asked of no venue in particular (a filter naming none means every venue) that none
  * of them serves: said of them all, with the timeframes they do serve, never of the one venue a
- * call naming none would be answered for.
+ * call naming none would be answered for. Timeframes the venues were asked about and gave no
+ * answer on in time are named apart, with the venues that gave none: neither served nor refused.
  */
 export class TimeframeServedNowhereError extends marketDataError(
   'TimeframeServedNowhereError',
   'unsupported_timeframe',
-  (timeframe: string, venues: readonly Exchange[], served: readonly string[]) => ({
-    timeframe,
-    venues,
-    served,
-  }),
+  (
+    timeframe: string,
+    venues: readonly Exchange[],
+    served: readonly string[],
+    unanswered?: TimeframesUnanswered,
+  ) => ({ timeframe, venues, served, ...(unanswered ? { unanswered } : {}) }),
   (f) =>
     `timeframe ${f.timeframe} is not available on any venue here (${f.venues.join(', ')}): ` +
-    (f.served.length > 0 ? `they serve ${f.served.join(', ')}` : 'they serve no candles'),
+    (f.unanswered === undefined
+      ? f.served.length > 0
+        ? `they serve ${f.served.join(', ')}`
+        : 'they serve no candles'
+      : `${f.served.length > 0 ? `they serve ${f.served.join(', ')}` : 'none said it serves another'}; ` +
+        `${f.unanswered.venues.join(', ')} gave no answer within ${f.unanswered.withinMs} ms about ` +
+        `${f.unanswered.timeframes.join(', ')}, not listed`),
 ) {}
+
+/** The timeframes a refusal asked the venues about and got no answer on in time: left out of what they serve. */
+export interface TimeframesUnanswered {
+  timeframes: readonly string[];
+  /** The venues that did not answer about them (none of the others serves them). */
+  venues: readonly Exchange[];
+  withinMs: number;
+}
 
 export class UnsupportedExchangeError extends marketDataError(
   'UnsupportedExchangeError',

@@ -1,7 +1,12 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { execFileSync } from 'node:child_process';
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { KnownCoins } from '../../adapters/market/known-coins.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
-import { openReplayFeed } from '../../adapters/market/replay.ts';
+import { openReplayFeed, SHIPPED_MARKET_DIR } from '../../adapters/market/replay.ts';
 import type { Exchange, Timeframe } from '../../contracts/market.ts';
 import { holdsCoin, ServedVenues } from './served-venues.ts';
 
@@ -89,4 +94,56 @@ describe('KnownCoins with what the history holds (the coin filter)', () => {
     expect(refused).toContain('the history holds no verdict of ZEC on BINANCE');
     expect(await judge('BTC', 'BINANCE_SPOT')).toBe('known');
   });
+});
+
+describe('ServedVenues with a venue whose candles never come (a read hung on its disk)', () => {
+  it('refuses a timeframe served nowhere by its deadline, naming what the venue gave no answer about', async () => {
+    // The replay's data: BINANCE_SPOT's BTC 1h candles (it serves 1h to 1d), BINANCE's ETH 5m
+    // candles and its ETH 15m candles on a FIFO no one writes to, whose read waits as one on a
+    // hung disk or mount does (open blocks until a writer comes). BINANCE answers 5m (the finest,
+    // which its listing reads too); 15m and 30m it builds from the 15m file, which never answers.
+    // 1m no venue builds.
+    const dir = mkdtempSync(join(tmpdir(), 'served-venues-'));
+    const shipped = join(SHIPPED_MARKET_DIR, 'candles', 'binance-spot');
+    const [spot, perp] = ['binance-spot', 'binance-usdm'].map((folder) => join(dir, 'candles', folder));
+    for (const folder of [spot!, perp!]) mkdirSync(folder, { recursive: true });
+    copyFileSync(join(shipped, 'BTCUSDT-1h.csv.gz'), join(spot!, 'BTCUSDT-1h.csv.gz'));
+    copyFileSync(join(shipped, 'ETHUSDT-5m.csv.gz'), join(perp!, 'ETHUSDT-5m.csv.gz'));
+    const hung = join(perp!, 'ETHUSDT-15m.csv.gz');
+    execFileSync('mkfifo', [hung]);
+    const slow = await openReplayFeed({ dir, run: false });
+    onTestFinished(async () => {
+      // A writer that closes at once: the hung read ends (with nothing: an error it drops).
+      await writeFile(hung, '');
+      await slow.close?.();
+      rmSync(dir, { recursive: true, force: true });
+    });
+    // The healthy files read once, so that only the hung one can miss the deadline.
+    for (const [exchange, coin] of [
+      ['BINANCE_SPOT', 'BTC'],
+      ['BINANCE', 'ETH'],
+    ] as const) {
+      await slow.markets(exchange);
+      await slow.candles(exchange, coin, exchange === 'BINANCE' ? '5m' : '1h', { limit: 1 });
+    }
+
+    const withinMs = 2_000;
+    const venues = new ServedVenues(() => slow, { has: () => false }, Date.now, withinMs);
+    const said = (ask: { exchange?: Exchange; timeframe?: Timeframe }) =>
+      venues.check(ask).then(
+        () => 'served',
+        (err: { code?: string; message: string }) => `${err.code}: ${err.message}`,
+      );
+    // Refused, in words that list what the venues answered they serve and name what BINANCE
+    // gave no answer about: neither listed as served nor said to be served nowhere.
+    expect(await said({ timeframe: '1m' })).toBe(
+      `unsupported_timeframe: timeframe 1m is not available on any venue here (BINANCE_SPOT, BINANCE): they serve 5m, 1h, 2h, 4h, 8h, 12h, 1d; BINANCE gave no answer within ${withinMs} ms about 15m, 30m, not listed`,
+    );
+    // A filter on a timeframe a venue gives no answer about is not judged, so not refused: let
+    // through as a feed fault is (the history answers what it holds).
+    expect(await said({ exchange: 'BINANCE', timeframe: '30m' })).toBe('served');
+    expect(await said({ timeframe: '30m' })).toBe('served');
+    // What the venues answered is judged as ever.
+    expect(await said({ exchange: 'BINANCE_SPOT', timeframe: '30m' })).toMatch(/^unsupported_timeframe: /);
+  }, 60_000);
 });

@@ -178,22 +178,28 @@ export function historySlice(deps: HistorySliceDeps) {
    * unsupported_timeframe), but for what the history holds: the track record's cells
    * (`<exchange>|<timeframe>|<day>`) and the verdict streams (`verdicts-<exchange>-<coin>-<tf>`).
    */
-  const venues = new ServedVenues(() => feed, {
-    has: ({ exchange, timeframe }) => {
-      const holds = (ex: string | undefined, tf: string | undefined) =>
-        (exchange === undefined || ex === exchange) && (timeframe === undefined || tf === timeframe);
-      return (
-        Object.keys(trackRecord.state).some((key) => {
-          const [ex, tf] = key.split('|');
-          return holds(ex, tf);
-        }) ||
-        Object.keys(labelled.state.runs).some((stream) => {
-          const market = parseVerdictStream(stream);
-          return market !== undefined && holds(market.exchange, market.timeframe);
-        })
-      );
+  const venues = new ServedVenues(
+    () => feed,
+    {
+      has: ({ exchange, timeframe }) => {
+        const holds = (ex: string | undefined, tf: string | undefined) =>
+          (exchange === undefined || ex === exchange) && (timeframe === undefined || tf === timeframe);
+        return (
+          Object.keys(trackRecord.state).some((key) => {
+            const [ex, tf] = key.split('|');
+            return holds(ex, tf);
+          }) ||
+          Object.keys(labelled.state.runs).some((stream) => {
+            const market = parseVerdictStream(stream);
+            return market !== undefined && holds(market.exchange, market.timeframe);
+          })
+        );
+      },
     },
-  });
+    Date.now,
+    // The venues' answers are waited for as long as the feed's probe at selection.
+    config.FEED_PROBE_TIMEOUT_MS,
+  );
 
   // The channel is built after this slice (it sells the operations this slice decorates), so the
   // routes take its quota when they are registered.

@@ -7,6 +7,7 @@ import type { AddressInfo } from 'node:net';
  *   good-*  answers citing the first passage it was given, as [1]
  *   liar-*  cites a passage it was not given ([9])
  *   mute-*  says it does not know, citing nothing
+ *   bare-*  answers with a citation marker alone, [1], and no words
  *   slow-*  answers after `slowMs`
  *   late-*  answers like good-* after `lateMs` (within the chat timeout: long enough for a test
  *           to act while a chat holds its unit)
@@ -42,7 +43,9 @@ export async function startFakeProvider(options: { slowMs?: number; lateMs?: num
         ? 'It costs 12 USD [9].'
         : model.startsWith('mute')
           ? 'I do not know.'
-          : `According to the documentation: ${first.slice(0, 120)} [1].`;
+          : model.startsWith('bare')
+            ? '[1]'
+            : `According to the documentation: ${first.slice(0, 120)} [1].`;
       const reply = () => {
         if (model.startsWith('down')) {
           res.writeHead(500, { 'content-type': 'application/json' });

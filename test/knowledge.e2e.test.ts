@@ -25,7 +25,15 @@ import { REDIS_URL, shouldRunRedisSuite, wipePrefix } from './redis-probe.ts';
 
 const run = await shouldRunRedisSuite('knowledge e2e suite');
 const PREFIX = `test:knowledge:${randomUUID()}:`;
-const MODELS = ['good-model', 'liar-model', 'mute-model', 'slow-model', 'down-model', 'late-model'];
+const MODELS = [
+  'good-model',
+  'liar-model',
+  'mute-model',
+  'bare-model',
+  'slow-model',
+  'down-model',
+  'late-model',
+];
 
 type Body = Record<string, unknown> & { code?: string; message?: string; _service?: unknown };
 
@@ -921,6 +929,18 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
     expect(mute.body.note).toBe(
       'the model mute-model cited none of the passages it was given; this answer is extractive',
     );
+    // A citation marker alone says nothing: not grounded, answered extractively as an uncited one.
+    const bare = await post(
+      '/api/chat',
+      { question: 'what does squeeze mean', model: 'bare-model' },
+      bearer(key.key),
+    );
+    expect(ChatAnswer.parse(bare.body)).toMatchObject({ model: 'extractive', grounded: true });
+    expect(bare.body.answer).not.toBe('[1]');
+    expect(bare.body.answer).toBe(mute.body.answer);
+    expect(bare.body.note).toBe(
+      'the model bare-model cited none of the passages it was given; this answer is extractive',
+    );
     const used = () => (good.body._service as { chat_quota: { used: number } }).chat_quota.used;
     expect(used()).toBe(1);
 
@@ -930,8 +950,8 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
       expect(late.res.status).toBe(200);
       expect(ChatAnswer.parse(late.body)).toMatchObject({ model: 'extractive', grounded: true });
       expect(late.body.note).toMatch(new RegExp(`the model ${model} was unavailable`));
-      // The provider failed: the unit came back (good, liar and mute took one each).
-      expect((late.body._service as { chat_quota: { used: number } }).chat_quota.used).toBe(3);
+      // The provider failed: the unit came back (good, liar, mute and bare took one each).
+      expect((late.body._service as { chat_quota: { used: number } }).chat_quota.used).toBe(4);
     }
   });
 });

@@ -20,14 +20,24 @@ function promptFor(question: string, context: Retrieved[]): string {
 }
 
 /**
- * Checks a generated answer against what the model was given: it must cite at least one
- * passage, only passages it was given, and no number that none of them holds. Returns the answer renumbered so that [n] is the
- * n-th citation, or null when the check fails.
+ * Whether an answer says anything besides its [n] markers: a letter or a digit. "[1]" alone (or
+ * "[1][2].") states nothing, so it cites nothing for anything.
+ */
+function saysSomething(answer: string): boolean {
+  return /[\p{L}\p{N}]/u.test(answer.replace(/\[\d+\]/g, ' '));
+}
+
+/**
+ * Checks a generated answer against what the model was given: it must say something besides its
+ * markers (saysSomething), cite at least one passage, only passages it was given, and no number
+ * that none of them holds. Returns the answer renumbered so that [n] is the n-th citation, or null
+ * when the check fails.
  */
 export function checkGenerated(
   answer: string,
   context: Retrieved[],
 ): { text: string; citations: Citation[] } | null {
+  if (!saysSomething(answer)) return null;
   const cited = [...answer.matchAll(/\[(\d+)\]/g)].map((m) => Number(m[1]));
   if (cited.length === 0 || cited.some((n) => n < 1 || n > context.length)) return null;
   // A bracketed id or number-like token that is not [n] (e.g. "[doc-7]") is also off-source.
@@ -121,8 +131,9 @@ export async function answerQuestion(
   }
   const checked = checkGenerated(text, context);
   if (checked === null) {
-    // An answer citing nothing (a model saying it does not know) made nothing up: it is told apart.
-    const uncited = !/\[\d+\]/.test(text);
+    // An answer citing nothing (a model saying it does not know), or bare markers that state
+    // nothing to cite, made nothing up: it is told apart.
+    const uncited = !/\[\d+\]/.test(text) || !saysSomething(text);
     const why = uncited
       ? 'cited none of the passages it was given'
       : 'cited sources or numbers it was not given';

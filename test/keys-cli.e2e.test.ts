@@ -76,6 +76,33 @@ describe('operator key commands', () => {
     await expect(run('revoke', keyId)).rejects.toThrow('is revoked');
   });
 
+  it('refuses an option that takes a value given twice, naming it, on every such option', async () => {
+    const out = await run('create', '--plan', 'free', '--owner', 'dave');
+    const keyId = /id: +(\S+)/.exec(out)![1]!;
+    const twice = (name: string, a: string, b: string) =>
+      new UsageError(`--${name} given 2 times ("${a}", "${b}"): it takes one value`);
+    for (const [argv, told] of [
+      [['create', '--plan', 'free', '--owner', 'a', '--owner', 'b'], twice('owner', 'a', 'b')],
+      [['create', '--plan=free', '--plan', 'pro', '--owner', 'a'], twice('plan', 'free', 'pro')],
+      [['revoke', keyId, '--reason', 'x', '--reason=y'], twice('reason', 'x', 'y')],
+      [
+        ['payments', '--from', '2026-11-01', '--from', '2026-11-02'],
+        twice('from', '2026-11-01', '2026-11-02'),
+      ],
+      [['payments', '--to', '2026-11-01', '--to', '2026-11-02'], twice('to', '2026-11-01', '2026-11-02')],
+      [['payments', '--status', 'settled', '--status', 'failed'], twice('status', 'settled', 'failed')],
+      [['payments', '--format', 'csv', '--format', 'ndjson'], twice('format', 'csv', 'ndjson')],
+      [['list', '--owner', 'a', '--owner', 'a'], twice('owner', 'a', 'a')],
+    ] as const) {
+      await expect(run(...argv), argv.join(' ')).rejects.toThrow(told);
+    }
+    const registry = await foldKeyRegistry(store);
+    expect(Object.values(registry.byHash).filter((r) => r.owner === 'a' || r.owner === 'b')).toEqual([]);
+    expect(findById(registry, keyId)).toMatchObject({ revoked: false });
+    // A flag that takes no value loses nothing when repeated.
+    expect(await run('list', '--all', '--all')).toContain(keyId);
+  });
+
   it('refuses a word a command does not take, naming it, on every command', async () => {
     const out = await run('create', '--plan', 'free', '--owner', 'carol');
     const keyId = /id: +(\S+)/.exec(out)![1]!;
@@ -256,7 +283,7 @@ describe('npm run keys (the real CLI on an LMDB store)', () => {
     expect(quota.stderr).toContain('set CACHE=redis');
   });
 
-  it('refuses a word a command does not take as a usage error naming it (exit 2), before opening the store', async () => {
+  it('refuses a word a command does not take and an option given twice as usage errors naming them (exit 2), before opening the store', async () => {
     const refused = (...args: string[]) =>
       cli(...args).then(
         () => ({ code: 0, stderr: '' }),
@@ -268,6 +295,9 @@ describe('npm run keys (the real CLI on an LMDB store)', () => {
     expect(list.stderr).toMatch(
       /^unexpected argument "extra" \(list takes no argument but its options\)\n\nusage: /,
     );
+    const owners = await refused('create', '--plan', 'free', '--owner', 'a', '--owner', 'b');
+    expect(owners.code).toBe(2);
+    expect(owners.stderr).toMatch(/^--owner given 2 times \("a", "b"\): it takes one value\n\nusage: /);
     // Refused before the store is opened: a create on a DATA_DIR holding no log makes none.
     const fresh = join(dir, 'fresh-create');
     const create = await exec(

@@ -22,7 +22,8 @@ import {
 /** Operator command line for keys (`npm run keys -- …`); uses the configured event store and cache. */
 const argv = process.argv.slice(2);
 await usageIfAsked(argv, USAGE);
-// A command line not as USAGE has it (an unknown option, a stray word): the usage error, exit 2,
+// A command line not as USAGE has it (an unknown option, a stray word, an option's value given
+// twice): the usage error, exit 2,
 // before any setting is read or store opened.
 try {
   checkCommandLine(argv);

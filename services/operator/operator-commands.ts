@@ -137,8 +137,9 @@ const OPTIONS = {
 
 /**
  * The command line after the command's name, read as USAGE has it: an unknown option, one missing
- * its value and a word the command does not take are usage errors naming it. Which options a
- * command reads is its own business.
+ * its value, an option taking a value given twice (`--owner a --owner b`: which one was meant?)
+ * and a word the command does not take are usage errors naming it. Which options a command reads
+ * is its own business.
  */
 function flags(
   command: string | undefined,
@@ -149,13 +150,21 @@ function flags(
 } {
   const parsed = (() => {
     try {
-      return parseArgs({ args, allowPositionals: true, options: OPTIONS });
+      return parseArgs({ args, allowPositionals: true, tokens: true, options: OPTIONS });
     } catch (err) {
       // Unknown flags and missing values come back as usage errors, with node's own wording.
       throw new UsageError((err as Error).message);
     }
   })();
-  const { positionals, values } = parsed;
+  const { positionals, values, tokens } = parsed;
+  for (const [name, option] of Object.entries(OPTIONS)) {
+    if (option.type !== 'string') continue;
+    const given = tokens.filter((t) => t.kind === 'option' && t.name === name);
+    if (given.length > 1)
+      throw new UsageError(
+        `--${name} given ${given.length} times (${given.map((t) => JSON.stringify(t.kind === 'option' ? t.value : '')).join(', ')}): it takes one value`,
+      );
+  }
   const words = command === undefined ? undefined : COMMAND_WORDS[command];
   if (words !== undefined && positionals.length > words.length) {
     const extra = positionals.slice(words.length).map((word) => JSON.stringify(word));

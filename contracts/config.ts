@@ -727,7 +727,7 @@ export const ConfigSchema = z
     /** Base URL of the provider's API (e.g. https://api.openai.com/v1, https://api.anthropic.com). */
     CHAT_BASE_URL: httpUrl.optional(),
     CHAT_API_KEY: z.string().optional(),
-    /** Model names callers may ask for, comma-separated (besides `extractive`). */
+    /** Model names callers may ask for, comma-separated, each once; `extractive` is always offered and not listed. */
     CHAT_MODELS: listOf('model', 'unset it for none besides extractive (with CHAT_PROVIDER=none)')
       .superRefine(chatModelNames)
       .transform(splitList)

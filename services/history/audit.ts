@@ -6,6 +6,7 @@ import {
   type TrackRecordResponse,
   type TrackRecordWindow,
 } from '../../contracts/history.ts';
+import type { Call } from '../../contracts/market.ts';
 import { type OutcomeContent, outcomeHash, verdictHash } from '../../contracts/verdict-hash.ts';
 import { verdictStream } from '../engine/verdict-recorder.ts';
 import { MalformedRowError } from './files.ts';
@@ -54,7 +55,22 @@ export interface ChainReport {
   outcomes: number;
   /** Outcomes recorded before outcomes were chained (no outcome_hash): not covered by any chain. */
   unchainedOutcomes: number;
+  /**
+   * Only when the file is verified as an export made with `call=` (verify --call): the links that
+   * skip verdicts the file does not hold (the other calls' revealed rows, which that filter leaves
+   * out), not checked, nor the outcome links of their streams. Null otherwise, and when none skips.
+   */
+  skippedLinks: SkippedLinks | null;
   firstBroken: BrokenLink | null;
+}
+
+export interface SkippedLinks {
+  /** The call= filter the file was exported with. */
+  call: Call;
+  /** Links from a row to its stream's previous verdict that the file does not hold. */
+  links: number;
+  /** The first such link's row. */
+  first: RowRef;
 }
 
 const ref = (row: HistoryRow) => ({
@@ -80,6 +96,8 @@ interface OutcomeChain {
   entry: string | null;
   /** The file holds the stream from its first verdict, so every link must be found in it. */
   whole: boolean;
+  /** A link of the stream skips verdicts the file does not hold: its open outcome links are not checked. */
+  gapped: boolean;
 }
 
 /**
@@ -98,7 +116,15 @@ interface OutcomeChain {
  */
 export async function verifyRows(
   rows: AsyncIterable<HistoryRow | MalformedRowError>,
-  options: { onRow?: (row: HistoryRow) => Promise<void> } = {},
+  options: {
+    onRow?: (row: HistoryRow) => Promise<void>;
+    /**
+     * The call= filter the file was exported with: every revealed row must be of it, and a link
+     * after a revealed row may skip verdicts the file does not hold (the other calls' revealed
+     * rows), counted in skippedLinks rather than broken.
+     */
+    call?: Call;
+  } = {},
 ): Promise<ChainReport> {
   // Per stream, its last row, with the stamps of the row before it (see `blame`).
   const last = new Map<string, LastRow>();
@@ -112,8 +138,11 @@ export async function verifyRows(
     streamsStartingMidChain: 0,
     outcomes: 0,
     unchainedOutcomes: 0,
+    skippedLinks: null,
     firstBroken: null,
   };
+  // The calls of the revealed rows walked, to name a one-call file's likely filter.
+  const calls = new Set<string>();
   const broken = (at: RowRef, reason: string) => {
     report.ok = false;
     report.firstBroken = { ...at, reason };
@@ -157,6 +186,13 @@ export async function verifyRows(
       break;
     }
     report.rowsWalked++;
+    if (row.revealed && row.call !== null) {
+      calls.add(row.call);
+      if (options.call !== undefined && row.call !== options.call) {
+        broken(ref(row), `call is ${row.call}: not a row of an export made with call=${options.call}`);
+        break;
+      }
+    }
     const prev = last.get(row.stream);
     if (prev) {
       if (row.revision <= prev.revision) {
@@ -164,8 +200,22 @@ export async function verifyRows(
         break;
       }
       if (row.prev_hash !== prev.hash) {
-        broken(ref(row), 'prev_hash does not link to the previous verdict of this stream');
-        break;
+        // Verdicts left out after a revealed row of an export made with call=: that filter leaves
+        // out the other calls' revealed rows (commitments always pass it, and a stream's revealed
+        // rows come before its commitments). Else a broken link.
+        if (options.call === undefined || !prev.revealed) {
+          const only = calls.size === 1 && prev.revealed ? [...calls][0] : undefined;
+          broken(
+            ref(row),
+            only === undefined
+              ? 'prev_hash does not link to the previous verdict of this stream'
+              : `prev_hash does not link to the previous verdict of this stream: verdicts between them are not in the file (dropped, or left out by an export made with call=${only}, as every revealed row so far is ${only}: verify --call ${only} checks such an export as far as it holds)`,
+          );
+          break;
+        }
+        report.skippedLinks ??= { call: options.call, links: 0, first: ref(row) };
+        report.skippedLinks.links++;
+        chains.get(row.stream)!.gapped = true;
       }
       if (row.position <= prev.position) {
         broken(
@@ -195,6 +245,7 @@ export async function verifyRows(
         started: false,
         entry: null,
         whole: row.prev_hash === null,
+        gapped: false,
       });
     }
     const stamped = recordTimes(row);
@@ -212,6 +263,7 @@ export async function verifyRows(
     }
     last.set(row.stream, {
       at: ref(row),
+      revealed: row.revealed,
       hash: row.hash,
       revision: row.revision,
       position: row.position,
@@ -243,6 +295,8 @@ export async function verifyRows(
   }
   if (report.ok) {
     for (const chain of chains.values()) {
+      // Its outcomes link to outcomes of verdicts the file does not hold: not checked.
+      if (chain.gapped) continue;
       const reason = openLinks(chain);
       if (reason) {
         broken(reason.at, reason.reason);
@@ -269,6 +323,7 @@ interface Stamps {
 
 interface LastRow extends Stamps {
   at: RowRef;
+  revealed: boolean;
   hash: string;
   revision: number;
   position: number;

@@ -70,7 +70,7 @@ export const USAGE = `${invocation('history')} <command> [options]
                                               of part files); --resume continues an interrupted one
                                               from its <out>.checkpoint.json (a finished export
                                               removes it)
-  verify (PATH | --url URL --key KEY | --store) [--format F] [--data DIR]
+  verify (PATH [--call BUY|SELL|HOLD] | --url URL --key KEY | --store) [--format F] [--data DIR]
          [--anchors --rpc URL (--address ADDR [--from-block N] | --tx HASH ...) [--allow-uncovered]]
                                               every verdict and outcome chain end to end; reports the
                                               first broken link. --data DIR recomputes every outcome
@@ -79,7 +79,9 @@ export const USAGE = `${invocation('history')} <command> [options]
                                               file against the roots anchored on chain. Exit 0 ok,
                                               1 failed, 3 partly verified: an anchor lies beyond the
                                               file, its last rows are unverified (--allow-uncovered:
-                                              exit 0, same note)
+                                              exit 0, same note). --call C: PATH is an export
+                                              made with that call= filter; its links across the
+                                              other calls' rows are not checked (exit 3)
   score PATH [--window 7d|30d|90d|all] [--as-of TIME] [--as-of-position N] [--format F]
                                               the track record from an export file alone (no
                                               --as-of: as of its latest due outcome, as the service)
@@ -179,6 +181,7 @@ const COMMAND_OPTIONS = {
     'from-block',
     'tx',
     'allow-uncovered',
+    'call',
   ],
   score: ['window', 'as-of', 'as-of-position', 'format'],
 } as const;
@@ -852,6 +855,17 @@ async function chainAnchors(values: Record<string, unknown>): Promise<ChainAncho
   return found;
 }
 
+/**
+ * What an export made with call= (verify --call) leaves unchecked, in words: its links that skip
+ * the verdicts it does not hold (null: none skips one).
+ */
+function skippedNote(report: ChainReport): string | null {
+  const skipped = report.skippedLinks;
+  if (skipped === null) return null;
+  const { call, links, first } = skipped;
+  return `${links} link${links === 1 ? ' skips' : 's skip'} verdicts the file does not hold (the first at ${first.stream} position ${first.position}): an export made with call=${call} leaves the other calls' revealed rows out, so those links, and the outcome links of their streams, are not checked (a row dropped from the file would look the same); every row's hash, stamps and outcome hash are, and every revealed row is a ${call} call. An export without call= checks every link.`;
+}
+
 /** verify's exit code from its output: 0 ok, 3 partly verified (rows no checked anchor covers), 1 failed. */
 export function verifyExitCode(output: { ok: boolean; partlyVerified?: boolean }): number {
   if (output.ok) return 0;
@@ -966,6 +980,10 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
         : sourceRows(await source());
       const data = values.data as string | undefined;
       if (data !== undefined && !existsSync(data)) throw new UsageError(`no market-data folder at ${data}`);
+      // The call= filter an export file was made with: a read from the service or the log is whole.
+      const filteredBy = read.data.call;
+      if (filteredBy !== undefined && !path)
+        throw new UsageError('--call goes with PATH: an export file made with that call= filter');
       // The anchors' options without --anchors would verify the chains alone while looking anchored.
       const anchorOnly = ['rpc', 'address', 'tx', 'from-block', 'allow-uncovered'].filter(
         (name) => values[name] !== undefined && values[name] !== false,
@@ -997,7 +1015,10 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
           anchors?.onRow(row);
           await recompute?.check(row);
         };
-        const report = await verifyRows(rows, anchors || recompute ? { onRow } : {});
+        const report = await verifyRows(rows, {
+          ...(anchors || recompute ? { onRow } : {}),
+          ...(filteredBy !== undefined ? { call: filteredBy } : {}),
+        });
         const recomputed = recompute?.report;
         const anchored = anchors?.finish();
         // A file or read of no row, or a file short of its trailer's count, is not verified: there
@@ -1014,14 +1035,18 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
         // An anchor beyond the file: its last rows are verified by none (a cut file looks the
         // same as an early export), so not ok unless the analyst accepts that (exit 3, not 1).
         const unverified = passed ? (anchored?.unverified ?? null) : null;
-        const ok = passed && (unverified === null || values['allow-uncovered'] === true);
+        // A call= export's links across the other calls' rows: not checked, so never ok, and no
+        // broken link either (exit 3); --allow-uncovered is the anchors' and does not pass it.
+        const skipped = passed ? skippedNote(report) : null;
+        const ok = passed && skipped === null && (unverified === null || values['allow-uncovered'] === true);
+        const notes = [skipped, unverified?.note ?? null].filter((note) => note !== null);
         return JSON.stringify(
           {
             ...report,
             ok,
             ...(incomplete ? { incomplete } : {}),
-            ...(anchored
-              ? { partlyVerified: unverified !== null, unverified: unverified?.note ?? null }
+            ...(anchored || skipped !== null
+              ? { partlyVerified: notes.length > 0, unverified: notes.length > 0 ? notes.join(' ') : null }
               : {}),
             ...(recomputed ? { recomputed } : {}),
             ...(anchored ? { anchors: anchored } : {}),

@@ -1270,6 +1270,67 @@ describe('npm run history', () => {
     expect(existsSync(`${out}.checkpoint.json`)).toBe(false);
   });
 
+  it('verifies an export made with call= as far as it holds (verify --call): its links across the other calls are not checked, exit 3', async () => {
+    for (const call of ['BUY', 'SELL', 'HOLD'] as const) {
+      const out = join(dir, `call-${call}.ndjson`);
+      await runHistoryCommand(urlExport(out, '--call', call), deps());
+      const held = await collect(out);
+      expect(held.some((r) => r.revealed && r.call === call)).toBe(true);
+      // Read as a whole export, the rows of other calls are missing where its chains skip them:
+      // a link not found, whose reason names the filter it may come from and how to check it.
+      const whole = JSON.parse(await runHistoryCommand(['verify', out], deps()));
+      expect(whole.ok).toBe(false);
+      expect(whole.firstBroken.reason).toContain(
+        `left out by an export made with call=${call}, as every revealed row so far is ${call}: verify --call ${call} checks such an export`,
+      );
+      // Told it is one: every row is checked but the links that skip the other calls' rows, which
+      // are counted and said (exit 3), where verify failed the first as a broken link (exit 1).
+      const report = JSON.parse(await runHistoryCommand(['verify', out, '--call', call], deps()));
+      expect(report, call).toMatchObject({
+        ok: false,
+        rows: held.length,
+        rowsWalked: held.length,
+        partlyVerified: true,
+        skippedLinks: { call },
+        firstBroken: null,
+      });
+      expect(report.skippedLinks.links).toBeGreaterThan(0);
+      expect(report.rehashed).toBe(held.filter((r) => r.revealed).length);
+      expect(report.unverified).toContain(
+        `an export made with call=${call} leaves the other calls' revealed rows out`,
+      );
+      expect(verifyExitCode(report)).toBe(3);
+      // A changed row of it still fails on its own row.
+      const changed = held.findIndex((r) => r.revealed && r.call === call);
+      const edited = join(dir, `call-${call}-edited.ndjson`);
+      const rows = held.map((r, i) => (i === changed ? { ...r, confidence: (r.confidence ?? 0) + 1 } : r));
+      writeFileSync(edited, rows.map((r) => `${JSON.stringify(r)}\n`).join(''));
+      expect(
+        JSON.parse(await runHistoryCommand(['verify', edited, '--call', call], deps())),
+        call,
+      ).toMatchObject({
+        ok: false,
+        firstBroken: {
+          position: held[changed]!.position,
+          reason: 'hash does not match the revealed content',
+        },
+      });
+    }
+    // A revealed row of another call is no row of that export.
+    const report = JSON.parse(
+      await runHistoryCommand(['verify', join(dir, 'call-HOLD.ndjson'), '--call', 'BUY'], deps()),
+    );
+    expect(report).toMatchObject({
+      ok: false,
+      firstBroken: { reason: 'call is HOLD: not a row of an export made with call=BUY' },
+    });
+    expect(verifyExitCode(report)).toBe(1);
+    // A read from the service or the log is whole: --call goes with a file only.
+    await expect(runHistoryCommand(['verify', '--store', '--call', 'BUY'], deps())).rejects.toThrow(
+      new UsageError('--call goes with PATH: an export file made with that call= filter'),
+    );
+  });
+
   it('refuses a --data folder that holds no market data as a usage error', async () => {
     const out = join(dir, 'data-none.ndjson');
     await runHistoryCommand(['export', '--store', '--out', out], deps());

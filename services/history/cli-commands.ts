@@ -57,7 +57,7 @@ import {
   type TrailerCount,
 } from './files.ts';
 import { HistoryQuerySchema, historyFilter, parseTime } from './query.ts';
-import { NoMarketDataError, OutcomeRecompute } from './recompute.ts';
+import { NoMarketDataError, OutcomeRecompute, type RecomputeReport } from './recompute.ts';
 import { type HistoryFilter, ScanProgress, scanHistory } from './scan.ts';
 import { ServedVenues } from './served-venues.ts';
 import { CSV_HEADER, csvLine, parquetStream } from './writers.ts';
@@ -93,7 +93,8 @@ holds no verdict of, or an --exchange or --timeframe it holds none of and the fe
 a PATH that holds no export (score: a folder of no Parquet part), a DATA_DIR or POSTGRES_SCHEMA
 that holds no event log, or a setting the service would refuse
 (nothing was read); 1: the command failed (verify: a broken link; a file, --url answer or --store
-read of no row, or of commitments only (none revealed: nothing rehashed) without --anchors; a file with fewer rows than its NDJSON trailer says; a store that does not answer;
+read of no row, or of commitments only (none revealed: nothing rehashed) without --anchors; a --data
+folder that holds the candles of none of its outcomes; a file with fewer rows than its NDJSON trailer says; a store that does not answer;
 a file cut short).`;
 
 export class UsageError extends Error {}
@@ -799,6 +800,24 @@ function commitmentsOnly(source: string, holds: string, report: ChainReport): st
   return `${source} ${holds} ${report.rows} rows, none revealed: no hash could be recomputed from its content (rehashed: 0), so nothing is verified (a verdict is revealed six candles after its close: export again once some are, or check the commitments against the anchors with --anchors)`;
 }
 
+/** At most this many series are named in a no-coverage message; the report lists every one. */
+const NAMED_SERIES = 10;
+
+/**
+ * A --data folder that covers none of the outcomes (checked 0, each counted notInData): no outcome
+ * was recomputed, so --data verified nothing (null: it recomputed one, or there was none to). One
+ * that covers some checks those; its report counts the others (notInData) and lists what they need.
+ */
+function noneRecomputed(source: string, holds: string, report: RecomputeReport): string | null {
+  if (report.checked > 0 || report.notInData === 0) return null;
+  const named = report.uncovered
+    .slice(0, NAMED_SERIES)
+    .map((s) => `${s.exchange} ${s.coin} ${s.timeframe} from ${s.from} to ${s.to}`);
+  const more = report.uncovered.length - named.length;
+  if (more > 0) named.push(`${more} more (recomputed.uncovered)`);
+  return `${source} ${holds} ${report.notInData} outcomes, none in ${report.dir}: no outcome could be recomputed from that folder (checked: 0, notInData: ${report.notInData}), so no outcome is verified (they need the candles of ${named.join('; ')}: give --data a market-data folder that holds them)`;
+}
+
 /**
  * A read from the service (--url) or the log (--store) that gave no row verified nothing, as a file
  * of no row does (null: it gave rows).
@@ -1023,13 +1042,12 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
         const anchored = anchors?.finish();
         // A file or read of no row, or a file short of its trailer's count, is not verified: there
         // is nothing to verify.
-        const incomplete = path
-          ? incompleteFile(path, report, trailers, anchors !== null)
-          : incompleteRead(
-              values.url ? verdictsUrl(String(values.url)) : 'the log (--store)',
-              report,
-              anchors !== null,
-            );
+        const from = values.url ? verdictsUrl(String(values.url)) : 'the log (--store)';
+        const incomplete =
+          (path
+            ? incompleteFile(path, report, trailers, anchors !== null)
+            : incompleteRead(from, report, anchors !== null)) ??
+          (recomputed ? noneRecomputed(path ?? from, path ? 'holds' : 'gave', recomputed) : null);
         const passed =
           report.ok && incomplete === null && (recomputed?.mismatched ?? 0) === 0 && (anchored?.ok ?? true);
         // An anchor beyond the file: its last rows are verified by none (a cut file looks the

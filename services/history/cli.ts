@@ -85,8 +85,8 @@ try {
   if (argv[0] === 'verify') {
     const report = JSON.parse(output) as { ok: boolean; incomplete?: string };
     code = verifyExitCode(report);
-    // A file of no row, of commitments only (or short of its trailer's count) verified nothing:
-    // said in words too.
+    // A file of no row, of commitments only, of outcomes a --data folder holds none of (or short
+    // of its trailer's count) verified nothing: said in words too.
     if (report.incomplete) process.stderr.write(`${report.incomplete}\n`);
   }
 } catch (err) {

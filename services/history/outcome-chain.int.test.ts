@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -14,11 +14,12 @@ import {
 import { outcomeHash } from '../../contracts/verdict-hash.ts';
 import { recordHistory, startHistoryServer } from '../../test/history-harness.ts';
 import { rowOutcome } from './audit.ts';
-import { type CliDeps, runHistoryCommand } from './cli-commands.ts';
+import { type CliDeps, runHistoryCommand, verifyExitCode } from './cli-commands.ts';
 import { writeExport } from './export-fixture.ts';
 import { NO_OUTCOME } from './export-rows.ts';
 import { readExport } from './files.ts';
 import { outcomeDueAt, resolveOutcome } from './outcome.ts';
+import type { UncoveredSeries } from './recompute.ts';
 
 /** Verdicts per stream whose outcome is recorded as before outcomes were chained (no hash). */
 const LEGACY = 3;
@@ -381,6 +382,52 @@ describe('outcomes in the chain', () => {
     await expect(runHistoryCommand(['verify', path, '--data', join(dir, 'nowhere')], deps())).rejects.toThrow(
       'no market-data folder at',
     );
+  });
+
+  it('verifies nothing with a --data folder that holds none of the outcomes, and counts those a folder covering some cannot recompute', async () => {
+    const path = await write('for-other-data', 'ndjson', rows);
+    const labelled = rows.filter((r) => r.result !== null);
+    // A market-data folder of a coin the file holds no verdict of: every outcome is notInData.
+    const other = join(dir, 'market-other');
+    mkdirSync(join(other, 'candles', 'binance-spot'), { recursive: true });
+    copyFileSync(
+      'sample-data/market/candles/binance-spot/XRPUSDT-1h.csv.gz',
+      join(other, 'candles', 'binance-spot', 'XRPUSDT-1h.csv.gz'),
+    );
+    const none = await verify(path, '--data', other);
+    expect(none.firstBroken).toBeNull();
+    expect(none.recomputed).toMatchObject({ checked: 0, notInData: labelled.length, mismatched: 0 });
+    const needs = [...new Set(labelled.map((r) => `${r.exchange} ${r.coin} ${r.timeframe}`))];
+    expect(
+      none.recomputed.uncovered.map((s: UncoveredSeries) => `${s.exchange} ${s.coin} ${s.timeframe}`),
+    ).toEqual(needs);
+    const named = none.recomputed.uncovered
+      .map((s: UncoveredSeries) => `${s.exchange} ${s.coin} ${s.timeframe} from ${s.from} to ${s.to}`)
+      .join('; ');
+    expect(none).toMatchObject({
+      ok: false,
+      incomplete: `${path} holds ${labelled.length} outcomes, none in ${other}: no outcome could be recomputed from that folder (checked: 0, notInData: ${labelled.length}), so no outcome is verified (they need the candles of ${named}: give --data a market-data folder that holds them)`,
+    });
+    expect(verifyExitCode(none)).toBe(1);
+
+    // A folder of one of the file's series: its outcomes are checked, the others counted and named.
+    const some = join(dir, 'market-some');
+    mkdirSync(join(some, 'candles', 'binance-usdm'), { recursive: true });
+    copyFileSync(
+      'sample-data/market/candles/binance-usdm/BTCUSDT-1h.csv.gz',
+      join(some, 'candles', 'binance-usdm', 'BTCUSDT-1h.csv.gz'),
+    );
+    const btc = labelled.filter((r) => r.coin === 'BTC').length;
+    expect(btc).toBeGreaterThan(0);
+    const partial = await verify(path, '--data', some);
+    expect(partial.ok).toBe(true);
+    expect(partial.incomplete).toBeUndefined();
+    expect(partial.recomputed).toMatchObject({
+      checked: btc,
+      notInData: labelled.length - btc,
+      mismatched: 0,
+    });
+    expect(partial.recomputed.uncovered.map((s: UncoveredSeries) => s.coin)).not.toContain('BTC');
   });
 
   it('recomputes the whole file past the first broken link: an outcome edited in place breaks the chain at its row, and --data names its column', async () => {

@@ -23,9 +23,24 @@ export interface RecomputeReport {
   checked: number;
   /** Outcomes whose 24 following candles the folder does not hold (another venue, coin, or time). */
   notInData: number;
+  /**
+   * The candles those outcomes need, by venue, coin and timeframe: from the first verdict's candle
+   * close to the last outcome's due time (ISO dates, UTC); empty when every outcome was checked.
+   */
+  uncovered: UncoveredSeries[];
   /** Outcomes with at least one column other than recomputed; the first MAX_LISTED columns listed. */
   mismatched: number;
   mismatches: OutcomeMismatch[];
+}
+
+/** The candles a file's outcomes need that a market-data folder does not hold. */
+export interface UncoveredSeries {
+  exchange: string;
+  coin: string;
+  timeframe: string;
+  outcomes: number;
+  from: string;
+  to: string;
 }
 
 /**
@@ -91,7 +106,7 @@ export class OutcomeRecompute {
     private readonly feed: ReplayFeed,
     private readonly dir: string,
   ) {
-    this.report = { dir, checked: 0, notInData: 0, mismatched: 0, mismatches: [] };
+    this.report = { dir, checked: 0, notInData: 0, uncovered: [], mismatched: 0, mismatches: [] };
   }
 
   /** Throws NoMarketDataError for a folder of no candle file; what reading one met otherwise. */
@@ -126,6 +141,24 @@ export class OutcomeRecompute {
     );
   }
 
+  /** Counts an outcome the folder's candles do not give, under the series and dates it needs. */
+  #notInData(row: HistoryRow, verdict: Verdict): void {
+    this.report.notInData++;
+    const from = new Date(verdict.candleCloseTime).toISOString().slice(0, 10);
+    const to = new Date(outcomeDueAt(verdict)).toISOString().slice(0, 10);
+    const series = this.report.uncovered.find(
+      (s) => s.exchange === row.exchange && s.coin === row.coin && s.timeframe === row.timeframe,
+    );
+    if (!series) {
+      const { exchange, coin, timeframe } = row;
+      this.report.uncovered.push({ exchange, coin, timeframe, outcomes: 1, from, to });
+      return;
+    }
+    series.outcomes++;
+    if (from < series.from) series.from = from;
+    if (to > series.to) series.to = to;
+  }
+
   /** The columns whose exported value is not `outcome`'s. */
   #differing(row: HistoryRow, outcome: Outcome): Array<(typeof COLUMNS)[number]> {
     // Outcomes resolved before outcomes named the lean carry none: nothing to compare it with.
@@ -142,12 +175,12 @@ export class OutcomeRecompute {
     const verdict = { ...content, hash: row.hash };
     const laps = this.feed.laps;
     if (row.feed === 'live' && laps !== null && outcomeDueAt(verdict) > laps.end) {
-      this.report.notInData++;
+      this.#notInData(row, verdict);
       return;
     }
     const outcome = await this.#recompute(this.feed, row, verdict);
     if (outcome === null) {
-      this.report.notInData++;
+      this.#notInData(row, verdict);
       return;
     }
     this.report.checked++;

@@ -224,6 +224,35 @@ describe('OpenAPI document', () => {
     expect(Object.keys(doc.webhooks)).toContain('trade_call.v1');
   });
 
+  it('names /mcp/signin in no description or summary of a service that serves none (OAUTH_ENABLED=false)', async () => {
+    const off = await startTestService(['api'], { OAUTH_ENABLED: 'false' });
+    try {
+      const res = await fetch(`${off.service.url}/openapi.json`);
+      const served = (await res.json()) as typeof doc;
+      expect(Object.keys(served.paths)).not.toContain('/mcp/signin');
+      const words: string[] = [];
+      const walk = (node: unknown): void => {
+        if (Array.isArray(node)) for (const item of node) walk(item);
+        else if (node !== null && typeof node === 'object')
+          for (const [name, value] of Object.entries(node)) {
+            if ((name === 'description' || name === 'summary') && typeof value === 'string')
+              words.push(value);
+            else walk(value);
+          }
+      };
+      walk(served);
+      expect(words.filter((w) => w.includes('/mcp/signin'))).toEqual([]);
+      // PUT and PATCH on /mcp are still said to answer 405 in JSON-RPC.
+      expect(
+        words.some((w) => w.includes('except PUT and PATCH on /mcp: 405 with a JSON-RPC error body')),
+      ).toBe(true);
+    } finally {
+      await off.stop();
+    }
+    // With sign-in on, the same words name it.
+    expect(JSON.stringify(doc)).toContain("after /mcp/signin's 401 for a missing or refused token");
+  });
+
   it('is rendered at /docs from the package, with no CDN', async () => {
     const page = await fetch(`${service.url}/docs/`);
     expect(page.status).toBe(200);

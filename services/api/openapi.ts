@@ -355,10 +355,15 @@ const BEFORE_ROUTING: readonly ErrorCode[] = [
   'HEADERS_TOO_LARGE',
 ];
 
-const ANY_ROUTE_RESPONSE = {
-  description: `Refusals any operation may answer, each with its status: ${codesText(ANY_ROUTE)}. The RateLimit-* headers come with every answer of a limited operation, refusals included (the request is counted before its key and input are judged), but ${BEFORE_ROUTING.join(', ')} and a BAD_REQUEST for a request that is not valid HTTP, repeats Host or Authorization, or (on /api/*) repeats Content-Type: those are answered before the request reaches a route. An operation declaring its own words for one of these (POST /api/search and /api/chat: a body over the limit, a repeated header) answers them as its 400 and 413 say. A method the path does not take is answered METHOD_NOT_ALLOWED (${ERRORS.METHOD_NOT_ALLOWED.status}) with Allow listing the methods it takes, except PUT and PATCH on /mcp and /mcp/signin: 405 with a JSON-RPC error body (-32000 'Method not allowed.') and Allow: GET, POST, DELETE, OPTIONS, after /mcp/signin's 401 for a missing or refused token; a path the service does not have, NOT_FOUND (404). Two methods no operation lists are answered where Allow lists them: HEAD, on a path that takes GET, as GET is (its status and headers, no body); OPTIONS, the CORS preflight, 204 with no body (and the Access-Control-Allow-* headers for an Origin the path serves pages of; one it does not is answered as the operation's own 403 says).`,
+/**
+ * The default answer of every operation. `signin`: whether the service serves /mcp/signin
+ * (OAUTH_ENABLED), whose PUT and PATCH are answered as /mcp's, after its 401.
+ */
+const anyRouteResponse = (signin: boolean) => ({
+  description: `Refusals any operation may answer, each with its status: ${codesText(ANY_ROUTE)}. The RateLimit-* headers come with every answer of a limited operation, refusals included (the request is counted before its key and input are judged), but ${BEFORE_ROUTING.join(', ')} and a BAD_REQUEST for a request that is not valid HTTP, repeats Host or Authorization, or (on /api/*) repeats Content-Type: those are answered before the request reaches a route. An operation declaring its own words for one of these (POST /api/search and /api/chat: a body over the limit, a repeated header) answers them as its 400 and 413 say. A method the path does not take is answered METHOD_NOT_ALLOWED (${ERRORS.METHOD_NOT_ALLOWED.status}) with Allow listing the methods it takes, except PUT and PATCH on /mcp${signin ? ' and /mcp/signin' : ''}: 405 with a JSON-RPC error body (-32000 'Method not allowed.') and Allow: GET, POST, DELETE, OPTIONS${signin ? ", after /mcp/signin's 401 for a missing or refused token" : ''}; a path the service does not have, NOT_FOUND (404). Two methods no operation lists are answered where Allow lists them: HEAD, on a path that takes GET, as GET is (its status and headers, no body); OPTIONS, the CORS preflight, 204 with no body (and the Access-Control-Allow-* headers for an Origin the path serves pages of; one it does not is answered as the operation's own 403 says).`,
   content: { 'application/json': { schema: jsonSchema(RefusalBody, 'output') } },
-};
+});
+const ANY_ROUTE_RESPONSE = anyRouteResponse(true);
 
 /**
  * The default answer of a sign-in path (isSignInPath): its own rate budget, refused in RFC 6749's
@@ -505,6 +510,8 @@ function withFramingRefusals<R extends { description?: string; content?: Json }>
 
 function withOperationIds<D extends object>(document: D): D {
   const paths = (document as { paths?: Record<string, Record<string, unknown>> }).paths ?? {};
+  // With OAUTH_ENABLED=false there is no /mcp/signin: the words every operation carries name none.
+  const anyRoute = '/mcp/signin' in paths ? ANY_ROUTE_RESPONSE : anyRouteResponse(false);
   for (const [path, item] of Object.entries(paths)) {
     // One route serving several methods shares one operation object among them: each gets its own.
     for (const [method, operation] of Object.entries(item)) {
@@ -553,7 +560,7 @@ function withOperationIds<D extends object>(document: D): D {
         responses: {
           ...responses,
           default: {
-            ...(signin ? SIGNIN_ROUTE_RESPONSE : ANY_ROUTE_RESPONSE),
+            ...(signin ? SIGNIN_ROUTE_RESPONSE : anyRoute),
             // RATE_LIMITED and the retryable outages say when to call again; a refusal is not
             // to be reused (a framing refusal and the rate limit's say no-store).
             headers: headerObjects([

@@ -103,6 +103,24 @@ describe('operator key commands', () => {
     expect(await run('list', '--all', '--all')).toContain(keyId);
   });
 
+  it('refuses an option a command does not take, naming it, on every command (list --owner is no filter)', async () => {
+    const out = await run('create', '--plan', 'free', '--owner', 'erin');
+    const keyId = /id: +(\S+)/.exec(out)![1]!;
+    for (const [argv, told] of [
+      [['list', '--owner', 'erin'], 'list does not take --owner'],
+      [['list', '--all', '--plan', 'pro'], 'list does not take --plan'],
+      [['create', '--plan', 'free', '--owner', 'x', '--reason', 'r'], 'create does not take --reason'],
+      [['plan', keyId, 'pro', '--plan', 'starter'], 'plan does not take --plan'],
+      [['revoke', keyId, '--all'], 'revoke does not take --all'],
+      [['rebuild-quota', '--format', 'csv'], 'rebuild-quota does not take --format'],
+      [['payments', '--owner', 'x', '--all'], 'payments does not take --owner, --all'],
+      [['reseal-webhook-secrets', '--from', '2026-11-01'], 'reseal-webhook-secrets does not take --from'],
+    ] as const) {
+      await expect(run(...argv), argv.join(' ')).rejects.toThrow(new UsageError(told));
+    }
+    expect(findById(await foldKeyRegistry(store), keyId)).toMatchObject({ plan: 'free', revoked: false });
+  });
+
   it('refuses a word a command does not take, naming it, on every command', async () => {
     const out = await run('create', '--plan', 'free', '--owner', 'carol');
     const keyId = /id: +(\S+)/.exec(out)![1]!;

@@ -110,18 +110,19 @@ export function refuseBeforeOpening(command: string | undefined, config: Pick<Co
 }
 
 /**
- * The words each command takes after its name, besides options (USAGE): a word more is refused
- * (`list --all extra`, `revoke <keyId> <keyId>`), not ignored. A command not listed is refused as
- * unknown where it runs.
+ * What each command takes after its name (USAGE): its words, besides options, and its options. A
+ * word more is refused (`list --all extra`, `revoke <keyId> <keyId>`), and so is an option of
+ * another command (`list --owner acme` would list every owner's keys as if filtered), not ignored.
+ * A command not listed is refused as unknown where it runs.
  */
-const COMMAND_WORDS: Record<string, readonly string[]> = {
-  create: [],
-  list: [],
-  plan: ['<keyId>', `<${Plan.options.join('|')}>`],
-  revoke: ['<keyId>'],
-  'rebuild-quota': [],
-  payments: [],
-  'reseal-webhook-secrets': [],
+const COMMANDS: Record<string, { words: readonly string[]; options: readonly (keyof typeof OPTIONS)[] }> = {
+  create: { words: [], options: ['plan', 'owner'] },
+  list: { words: [], options: ['all'] },
+  plan: { words: ['<keyId>', `<${Plan.options.join('|')}>`], options: [] },
+  revoke: { words: ['<keyId>'], options: ['reason'] },
+  'rebuild-quota': { words: [], options: [] },
+  payments: { words: [], options: ['from', 'to', 'status', 'format'] },
+  'reseal-webhook-secrets': { words: [], options: [] },
 };
 
 const OPTIONS = {
@@ -137,9 +138,8 @@ const OPTIONS = {
 
 /**
  * The command line after the command's name, read as USAGE has it: an unknown option, one missing
- * its value, an option taking a value given twice (`--owner a --owner b`: which one was meant?)
- * and a word the command does not take are usage errors naming it. Which options a command reads
- * is its own business.
+ * its value, an option taking a value given twice (`--owner a --owner b`: which one was meant?),
+ * an option the command does not take and a word it does not take are usage errors naming it.
  */
 function flags(
   command: string | undefined,
@@ -165,7 +165,13 @@ function flags(
         `--${name} given ${given.length} times (${given.map((t) => JSON.stringify(t.kind === 'option' ? t.value : '')).join(', ')}): it takes one value`,
       );
   }
-  const words = command === undefined ? undefined : COMMAND_WORDS[command];
+  const takes = command === undefined ? undefined : COMMANDS[command];
+  const foreign = Object.keys(values).filter(
+    (name) => !takes?.options.includes(name as keyof typeof OPTIONS),
+  );
+  if (takes !== undefined && foreign.length > 0)
+    throw new UsageError(`${command} does not take ${foreign.map((name) => `--${name}`).join(', ')}`);
+  const words = takes?.words;
   if (words !== undefined && positionals.length > words.length) {
     const extra = positionals.slice(words.length).map((word) => JSON.stringify(word));
     throw new UsageError(

@@ -559,6 +559,12 @@ export const ConfigSchema = z
       .transform((s) => splitList(s).map((x) => x.toUpperCase()))
       .pipe(z.array(Exchange).min(1))
       .default([...EXCHANGES]),
+    /**
+     * How long the venues' answers are waited for: `FEED=auto`'s probe of the live venues at
+     * selection, and each history filter check of which venues the feed serves a timeframe on (the
+     * "served nowhere" refusal and the filter's own venue and timeframe), one check's probes
+     * together.
+     */
     FEED_PROBE_TIMEOUT_MS: timerMs.default(3_000),
     /** Timeframes the engine computes verdicts for on every candle close. */
     SCHEDULE_TIMEFRAMES: listOf('timeframe', `unset it for the default, ${DEFAULT_TIMEFRAMES.join(',')}`)

@@ -1,11 +1,11 @@
 import { execFile, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { type AddressInfo, createServer as createNetServer, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { createMemoryCache } from '../adapters/cache/memory.ts';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import { hashApiKey } from '../services/keys/key-material.ts';
@@ -336,6 +336,61 @@ describe('npm run keys (the real CLI on an LMDB store)', () => {
     expect(create).toMatchObject({ code: 2 });
     expect((create as { stderr: string }).stderr).toMatch(/^unexpected argument "extra" \(create takes/);
     expect(existsSync(fresh)).toBe(false);
+  });
+
+  it('answers an unknown command, no command and --help before any setting is read or store opened: the DATA_DIR stays empty', async () => {
+    const empty = mkdtempSync(join(tmpdir(), 'keys-cli-empty-'));
+    onTestFinished(() => rmSync(empty, { recursive: true, force: true }));
+    const on = (publicUrl: string, ...args: string[]) =>
+      exec(process.execPath, [...CLI, ...args], {
+        cwd: ROOT,
+        env: {
+          ...process.env,
+          EVENT_STORE: 'lmdb',
+          DATA_DIR: empty,
+          CACHE: 'memory',
+          BUS: 'memory',
+          PUBLIC_BASE_URL: publicUrl,
+        },
+      }).then(
+        ({ stdout, stderr }) => ({ code: 0, stdout, stderr }),
+        (err: { code: number; stdout: string; stderr: string }) => err,
+      );
+    const commands = 'create, list, plan, revoke, rebuild-quota, payments, reseal-webhook-secrets';
+    for (const [argv, word] of [
+      [['frobnicate'], 'frobnicate'],
+      [['frobnicate', '--owner', 'x', 'extra'], 'frobnicate'],
+      [['--all'], '--all'],
+      [['lst', '--all'], 'lst'],
+    ] as const) {
+      // Settings as the service takes them, and one it refuses (a URL that is none): the command
+      // line is answered before any setting is read, the same either way.
+      for (const publicUrl of ['http://127.0.0.1:9', 'notaurl']) {
+        const out = await on(publicUrl, ...argv);
+        expect({ argv, publicUrl, code: out.code, stdout: out.stdout }).toEqual({
+          argv,
+          publicUrl,
+          code: 2,
+          stdout: '',
+        });
+        // Nothing opened: no log (LMDB's events/data.mdb and lock.mdb) made by a typo.
+        expect(readdirSync(empty), `${argv.join(' ')} with PUBLIC_BASE_URL=${publicUrl}`).toEqual([]);
+        expect(out.stderr, argv.join(' ')).toMatch(
+          new RegExp(`^unknown command ${word}: the commands are ${commands}\\n\\nusage: `),
+        );
+      }
+    }
+    // No command: the usage (naming every command) and exit 2; --help and help: the usage, exit 0.
+    for (const [argv, code] of [
+      [[], 2],
+      [['--help'], 0],
+      [['help'], 0],
+    ] as const) {
+      const out = await on('notaurl', ...argv);
+      expect({ argv, code: out.code, stderr: out.stderr }).toEqual({ argv, code, stderr: '' });
+      expect(out.stdout).toMatch(/^usage: .*<command>\n {2}create --plan/);
+    }
+    expect(readdirSync(empty)).toEqual([]);
   });
 });
 

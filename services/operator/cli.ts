@@ -22,9 +22,9 @@ import {
 /** Operator command line for keys (`npm run keys -- …`); uses the configured event store and cache. */
 const argv = process.argv.slice(2);
 await usageIfAsked(argv, USAGE);
-// A command line not as USAGE has it (an unknown option, a stray word, an option's value given
-// twice): the usage error, exit 2,
-// before any setting is read or store opened.
+// No command: the usage, exit 2; --help or help: the usage, exit 0. A command line not as USAGE
+// has it (an unknown command, an unknown option, a stray word, an option's value given twice): the
+// usage error naming it, exit 2. Each before any setting is read or store opened.
 try {
   checkCommandLine(argv);
 } catch (err) {

@@ -87,7 +87,8 @@ export const READS_EXISTING_LOG = new Set([
 
 /**
  * A command line not as USAGE has it (see flags), refused (a UsageError) before the CLI reads its
- * settings or opens a store: a `create` refused here creates no log.
+ * settings or opens a store: a `create` refused here creates no log, nor does an unknown command
+ * (a typo on a DATA_DIR holding no log would otherwise leave an empty one there).
  */
 export function checkCommandLine(argv: readonly string[]): void {
   const [command, ...rest] = argv;
@@ -113,7 +114,7 @@ export function refuseBeforeOpening(command: string | undefined, config: Pick<Co
  * What each command takes after its name (USAGE): its words, besides options, and its options. A
  * word more is refused (`list --all extra`, `revoke <keyId> <keyId>`), and so is an option of
  * another command (`list --owner acme` would list every owner's keys as if filtered), not ignored.
- * A command not listed is refused as unknown where it runs.
+ * A command not listed is refused as unknown, naming the ones listed (see unknownCommand).
  */
 const COMMANDS: Record<string, { words: readonly string[]; options: readonly (keyof typeof OPTIONS)[] }> = {
   create: { words: [], options: ['plan', 'owner'] },
@@ -136,10 +137,17 @@ const OPTIONS = {
   format: { type: 'string' },
 } as const;
 
+/** The usage error for a command not in COMMANDS (or none given), naming the commands there are. */
+function unknownCommand(command: string | undefined): UsageError {
+  const known = `the commands are ${Object.keys(COMMANDS).join(', ')}`;
+  return new UsageError(command ? `unknown command ${command}: ${known}` : `a command is required: ${known}`);
+}
+
 /**
- * The command line after the command's name, read as USAGE has it: an unknown option, one missing
- * its value, an option taking a value given twice (`--owner a --owner b`: which one was meant?),
- * an option the command does not take and a word it does not take are usage errors naming it.
+ * The command line after the command's name, read as USAGE has it: an unknown command, an unknown
+ * option, one missing its value, an option taking a value given twice (`--owner a --owner b`: which
+ * one was meant?), an option the command does not take and a word it does not take are usage errors
+ * naming it.
  */
 function flags(
   command: string | undefined,
@@ -148,6 +156,9 @@ function flags(
   positional: string[];
   named: Record<string, string | boolean | undefined>;
 } {
+  // Own keys only: `toString` or `__proto__` is no command.
+  const takes = command !== undefined && Object.hasOwn(COMMANDS, command) ? COMMANDS[command] : undefined;
+  if (takes === undefined) throw unknownCommand(command);
   const parsed = (() => {
     try {
       return parseArgs({ args, allowPositionals: true, tokens: true, options: OPTIONS });
@@ -165,14 +176,11 @@ function flags(
         `--${name} given ${given.length} times (${given.map((t) => JSON.stringify(t.kind === 'option' ? t.value : '')).join(', ')}): it takes one value`,
       );
   }
-  const takes = command === undefined ? undefined : COMMANDS[command];
-  const foreign = Object.keys(values).filter(
-    (name) => !takes?.options.includes(name as keyof typeof OPTIONS),
-  );
-  if (takes !== undefined && foreign.length > 0)
+  const foreign = Object.keys(values).filter((name) => !takes.options.includes(name as keyof typeof OPTIONS));
+  if (foreign.length > 0)
     throw new UsageError(`${command} does not take ${foreign.map((name) => `--${name}`).join(', ')}`);
-  const words = takes?.words;
-  if (words !== undefined && positionals.length > words.length) {
+  const words = takes.words;
+  if (positionals.length > words.length) {
     const extra = positionals.slice(words.length).map((word) => JSON.stringify(word));
     throw new UsageError(
       `unexpected argument${extra.length > 1 ? 's' : ''} ${extra.join(' ')} (${command} takes ${words.length === 0 ? 'no argument but its options' : words.join(' ')})`,
@@ -341,7 +349,7 @@ export async function runOperatorCommand(
         return ledgerTotals(rows);
       }
       default:
-        throw new UsageError(command ? `unknown command ${command}` : 'a command is required');
+        throw unknownCommand(command);
     }
   } catch (err) {
     // A key's state refuses the change (already on that plan, revoked): one line, not the usage text.

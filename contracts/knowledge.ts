@@ -91,8 +91,9 @@ const characters = (text: string): number => {
 /**
  * Control and format characters other than whitespace (U+0000, U+001B, U+200B, U+2060, a stray
  * U+FEFF inside the text, soft hyphens, direction marks): they show nothing and carry no word.
+ * U+FEFF is named apart: JavaScript's \s holds it, so sparing whitespace would spare it too.
  */
-const INVISIBLE = /(?!\s)[\p{Cc}\p{Cf}]/gu;
+const INVISIBLE = /\uFEFF|(?!\s)[\p{Cc}\p{Cf}]/gu;
 
 /** What a text shows: without its invisible characters (INVISIBLE), trimmed. */
 export const visible = (text: string): string => text.replace(INVISIBLE, '').trim();

@@ -1263,6 +1263,37 @@ describe('request checks', () => {
       expect(chat.ok, `question of ${n}`).toBe(n >= 5 && n <= 500);
     }
   });
+
+  it('a U+FEFF inside the text counts toward no minimum, as the other format characters; letters of every script do', () => {
+    // JavaScript's \s holds U+FEFF, so a rule sparing whitespace spared it too: trimmed at the
+    // ends only, a stray one inside counted as a character shown.
+    const search: [string, boolean][] = [
+      ['a\ufeffb', false],
+      ['a\ufeff\u200bb', false],
+      ['abc', true],
+      ['ما؟', true],
+      ['日本語', true],
+    ];
+    for (const [query, ok] of search) {
+      expect(checkSearch({ query }).ok, JSON.stringify(query)).toBe(ok);
+      expect(SearchRequest.safeParse({ query }).success, JSON.stringify(query)).toBe(ok);
+    }
+    const chat: [string, boolean][] = [
+      ['wh\ufeff\ufeffy', false],
+      ['why\ufeff\u00ad\ufeff?', false],
+      ['what is squeeze', true],
+      ['ما هو الضغط؟', true],
+      ['क्या है?', true],
+      ['क्\u200dया है', true],
+      ['می\u200cشود؟', true],
+      ['👨\u200d👩\u200d👧 ما', true],
+      ['שלום?', true],
+    ];
+    for (const [question, ok] of chat) {
+      expect(checkChat({ question }, []).ok, JSON.stringify(question)).toBe(ok);
+      expect(chatRequest([]).safeParse({ question }).success, JSON.stringify(question)).toBe(ok);
+    }
+  });
 });
 
 describe('chat quota on the in-process adapter', () => {

@@ -66,8 +66,8 @@ const shared = {
 /**
  * The codes of a body whose text field has its own invalid, too-short and too-long codes, beside
  * `others`. The transport's refusals are worded in them too (contract 7.1), with the transport's
- * status: a body over the route's limit is 413 with the too-long code, a repeated Authorization
- * (or Host) 400 with the invalid one.
+ * status: a body over the route's limit is 413 with the too-long code, a repeated Authorization,
+ * Host or Content-Type 400 with the invalid one.
  */
 function textCodes(
   field: string,
@@ -87,7 +87,7 @@ function textCodes(
 
 /** The 400's note: a body that is not JSON and a repeated header are the route's invalid-input code. */
 const inputNote = (invalid: ErrorCode) =>
-  `The input; a body that is not JSON, and a request repeating Authorization or Host (its message names the header), are ${invalid}; a field the body does not take is INVALID_FIELD naming it`;
+  `The input; a body that is not JSON, and a request repeating Authorization, Host or Content-Type (its message names the header), are ${invalid}; a field the body does not take is INVALID_FIELD naming it`;
 const TOO_LARGE =
   'The body is over the route’s limit (BODY_LIMIT_BYTES): the text’s too-long code, its message naming the limit';
 

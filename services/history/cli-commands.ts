@@ -891,39 +891,55 @@ export function verifyExitCode(output: { ok: boolean; partlyVerified?: boolean }
   return output.partlyVerified ? 3 : 1;
 }
 
+/**
+ * Every option of every command (parseArgs checks their types). Each takes one value but `--tx`,
+ * a list (one per anchoring transaction): given twice, any other is refused, not its last kept.
+ */
+const OPTIONS = {
+  url: { type: 'string' },
+  key: { type: 'string' },
+  store: { type: 'boolean' },
+  out: { type: 'string' },
+  format: { type: 'string' },
+  resume: { type: 'boolean' },
+  page: { type: 'string' },
+  window: { type: 'string' },
+  'as-of': { type: 'string' },
+  'as-of-position': { type: 'string' },
+  data: { type: 'string' },
+  anchors: { type: 'boolean' },
+  rpc: { type: 'string' },
+  address: { type: 'string' },
+  'from-block': { type: 'string' },
+  tx: { type: 'string', multiple: true },
+  'allow-uncovered': { type: 'boolean' },
+  ...(Object.fromEntries(FILTERS.map((f) => [f, { type: 'string' }])) as Record<
+    (typeof FILTERS)[number],
+    { type: 'string' }
+  >),
+} as const satisfies Record<string, { type: 'string' | 'boolean'; multiple?: boolean }>;
+
 export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<string> {
   const [command, ...rest] = argv;
-  let parsed: ReturnType<typeof parseArgs>;
-  try {
-    parsed = parseArgs({
-      args: rest,
-      allowPositionals: true,
-      strict: true,
-      options: {
-        url: { type: 'string' },
-        key: { type: 'string' },
-        store: { type: 'boolean' },
-        out: { type: 'string' },
-        format: { type: 'string' },
-        resume: { type: 'boolean' },
-        page: { type: 'string' },
-        window: { type: 'string' },
-        'as-of': { type: 'string' },
-        'as-of-position': { type: 'string' },
-        data: { type: 'string' },
-        anchors: { type: 'boolean' },
-        rpc: { type: 'string' },
-        address: { type: 'string' },
-        'from-block': { type: 'string' },
-        tx: { type: 'string', multiple: true },
-        'allow-uncovered': { type: 'boolean' },
-        ...Object.fromEntries(FILTERS.map((f) => [f, { type: 'string' as const }])),
-      },
-    });
-  } catch (err) {
-    throw new UsageError((err as Error).message);
+  const parsed = (() => {
+    try {
+      return parseArgs({ args: rest, allowPositionals: true, strict: true, tokens: true, options: OPTIONS });
+    } catch (err) {
+      throw new UsageError((err as Error).message);
+    }
+  })();
+  const { values, positionals, tokens } = parsed;
+  // An option taking one value given twice (`export --coin BTC --coin ETH` exported ETH alone):
+  // which one was meant? Refused on every command, before anything is read; a repeated flag
+  // loses nothing and is taken.
+  for (const [name, option] of Object.entries(OPTIONS)) {
+    if (option.type !== 'string' || ('multiple' in option && option.multiple)) continue;
+    const given = tokens.filter((t) => t.kind === 'option' && t.name === name);
+    if (given.length > 1)
+      throw new UsageError(
+        `--${name} given ${given.length} times (${given.map((t) => JSON.stringify(t.kind === 'option' ? t.value : '')).join(', ')}): it takes one value`,
+      );
   }
-  const { values, positionals } = parsed;
   // parseArgs knows every command's options at once: one a command does not take is refused
   // here, not ignored (`verify --coin BTC` would verify every coin while looking filtered).
   const takes = COMMAND_OPTIONS[command as keyof typeof COMMAND_OPTIONS] as readonly string[] | undefined;
@@ -1004,7 +1020,7 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
       if (filteredBy !== undefined && !path)
         throw new UsageError('--call goes with PATH: an export file made with that call= filter');
       // The anchors' options without --anchors would verify the chains alone while looking anchored.
-      const anchorOnly = ['rpc', 'address', 'tx', 'from-block', 'allow-uncovered'].filter(
+      const anchorOnly = (['rpc', 'address', 'tx', 'from-block', 'allow-uncovered'] as const).filter(
         (name) => values[name] !== undefined && values[name] !== false,
       );
       if (anchorOnly.length > 0 && !values.anchors)

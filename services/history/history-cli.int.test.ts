@@ -1223,6 +1223,96 @@ describe('npm run history', () => {
     expect((usage as { stderr: string }).stderr).toContain('verify does not take --coin');
   });
 
+  it('refuses a single-valued option given twice, naming it, on every command and every such option (--tx is a list)', async () => {
+    const out = join(dir, 'twice.ndjson');
+    await runHistoryCommand(['export', '--store', '--out', out], deps());
+    const twice = (name: string, a: string, b: string) =>
+      new UsageError(`--${name} given 2 times ("${a}", "${b}"): it takes one value`);
+    const url = ['--url', server.url, '--key', key];
+    const exported = join(dir, 'twice-export.ndjson');
+    const cases: [string[], UsageError][] = [
+      // export --coin BTC --coin ETH exported ETH alone, without a word.
+      [
+        ['export', '--store', '--out', exported, '--coin', 'BTC', '--coin', 'ETH'],
+        twice('coin', 'BTC', 'ETH'),
+      ],
+      [['export', ...url, '--out', exported, '--coin=BTC', '--coin', 'btc'], twice('coin', 'BTC', 'btc')],
+      ...(['exchange', 'timeframe', 'call', 'from', 'to', 'format', 'page'] as const).map(
+        (name): [string[], UsageError] => [
+          ['export', '--store', '--out', exported, `--${name}`, 'a', `--${name}=b`],
+          twice(name, 'a', 'b'),
+        ],
+      ),
+      [
+        ['export', '--store', '--out', exported, '--out', join(dir, 'other.ndjson')],
+        twice('out', exported, join(dir, 'other.ndjson')),
+      ],
+      [
+        ['export', '--url', server.url, '--url', 'http://127.0.0.1:1', '--key', key, '--out', exported],
+        twice('url', server.url, 'http://127.0.0.1:1'),
+      ],
+      [['export', ...url, '--key', 'other', '--out', exported], twice('key', key, 'other')],
+      ...(['format', 'data', 'call'] as const).map((name): [string[], UsageError] => [
+        ['verify', out, `--${name}`, 'a', `--${name}`, 'b'],
+        twice(name, 'a', 'b'),
+      ]),
+      [['verify', ...url, '--key', key], twice('key', key, key)],
+      [
+        ['verify', '--url', server.url, '--url', server.url, '--key', key],
+        twice('url', server.url, server.url),
+      ],
+      ...(['rpc', 'address', 'from-block'] as const).map((name): [string[], UsageError] => [
+        ['verify', out, '--anchors', `--${name}`, 'a', `--${name}`, 'b'],
+        twice(name, 'a', 'b'),
+      ]),
+      ...(['window', 'as-of', 'as-of-position', 'format'] as const).map((name): [string[], UsageError] => [
+        ['score', out, `--${name}`, 'a', `--${name}`, 'b'],
+        twice(name, 'a', 'b'),
+      ]),
+      [
+        ['score', out, '--window', '7d', '--window', '30d', '--window', 'all'],
+        new UsageError('--window given 3 times ("7d", "30d", "all"): it takes one value'),
+      ],
+    ];
+    for (const [argv, told] of cases)
+      await expect(runHistoryCommand(argv, deps()), argv.join(' ')).rejects.toThrow(told);
+    expect(existsSync(exported)).toBe(false);
+    // --tx takes several values (a list of anchoring transactions): given twice it is read past.
+    await expect(
+      runHistoryCommand(
+        ['verify', out, '--tx', `0x${'22'.repeat(32)}`, '--tx', `0x${'33'.repeat(32)}`],
+        deps(),
+      ),
+    ).rejects.toThrow(new UsageError('--tx goes with --anchors'));
+    // A flag that takes no value loses nothing when repeated.
+    const flagged = join(dir, 'twice-flag.ndjson');
+    await runHistoryCommand(['export', '--store', '--store', '--out', flagged], deps());
+    expect(await collect(flagged)).toEqual(await collect(out));
+    // The real command line: exit 2, the refusal on stderr's first line, then the usage; no file.
+    const cliOut = join(dir, 'twice-cli.ndjson');
+    const cli = await run(process.execPath, [
+      '--import',
+      'tsx',
+      'services/history/cli.ts',
+      'export',
+      '--url',
+      server.url,
+      '--key',
+      key,
+      '--out',
+      cliOut,
+      '--coin',
+      'BTC',
+      '--coin',
+      'ETH',
+    ]).catch((err: { code: number; stderr: string }) => err);
+    expect((cli as { code: number }).code).toBe(2);
+    expect((cli as { stderr: string }).stderr).toMatch(
+      /^--coin given 2 times \("BTC", "ETH"\): it takes one value\n\n.* <command> \[options\]\n/,
+    );
+    expect(existsSync(cliOut)).toBe(false);
+  });
+
   it('refuses two sources, rather than read one and ignore the other', async () => {
     const out = join(dir, 'sources.ndjson');
     await runHistoryCommand(['export', '--store', '--out', out], deps());

@@ -59,7 +59,7 @@ import {
 import { HistoryQuerySchema, historyFilter, parseTime } from './query.ts';
 import { NoMarketDataError, OutcomeRecompute, type RecomputeReport } from './recompute.ts';
 import { type HistoryFilter, ScanProgress, scanHistory } from './scan.ts';
-import { ServedVenues } from './served-venues.ts';
+import { PROBE_TIMEOUT_MS, ServedVenues } from './served-venues.ts';
 import { CSV_HEADER, csvLine, parquetStream } from './writers.ts';
 
 export const USAGE = `${invocation('history')} <command> [options]
@@ -139,6 +139,11 @@ export interface CliDeps {
    * log holds no verdict of, which it judges as the service judges it. Absent or null: none asked.
    */
   openFeed?: () => Promise<MarketFeed | null>;
+  /**
+   * How long that check waits for the feed's venues, every probe of it together: the service's
+   * FEED_PROBE_TIMEOUT_MS. Absent: PROBE_TIMEOUT_MS, that setting's default.
+   */
+  feedProbeTimeoutMs?: () => Promise<number>;
   /**
    * The replay whose clock a read from the store reveals on (deploymentReplay), opened on demand
    * (for --store). Absent or null: wall time, a live deployment's.
@@ -410,11 +415,14 @@ async function logHolds(
 async function checkServedVenue(
   store: EventStore,
   filter: HistoryFilter,
-  openFeed: (() => Promise<MarketFeed | null>) | undefined,
+  { openFeed, feedProbeTimeoutMs }: Pick<CliDeps, 'openFeed' | 'feedProbeTimeoutMs'>,
 ): Promise<void> {
-  const venues = new ServedVenues(async () => (openFeed ? await openFeed() : null), {
-    has: (ask) => logHolds(store, ask),
-  });
+  const venues = new ServedVenues(
+    async () => (openFeed ? await openFeed() : null),
+    { has: (ask) => logHolds(store, ask) },
+    Date.now,
+    (await feedProbeTimeoutMs?.()) ?? PROBE_TIMEOUT_MS,
+  );
   try {
     await venues.check({ exchange: filter.exchange, timeframe: filter.timeframe });
   } catch (err) {
@@ -1002,7 +1010,7 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
       const store = await deps.openStore();
       // Before anything is written: a refused filter leaves no file behind. In the route's order:
       // the venue and timeframe, then the coin.
-      await checkServedVenue(store, filter, deps.openFeed);
+      await checkServedVenue(store, filter, deps);
       if (filter.coin !== undefined) await checkHeldCoin(store, filter.coin, filter.exchange);
       return exportCommand(values, deps, await storeRead(store), filter, true, store);
     }

@@ -70,6 +70,8 @@ try {
       feed ??= (await selectFeed({ ...options, replay: { ...options.replay, run: false } })).feed;
       return feed;
     },
+    // The venues' answers are waited for as long as the service waits for them.
+    feedProbeTimeoutMs: async () => (await configured()).FEED_PROBE_TIMEOUT_MS,
     openReplay,
     openStore,
     afterOutput: (finish) => afterOutput.push(finish),

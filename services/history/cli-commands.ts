@@ -943,10 +943,13 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
   for (const [name, option] of Object.entries(OPTIONS)) {
     if (option.type !== 'string' || ('multiple' in option && option.multiple)) continue;
     const given = tokens.filter((t) => t.kind === 'option' && t.name === name);
+    // --key's values are API keys, bearer secrets: named by count alone, never printed.
+    const values =
+      name === 'key'
+        ? ''
+        : ` (${given.map((t) => JSON.stringify(t.kind === 'option' ? t.value : '')).join(', ')})`;
     if (given.length > 1)
-      throw new UsageError(
-        `--${name} given ${given.length} times (${given.map((t) => JSON.stringify(t.kind === 'option' ? t.value : '')).join(', ')}): it takes one value`,
-      );
+      throw new UsageError(`--${name} given ${given.length} times${values}: it takes one value`);
   }
   // parseArgs knows every command's options at once: one a command does not take is refused
   // here, not ignored (`verify --coin BTC` would verify every coin while looking filtered).

@@ -893,7 +893,10 @@ function skippedNote(report: ChainReport): string | null {
   return `${links} link${links === 1 ? ' skips' : 's skip'} verdicts the file does not hold (the first at ${first.stream} position ${first.position}): an export made with call=${call} leaves the other calls' revealed rows out, so those links, and the outcome links of their streams, are not checked (a row dropped from the file would look the same); every row's hash, stamps and outcome hash are, and every revealed row is a ${call} call. An export without call= checks every link.`;
 }
 
-/** verify's exit code from its output: 0 ok, 3 partly verified (rows no checked anchor covers), 1 failed. */
+/**
+ * verify's exit code from its output: 0 ok, 3 partly verified (rows no checked anchor covers, or
+ * the links of a call= export that skip the other calls' rows: verify --call), 1 failed.
+ */
 export function verifyExitCode(output: { ok: boolean; partlyVerified?: boolean }): number {
   if (output.ok) return 0;
   return output.partlyVerified ? 3 : 1;

@@ -120,6 +120,16 @@ export class ForeignCursorError extends Error {
 const FOREIGN = 'a cursor from another log';
 
 /** What a failed request says, without the bare `TypeError: fetch failed` of undici. */
+/**
+ * A market-data folder's read failing on the data, not on the code: a candle file named bad
+ * (MarketFileError: a corrupt or truncated gzip) or a system call refused (EACCES, EISDIR, EIO:
+ * errors with a `syscall`). Node's own ERR_* errors also carry a string `code`; they are bugs and
+ * keep their stack.
+ */
+export function unreadableMarketData(err: unknown): boolean {
+  return err instanceof MarketFileError || typeof (err as { syscall?: unknown } | null)?.syscall === 'string';
+}
+
 function describeFailure(err: unknown): string {
   const cause = (err as { cause?: { code?: string; message?: string } }).cause;
   if (err instanceof TypeError && cause) {
@@ -1052,7 +1062,7 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
                 throw new UsageError(
                   `--data ${data}: ${err.message} (a market-data folder in the shared layout, such as sample-data/market)`,
                 );
-              if (err instanceof MarketFileError || typeof (err as { code?: unknown }).code === 'string')
+              if (unreadableMarketData(err))
                 throw new CommandFailedError(
                   `--data ${data}: could not read its market data: ${(err as Error).message}; run the command again once every candle file of the folder is readable`,
                   { cause: err },

@@ -43,6 +43,7 @@ import {
 } from '../../contracts/market.ts';
 import { parseVerdictStream, verdictStream } from '../engine/verdict-recorder.ts';
 import { CommandFailedError } from '../shared/cli-failure.ts';
+import { optionsRefusal } from '../shared/command-line.ts';
 import { invocation } from '../shared/invocation.ts';
 import { revealClock } from '../shared/reveal-clock.ts';
 import { AnchorCheck, type ChainAnchor, readChainAnchors } from './anchor-check.ts';
@@ -950,27 +951,14 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
     }
   })();
   const { values, positionals, tokens } = parsed;
-  // An option taking one value given twice (`export --coin BTC --coin ETH` exported ETH alone):
-  // which one was meant? Refused on every command, before anything is read; a repeated flag
-  // loses nothing and is taken.
-  for (const [name, option] of Object.entries(OPTIONS)) {
-    if (option.type !== 'string' || ('multiple' in option && option.multiple)) continue;
-    const given = tokens.filter((t) => t.kind === 'option' && t.name === name);
-    // --key's values are API keys, bearer secrets: named by count alone, never printed.
-    const values =
-      name === 'key'
-        ? ''
-        : ` (${given.map((t) => JSON.stringify(t.kind === 'option' ? t.value : '')).join(', ')})`;
-    if (given.length > 1)
-      throw new UsageError(`--${name} given ${given.length} times${values}: it takes one value`);
-  }
-  // parseArgs knows every command's options at once: one a command does not take is refused
-  // here, not ignored (`verify --coin BTC` would verify every coin while looking filtered).
+  // An option taking one value given twice (`export --coin BTC --coin ETH` exported ETH alone),
+  // on every command, and one a command does not take (parseArgs knows every command's options
+  // at once: `verify --coin BTC` would verify every coin while looking filtered): refused before
+  // anything is read, not ignored. --key's values are API keys, never printed.
   const takes = COMMAND_OPTIONS[command as keyof typeof COMMAND_OPTIONS] as readonly string[] | undefined;
+  const refusal = optionsRefusal(command ?? '', OPTIONS, takes ?? Object.keys(OPTIONS), tokens, ['key']);
+  if (refusal !== null) throw new UsageError(refusal);
   if (takes) {
-    const foreign = Object.keys(values).filter((name) => !takes.includes(name));
-    if (foreign.length > 0)
-      throw new UsageError(`${command} does not take ${foreign.map((name) => `--${name}`).join(', ')}`);
     const most = command === 'export' ? 0 : 1;
     if (positionals.length > most)
       throw new UsageError(

@@ -17,6 +17,7 @@ import {
 } from '../payments/ledger-report.ts';
 import type { PaymentStatus } from '../payments/payment-state.ts';
 import { CommandFailedError } from '../shared/cli-failure.ts';
+import { optionsRefusal } from '../shared/command-line.ts';
 import { invocation } from '../shared/invocation.ts';
 import { describeReseal, resealSecrets } from '../webhooks/reseal.ts';
 import type { SecretBox } from '../webhooks/secret-box.ts';
@@ -168,17 +169,8 @@ function flags(
     }
   })();
   const { positionals, values, tokens } = parsed;
-  for (const [name, option] of Object.entries(OPTIONS)) {
-    if (option.type !== 'string') continue;
-    const given = tokens.filter((t) => t.kind === 'option' && t.name === name);
-    if (given.length > 1)
-      throw new UsageError(
-        `--${name} given ${given.length} times (${given.map((t) => JSON.stringify(t.kind === 'option' ? t.value : '')).join(', ')}): it takes one value`,
-      );
-  }
-  const foreign = Object.keys(values).filter((name) => !takes.options.includes(name as keyof typeof OPTIONS));
-  if (foreign.length > 0)
-    throw new UsageError(`${command} does not take ${foreign.map((name) => `--${name}`).join(', ')}`);
+  const refusal = optionsRefusal(command!, OPTIONS, takes.options, tokens);
+  if (refusal !== null) throw new UsageError(refusal);
   const words = takes.words;
   if (positionals.length > words.length) {
     const extra = positionals.slice(words.length).map((word) => JSON.stringify(word));

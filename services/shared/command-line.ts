@@ -1,0 +1,37 @@
+import type { parseArgs } from 'node:util';
+
+/** The tokens `parseArgs({ tokens: true })` gives. */
+type Tokens = NonNullable<ReturnType<typeof parseArgs>['tokens']>;
+
+/** An option as `parseArgs` declares it. */
+type OptionShape = { type: 'string' | 'boolean'; multiple?: boolean };
+
+/**
+ * Why a command line's options are not as its usage has them, or null: an option taking one
+ * value given twice (`--coin BTC --coin ETH`: which one was meant? a repeated flag loses nothing
+ * and is taken), or an option the command does not take (`list --owner acme` would look filtered
+ * while it is not). The operator CLIs (keys, history) refuse it as a usage error, exit 2.
+ * `secret` options (an API key) are named by count alone, their values never printed.
+ */
+export function optionsRefusal(
+  command: string,
+  options: Readonly<Record<string, OptionShape>>,
+  takes: readonly string[],
+  tokens: Tokens,
+  secret: readonly string[] = [],
+): string | null {
+  for (const [name, option] of Object.entries(options)) {
+    if (option.type !== 'string' || option.multiple) continue;
+    const given = tokens.filter((t) => t.kind === 'option' && t.name === name);
+    if (given.length < 2) continue;
+    const values = secret.includes(name)
+      ? ''
+      : ` (${given.map((t) => JSON.stringify(t.kind === 'option' ? t.value : '')).join(', ')})`;
+    return `--${name} given ${given.length} times${values}: it takes one value`;
+  }
+  const named = new Set(tokens.flatMap((t) => (t.kind === 'option' ? [t.name] : [])));
+  const foreign = [...named].filter((name) => !takes.includes(name));
+  return foreign.length > 0
+    ? `${command} does not take ${foreign.map((name) => `--${name}`).join(', ')}`
+    : null;
+}

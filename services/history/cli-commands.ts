@@ -82,7 +82,8 @@ export const USAGE = `${invocation('history')} <command> [options]
                                               file, its last rows are unverified (--allow-uncovered:
                                               exit 0, same note). --call C: PATH is an export
                                               made with that call= filter; its links across the
-                                              other calls' rows are not checked (exit 3)
+                                              other calls' rows are not checked (exit 3 when
+                                              the file skips any; 0 when it skips none)
   score PATH [--window 7d|30d|90d|all] [--as-of TIME] [--as-of-position N] [--format F]
                                               the track record from an export file alone (no
                                               --as-of: as of its latest due outcome, as the service)

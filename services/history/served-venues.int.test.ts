@@ -1,13 +1,15 @@
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import { KnownCoins } from '../../adapters/market/known-coins.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
 import { openReplayFeed, SHIPPED_MARKET_DIR } from '../../adapters/market/replay.ts';
 import type { Exchange, Timeframe } from '../../contracts/market.ts';
+import { runHistoryCommand, UsageError } from './cli-commands.ts';
 import { holdsCoin, ServedVenues } from './served-venues.ts';
 
 let feed: MarketFeed & { close?: () => Promise<void> };
@@ -96,37 +98,43 @@ describe('KnownCoins with what the history holds (the coin filter)', () => {
   });
 });
 
+/**
+ * A replay feed of BINANCE_SPOT's BTC 1h candles (it serves 1h to 1d), BINANCE's ETH 5m candles
+ * and its ETH 15m candles on a FIFO no one writes to, whose read waits as one on a hung disk or
+ * mount does (open blocks until a writer comes). BINANCE answers 5m (the finest, which its
+ * listing reads too); 15m and 30m it builds from the 15m file, which never answers. 1m no venue
+ * builds. The healthy files are read once, so that only the hung one can miss a deadline; the
+ * folder is removed when the test finishes.
+ */
+async function feedWithHungVenue(): Promise<{ dir: string; feed: MarketFeed }> {
+  const dir = mkdtempSync(join(tmpdir(), 'served-venues-'));
+  const shipped = join(SHIPPED_MARKET_DIR, 'candles', 'binance-spot');
+  const [spot, perp] = ['binance-spot', 'binance-usdm'].map((folder) => join(dir, 'candles', folder));
+  for (const folder of [spot!, perp!]) mkdirSync(folder, { recursive: true });
+  copyFileSync(join(shipped, 'BTCUSDT-1h.csv.gz'), join(spot!, 'BTCUSDT-1h.csv.gz'));
+  copyFileSync(join(shipped, 'ETHUSDT-5m.csv.gz'), join(perp!, 'ETHUSDT-5m.csv.gz'));
+  const hung = join(perp!, 'ETHUSDT-15m.csv.gz');
+  execFileSync('mkfifo', [hung]);
+  const feed = await openReplayFeed({ dir, run: false });
+  onTestFinished(async () => {
+    // A writer that closes at once: the hung read ends (with nothing: an error it drops).
+    await writeFile(hung, '');
+    await feed.close?.();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  for (const [exchange, coin] of [
+    ['BINANCE_SPOT', 'BTC'],
+    ['BINANCE', 'ETH'],
+  ] as const) {
+    await feed.markets(exchange);
+    await feed.candles(exchange, coin, exchange === 'BINANCE' ? '5m' : '1h', { limit: 1 });
+  }
+  return { dir, feed };
+}
+
 describe('ServedVenues with a venue whose candles never come (a read hung on its disk)', () => {
   it('refuses a timeframe served nowhere by its deadline, naming what the venue gave no answer about', async () => {
-    // The replay's data: BINANCE_SPOT's BTC 1h candles (it serves 1h to 1d), BINANCE's ETH 5m
-    // candles and its ETH 15m candles on a FIFO no one writes to, whose read waits as one on a
-    // hung disk or mount does (open blocks until a writer comes). BINANCE answers 5m (the finest,
-    // which its listing reads too); 15m and 30m it builds from the 15m file, which never answers.
-    // 1m no venue builds.
-    const dir = mkdtempSync(join(tmpdir(), 'served-venues-'));
-    const shipped = join(SHIPPED_MARKET_DIR, 'candles', 'binance-spot');
-    const [spot, perp] = ['binance-spot', 'binance-usdm'].map((folder) => join(dir, 'candles', folder));
-    for (const folder of [spot!, perp!]) mkdirSync(folder, { recursive: true });
-    copyFileSync(join(shipped, 'BTCUSDT-1h.csv.gz'), join(spot!, 'BTCUSDT-1h.csv.gz'));
-    copyFileSync(join(shipped, 'ETHUSDT-5m.csv.gz'), join(perp!, 'ETHUSDT-5m.csv.gz'));
-    const hung = join(perp!, 'ETHUSDT-15m.csv.gz');
-    execFileSync('mkfifo', [hung]);
-    const slow = await openReplayFeed({ dir, run: false });
-    onTestFinished(async () => {
-      // A writer that closes at once: the hung read ends (with nothing: an error it drops).
-      await writeFile(hung, '');
-      await slow.close?.();
-      rmSync(dir, { recursive: true, force: true });
-    });
-    // The healthy files read once, so that only the hung one can miss the deadline.
-    for (const [exchange, coin] of [
-      ['BINANCE_SPOT', 'BTC'],
-      ['BINANCE', 'ETH'],
-    ] as const) {
-      await slow.markets(exchange);
-      await slow.candles(exchange, coin, exchange === 'BINANCE' ? '5m' : '1h', { limit: 1 });
-    }
-
+    const { feed: slow } = await feedWithHungVenue();
     const withinMs = 2_000;
     const venues = new ServedVenues(() => slow, { has: () => false }, Date.now, withinMs);
     const said = (ask: { exchange?: Exchange; timeframe?: Timeframe }) =>
@@ -145,5 +153,30 @@ describe('ServedVenues with a venue whose candles never come (a read hung on its
     expect(await said({ timeframe: '30m' })).toBe('served');
     // What the venues answered is judged as ever.
     expect(await said({ exchange: 'BINANCE_SPOT', timeframe: '30m' })).toMatch(/^unsupported_timeframe: /);
+  }, 60_000);
+});
+
+describe('npm run history export --store: the filter check waits FEED_PROBE_TIMEOUT_MS for the venues', () => {
+  it("names the configured wait in a 'served nowhere' refusal, not the built-in 3 s", async () => {
+    const { dir, feed } = await feedWithHungVenue();
+    const withinMs = 1_000;
+    const out = join(dir, 'export.ndjson');
+    // A log of no verdict: the filter is judged by the feed.
+    const refused = await runHistoryCommand(['export', '--store', '--timeframe', '1m', '--out', out], {
+      progress: null,
+      openStore: async () => new MemoryEventStore(),
+      openFeed: async () => feed,
+      feedProbeTimeoutMs: async () => withinMs,
+    }).then(
+      () => null,
+      (err: unknown) => err,
+    );
+    expect(refused).toBeInstanceOf(UsageError);
+    expect((refused as Error).message).toMatch(
+      new RegExp(
+        `^--timeframe: timeframe 1m is not available on any venue here .* gave no answer within ${withinMs} ms about .*, not listed \\(unsupported_timeframe\\)$`,
+      ),
+    );
+    expect(existsSync(out)).toBe(false);
   }, 60_000);
 });

@@ -6,6 +6,7 @@ import { Ajv2020 } from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { visible } from '../contracts/knowledge.ts';
 import type { KnowledgeModule } from '../services/knowledge/module.ts';
 import { startTestService, type TestService } from './service-harness.ts';
 
@@ -60,10 +61,11 @@ const REFUSING_ARGUMENTS = [
 
 const codePoints = (s: string) => [...s].length;
 /**
- * The knowledge tools' text bounds hold after trimming (their descriptions say so, which JSON
- * Schema cannot): a text is generated with at least minLength characters left once trimmed.
+ * The knowledge tools' text bounds hold after trimming, and control and format characters count
+ * toward no minimum (their descriptions say so, which JSON Schema cannot): a text is generated
+ * with at least minLength characters left once those are dropped and it is trimmed (visible).
  */
-const fits = (s: Schema) => (text: string) => codePoints(text.trim()) >= (s.minLength ?? 0);
+const fits = (s: Schema) => (text: string) => codePoints(visible(text)) >= (s.minLength ?? 0);
 
 function arbitraryOf(s: Schema): fc.Arbitrary<unknown> {
   if (s.enum) return fc.constantFrom(...s.enum);

@@ -92,8 +92,8 @@ export const USAGE = `${invocation('history')} <command> [options]
 --store reads the event store the service is configured with (EVENT_STORE, DATA_DIR, POSTGRES_URL, ...).
 Exit 2: a usage error (a filter refused here or by the service; from --store, a --coin the log
 holds no verdict of, or an --exchange or --timeframe it holds none of and the feed does not serve),
-a PATH that holds no export (score: a folder of no Parquet part), a DATA_DIR or POSTGRES_SCHEMA
-that holds no event log, or a setting the service would refuse
+a PATH that holds no export (score: a folder of no Parquet part),
+a DATA_DIR or POSTGRES_SCHEMA that holds no event log, or a setting the service would refuse
 (nothing was read); 1: the command failed (verify: a broken link; a file, --url answer or --store
 read of no row, or of commitments only (none revealed: nothing rehashed) without --anchors; a --data
 folder that holds the candles of none of its outcomes; a file with fewer rows than its NDJSON trailer says; a store that does not answer;

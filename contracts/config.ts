@@ -1001,6 +1001,14 @@ export const ConfigSchema = z
           });
         }
       }
+      // Anthropic's API answers every call without a key with 401: the provider could only fail.
+      if (cfg.CHAT_PROVIDER === 'anthropic' && !cfg.CHAT_API_KEY?.trim()) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['CHAT_API_KEY'],
+          message: 'required when CHAT_PROVIDER=anthropic (its API refuses every call without a key)',
+        });
+      }
     } else if (cfg.CHAT_MODELS.length > 0) {
       // Offered to callers (the request schema's enum), they would be answered extractively.
       ctx.addIssue({

@@ -1224,6 +1224,24 @@ describe('chat configuration', () => {
     ).toEqual(['a', 'b']);
   });
 
+  it('anthropic without CHAT_API_KEY is refused: its API answers every call without a key 401', () => {
+    const anthropic = {
+      CHAT_PROVIDER: 'anthropic',
+      CHAT_BASE_URL: 'https://api.anthropic.com',
+      CHAT_MODELS: 'm',
+    };
+    for (const key of [{}, { CHAT_API_KEY: ' ' }]) {
+      expect(() => loadConfig({ ...anthropic, ...key })).toThrow(
+        /CHAT_API_KEY: required when CHAT_PROVIDER=anthropic \(its API refuses every call without a key\)/,
+      );
+    }
+    expect(loadConfig({ ...anthropic, CHAT_API_KEY: 'sk-ant-1' }).CHAT_PROVIDER).toBe('anthropic');
+    // A local OpenAI-compatible server (llama.cpp, Ollama) takes calls without a key.
+    expect(loadConfig({ ...anthropic, CHAT_PROVIDER: 'openai-compatible' }).CHAT_PROVIDER).toBe(
+      'openai-compatible',
+    );
+  });
+
   it('model names without a provider are refused: nothing would serve them', () => {
     // Taken, they were offered (the OpenAPI enum, INVALID_MODEL's list) and answered extractively
     // under the name "extractive", without a note.

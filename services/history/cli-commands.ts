@@ -942,8 +942,19 @@ const OPTIONS = {
   >),
 } as const satisfies Record<string, { type: 'string' | 'boolean'; multiple?: boolean }>;
 
+/**
+ * The usage error for a command USAGE does not list (or none given), naming the ones it does, as
+ * the keys CLI does: told before its options are read, so `frobnicate --bogus` is the command's.
+ */
+function unknownCommand(command: string | undefined): UsageError {
+  const known = `the commands are ${Object.keys(COMMAND_OPTIONS).join(', ')}`;
+  return new UsageError(command ? `unknown command ${command}: ${known}` : `a command is required: ${known}`);
+}
+
 export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<string> {
   const [command, ...rest] = argv;
+  // Own keys only: `toString` is no command.
+  if (command === undefined || !Object.hasOwn(COMMAND_OPTIONS, command)) throw unknownCommand(command);
   const parsed = (() => {
     try {
       return parseArgs({ args: rest, allowPositionals: true, strict: true, tokens: true, options: OPTIONS });
@@ -956,16 +967,12 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
   // on every command, and one a command does not take (parseArgs knows every command's options
   // at once: `verify --coin BTC` would verify every coin while looking filtered): refused before
   // anything is read, not ignored. --key's values are API keys, never printed.
-  const takes = COMMAND_OPTIONS[command as keyof typeof COMMAND_OPTIONS] as readonly string[] | undefined;
-  const refusal = optionsRefusal(command ?? '', OPTIONS, takes ?? Object.keys(OPTIONS), tokens, ['key']);
+  const takes: readonly string[] = COMMAND_OPTIONS[command as keyof typeof COMMAND_OPTIONS];
+  const refusal = optionsRefusal(command, OPTIONS, takes, tokens, ['key']);
   if (refusal !== null) throw new UsageError(refusal);
-  if (takes) {
-    const most = command === 'export' ? 0 : 1;
-    if (positionals.length > most)
-      throw new UsageError(
-        `${command} takes ${most === 0 ? 'no path' : 'one path'}: ${positionals.join(' ')}`,
-      );
-  }
+  const most = command === 'export' ? 0 : 1;
+  if (positionals.length > most)
+    throw new UsageError(`${command} takes ${most === 0 ? 'no path' : 'one path'}: ${positionals.join(' ')}`);
   // One place the history is read from: a second would be ignored without a word (`verify PATH
   // --url … --key …` checked the file alone, ok, as if checked against the service).
   if (command === 'export' || command === 'verify') {
@@ -1137,6 +1144,6 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
       );
     }
     default:
-      throw new UsageError(command ? `unknown command ${command}` : 'no command');
+      throw unknownCommand(command);
   }
 }

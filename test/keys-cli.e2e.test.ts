@@ -11,7 +11,12 @@ import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import { hashApiKey } from '../services/keys/key-material.ts';
 import { findById } from '../services/keys/key-registry.ts';
 import { foldKeyRegistry } from '../services/keys/registry-fold.ts';
-import { runOperatorCommand, serviceApplied, UsageError } from '../services/operator/operator-commands.ts';
+import {
+  parseCommandLine,
+  runOperatorCommand,
+  serviceApplied,
+  UsageError,
+} from '../services/operator/operator-commands.ts';
 import { startTestService, type TestService } from './service-harness.ts';
 
 const exec = promisify(execFile);
@@ -40,6 +45,25 @@ describe('operator key commands', () => {
     expect(await run('revoke', keyId, '--reason', 'leaked')).toBe(`${keyId}: revoked (leaked)`);
     expect(await run('list')).toBe('no keys');
     expect(await run('list', '--all')).toContain('revoked');
+  });
+
+  it('runs the command line the CLI read once (parseCommandLine) as it runs the same words', async () => {
+    const read = parseCommandLine(['create', '--plan', 'starter', '--owner', 'once@example.com']);
+    expect(read).toMatchObject({ command: 'create', positional: [], named: { plan: 'starter' } });
+    const out = await runOperatorCommand(read, { store, cache });
+    const keyId = /id: +(\S+)/.exec(out)![1]!;
+    expect(findById(await foldKeyRegistry(store), keyId)).toMatchObject({
+      plan: 'starter',
+      owner: 'once@example.com',
+    });
+    expect(await runOperatorCommand(parseCommandLine(['list', '--all']), { store, cache })).toBe(
+      await run('list', '--all'),
+    );
+    // What the words would be refused for, the read is refused for, before anything runs.
+    expect(() => parseCommandLine(['list', '--owner', 'x'])).toThrow(
+      new UsageError('list does not take --owner'),
+    );
+    await run('revoke', keyId);
   });
 
   it('refuses bad input with a usage error naming the problem', async () => {

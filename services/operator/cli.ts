@@ -8,8 +8,9 @@ import { commandLineLogger, failureText, openedOrExit } from '../shared/cli-fail
 import { exitFlushed, usageIfAsked } from '../shared/exit-flushed.ts';
 import { type SecretBox, secretBoxFromConfig } from '../webhooks/secret-box.ts';
 import {
-  checkCommandLine,
+  type CommandLine,
   OtherLogError,
+  parseCommandLine,
   READS_EXISTING_LOG,
   refuseBeforeOpening,
   runOperatorCommand,
@@ -24,21 +25,25 @@ const argv = process.argv.slice(2);
 await usageIfAsked(argv, USAGE);
 // No command: the usage, exit 2; --help or help: the usage, exit 0. A command line not as USAGE
 // has it (an unknown command, an unknown option, a stray word, an option's value given twice): the
-// usage error naming it, exit 2. Each before any setting is read or store opened.
-try {
-  checkCommandLine(argv);
-} catch (err) {
-  console.error(`${(err as Error).message}\n\n${USAGE}`);
-  await exitFlushed(2);
-}
+// usage error naming it, exit 2. Each before any setting is read or store opened. Read once: the
+// command run below is the one read here.
+const line: CommandLine = await (async () => {
+  try {
+    return parseCommandLine(argv);
+  } catch (err) {
+    console.error(`${(err as Error).message}\n\n${USAGE}`);
+    return exitFlushed(2);
+  }
+})();
 // A refused setting (a key too short, a URL that is none) is told in the service's words, exit 1.
 const config = await commandLineConfig(1);
 // The master keys reseal-webhook-secrets seals with are settings too (production requires
 // WEBHOOK_MASTER_KEY): refused the same way, before any store is opened.
 let secrets: SecretBox | undefined;
-if (argv[0] === 'reseal-webhook-secrets') secrets = await settingOrExit(() => secretBoxFromConfig(config), 1);
+if (line.command === 'reseal-webhook-secrets')
+  secrets = await settingOrExit(() => secretBoxFromConfig(config), 1);
 try {
-  refuseBeforeOpening(argv[0], config);
+  refuseBeforeOpening(line.command, config);
 } catch (err) {
   console.error((err as Error).message);
   await exitFlushed(2);
@@ -46,7 +51,7 @@ try {
 // A store that cannot be opened (a server down, a log written by a newer version, a DATA_DIR this
 // user may not write): one line, exit 1; a log a reading command would have to create: exit 2.
 const adapters = await openedOrExit(() =>
-  openAdapters(config, commandLineLogger(), { existingLog: READS_EXISTING_LOG.has(argv[0] ?? '') }),
+  openAdapters(config, commandLineLogger(), { existingLog: READS_EXISTING_LOG.has(line.command) }),
 );
 let code = 0;
 try {
@@ -55,7 +60,7 @@ try {
   const ourLog = logIdentity(adapters.eventStore);
   const applied = async (position: number) =>
     serviceApplied(publicBaseUrl(config), position, 10_000, await ourLog());
-  const output = await runOperatorCommand(argv, {
+  const output = await runOperatorCommand(line, {
     store: adapters.eventStore,
     cache: adapters.cache,
     // A new key is printed before the wait for the service: a Ctrl-C then does not lose it.

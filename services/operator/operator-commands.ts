@@ -86,14 +86,23 @@ export const READS_EXISTING_LOG = new Set([
   'reseal-webhook-secrets',
 ]);
 
+/** A command line read as USAGE has it (parseCommandLine): a command of COMMANDS, its words, its options. */
+export interface CommandLine {
+  readonly command: string;
+  readonly positional: readonly string[];
+  readonly named: Readonly<Record<string, string | boolean | undefined>>;
+}
+
 /**
- * A command line not as USAGE has it (see flags), refused (a UsageError) before the CLI reads its
- * settings or opens a store: a `create` refused here creates no log, nor does an unknown command
- * (a typo on a DATA_DIR holding no log would otherwise leave an empty one there).
+ * The command line read as USAGE has it, or a UsageError naming what is not (see flags): the CLI
+ * reads it once, before it reads its settings or opens a store, and runs what it read (a `create`
+ * refused here creates no log, nor does an unknown command: a typo on a DATA_DIR holding no log
+ * would otherwise leave an empty one there).
  */
-export function checkCommandLine(argv: readonly string[]): void {
+export function parseCommandLine(argv: readonly string[]): CommandLine {
   const [command, ...rest] = argv;
-  flags(command, rest);
+  const { positional, named } = flags(command, rest);
+  return { command: command!, positional, named };
 }
 
 /**
@@ -150,13 +159,7 @@ function unknownCommand(command: string | undefined): UsageError {
  * one was meant?), an option the command does not take and a word it does not take are usage errors
  * naming it.
  */
-function flags(
-  command: string | undefined,
-  args: string[],
-): {
-  positional: string[];
-  named: Record<string, string | boolean | undefined>;
-} {
+function flags(command: string | undefined, args: string[]): Omit<CommandLine, 'command'> {
   // Own keys only: `toString` or `__proto__` is no command.
   const takes = command !== undefined && Object.hasOwn(COMMANDS, command) ? COMMANDS[command] : undefined;
   if (takes === undefined) throw unknownCommand(command);
@@ -180,6 +183,8 @@ function flags(
   }
   return { positional: positionals, named: values };
 }
+
+const isWords = (line: CommandLine | readonly string[]): line is readonly string[] => Array.isArray(line);
 
 /** An ISO 8601 date or time as ms since the epoch (UTC when it names no zone); undefined when absent. */
 function instant(flag: string, value: string | boolean | undefined): number | undefined {
@@ -225,12 +230,13 @@ function row(r: KeyRecord): string {
 }
 
 /**
- * Runs one operator command and returns what to print. Pure of process and console. A key change
+ * Runs one operator command (a command line parseCommandLine read, or its words, read here) and
+ * returns what to print. Pure of process and console. A key change
  * returns once `applied` says the running service has it (the CLI asks the service's /readyz), so
  * the next call already sees it; what the change did is handed to `applied.shown` before that wait.
  */
 export async function runOperatorCommand(
-  argv: string[],
+  line: CommandLine | readonly string[],
   deps: {
     store: EventStore;
     cache: Cache;
@@ -253,8 +259,7 @@ export async function runOperatorCommand(
     deps.applied.shown(lines.join('\n'));
     return (await deps.applied.until(position)) ?? '';
   };
-  const [command, ...rest] = argv;
-  const { positional, named } = flags(command, rest);
+  const { command, positional, named } = isWords(line) ? parseCommandLine(line) : line;
   try {
     switch (command) {
       case 'create': {

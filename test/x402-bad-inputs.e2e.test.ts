@@ -1,3 +1,4 @@
+import { gzipSync } from 'node:zlib';
 import type { Hex } from 'viem';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BASE_USDC } from './chain/local-chain.ts';
@@ -578,6 +579,29 @@ describe('invalid_content_type', () => {
         _service: ANONYMOUS,
       },
     });
+  });
+
+  it('a body with a Content-Encoding (gzip…) → 400, not quoted and not read as plain JSON', async () => {
+    // A plain body labelled gzip was quoted (and, keyed, served) as if uncompressed; a real gzip
+    // body was quoted at the base price and then called "not valid JSON" without saying why.
+    for (const sent of [Buffer.from(body), gzipSync(body)]) {
+      const res = await rawRequest(`${stack.url}${PATH}`, {
+        headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' },
+        body: sent,
+      });
+      expect({ status: res.status, body: res.body }).toEqual({
+        status: 400,
+        body: {
+          code: 'invalid_content_type',
+          message: 'the body is sent with Content-Encoding gzip; send it uncompressed, as application/json',
+          retryable: false,
+          _service: ANONYMOUS,
+        },
+      });
+    }
+    // identity names no coding: quoted as any JSON body.
+    const plain = await rawPost({ 'content-type': 'application/json', 'content-encoding': 'identity' }, body);
+    expect(plain.status).toBe(402);
   });
 
   it('after a verified payment: 400, nothing charged, the nonce released and usable on retry', async () => {

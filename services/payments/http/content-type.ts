@@ -3,10 +3,22 @@ import { sentValues } from '../../shared/raw-headers.ts';
 /**
  * The /x402/* routes take JSON only, and say so exactly once. A Content-Type sent twice, two
  * media types merged into one header ("application/json, application/json", or joined by ';'),
- * a non-JSON media type, or a body without any Content-Type is `invalid_content_type`: such a
- * request may be read differently by proxies and by us, so it is refused rather than guessed at.
+ * a non-JSON media type, a body without any Content-Type, or a body with a Content-Encoding
+ * (gzip…: the routes decode none) is `invalid_content_type`: such a request may be read
+ * differently by proxies and by us, so it is refused rather than guessed at.
  */
 export function contentTypeProblem(rawHeaders: string[], hasBody: boolean): string | null {
+  if (hasBody) {
+    // `identity` (or an empty value) names no coding. A coded body is neither read as plain JSON
+    // nor quoted at a price its bytes were never read for, as the /api and /mcp parsers refuse it.
+    const codings = sentValues(rawHeaders, 'content-encoding')
+      .flatMap((value) => value.split(','))
+      .map((coding) => coding.trim())
+      .filter((coding) => coding !== '' && coding.toLowerCase() !== 'identity');
+    if (codings.length > 0) {
+      return `the body is sent with Content-Encoding ${codings.join(', ')}; send it uncompressed, as application/json`;
+    }
+  }
   const values = sentValues(rawHeaders, 'content-type');
   if (values.length > 1) return 'Content-Type was sent more than once; send it exactly once';
   const value = values[0];

@@ -210,6 +210,21 @@ if (await shouldRunRedisSuite('OAuth store on Redis')) {
     await cache?.close();
     await wipePrefix(prefix);
   });
+
+  describe('OAuth store on Redis: consume', () => {
+    it('never marks a record deleted while it was being marked (a raced code whose grant was revoked)', async () => {
+      const redis = cache!.shared.redis;
+      const store = new RedisOAuthStore(redis, `${prefix}consume:`);
+      await store.put('code', 'v', 60);
+      // Sent on one connection in this order: the consume's reading, the delete, then whatever
+      // the consume sends once it has read (a mark set then is a mark on a deleted record).
+      const consuming = store.consume('code', 1);
+      await store.del(['code']);
+      await consuming;
+      expect(await redis.exists(`${prefix}consume:code`, `${prefix}consume:code:consumed`)).toBe(0);
+      expect(await store.consume('code', 2)).toBe(false);
+    });
+  });
 }
 
 describe('in-process expiry', () => {

@@ -221,14 +221,12 @@ export class RedisOAuthStore implements OAuthStore {
   }
 
   async consume(key: string, at: number) {
-    const ttlMs = await this.redis.pttl(this.k(key));
-    if (ttlMs === -2) return false;
-    // NX: of several requests consuming at once (on any host), one only sets the mark.
-    const marked =
-      ttlMs === -1
-        ? await this.redis.set(this.k(key) + CONSUMED, String(at), 'NX')
-        : await this.redis.set(this.k(key) + CONSUMED, String(at), 'PX', Math.max(ttlMs, 1), 'NX');
-    return marked === 'OK';
+    // One script: of several requests consuming at once (on any host), one only sets the mark
+    // (NX), and never on a record deleted meanwhile. Read and marked in two steps, a grant revoked
+    // between them (a raced code's, adapter.ts) lost its code and its mark, and the mark then set
+    // served that code a second time.
+    const marked = await this.redis.eval(CONSUME, 2, this.k(key), this.k(key) + CONSUMED, String(at));
+    return marked === 1;
   }
 
   async del(keys: string[]) {
@@ -285,6 +283,23 @@ export class RedisOAuthStore implements OAuthStore {
     await this.redis.zrem(this.k(list), member);
   }
 }
+
+/**
+ * Marks KEYS[1] consumed (KEYS[2] = ARGV[1], with the record's remaining lifetime) if it exists
+ * and has no mark: 1 when this call set the mark, else 0.
+ */
+const CONSUME = `
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl == -2 then return 0 end
+local set
+if ttl == -1 then
+  set = redis.call('SET', KEYS[2], ARGV[1], 'NX')
+else
+  set = redis.call('SET', KEYS[2], ARGV[1], 'PX', math.max(ttl, 1), 'NX')
+end
+if set then return 1 end
+return 0
+`;
 
 /**
  * A sorted set scored by admission time (ms, Redis's TIME): drops the members older than the age,

@@ -1,5 +1,5 @@
 import { hash } from 'node:crypto';
-import { type Adapter, type AdapterPayload, errors } from 'oidc-provider';
+import { type Adapter, type AdapterPayload, errors, Provider } from 'oidc-provider';
 import type { OAuthStore } from './store.ts';
 
 /**
@@ -247,11 +247,14 @@ export function oauthAdapter(
       // two exchanges of one code at once, on any host. The library saw no reuse, so this is
       // where it is one: refused, and the grant ended as the library ends it for a code used
       // again, so the first exchange's tokens, saved before or after this, belong to a grant that
-      // is gone.
+      // is gone; and said as the library says it (grant.revoked, logged by signin.ts), so that
+      // the log names a grant a raced code ended as it names one a reused code ended.
       const grantId = stored === undefined ? undefined : this.payloadOf(stored, id).grantId;
       if (typeof grantId === 'string') {
         await this.revokeByGrantId(grantId);
         await new StoreAdapter('Grant').destroy(grantId);
+        const ctx = Provider.ctx;
+        ctx?.oidc.provider.emit('grant.revoked', ctx, grantId);
       }
       throw new errors.InvalidGrant(`${this.model} already consumed`);
     }

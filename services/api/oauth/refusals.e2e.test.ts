@@ -324,6 +324,41 @@ describe.runIf(present || process.env.CI === 'true')('OAuth sign-in refusals', (
     expect(refresh.body.error).toBe('invalid_grant');
   });
 
+  it('says the grant ended (grant.revoked, the log line of a reuse) when an exchange of a raced code ends it in the store', async () => {
+    // An exchange that read the code before another used it is refused where the store marks it
+    // used (adapter.ts consume), and ends the grant there unless another refusal already did; one
+    // that read it used is refused by the library, which ends the grant and says so (the log line
+    // of signin.ts). The store's ending must say so too. Rounds until one did.
+    const provider = server.channel.oauth!.provider();
+    let told = false;
+    for (let round = 0; round < 10 && !told; round += 1) {
+      const { verifier, challenge } = pkce();
+      const code = await codeFor(challenge);
+      const grantId = (await provider.AuthorizationCode.find(code))!.grantId!;
+      const ended: string[] = [];
+      const refusals: string[] = [];
+      const revoked = (_ctx: unknown, id: string) => {
+        if (id === grantId) ended.push(id);
+      };
+      const refused = (_ctx: unknown, err: { error_detail?: string }) =>
+        refusals.push(String(err.error_detail));
+      provider.on('grant.revoked', revoked);
+      provider.on('grant.error', refused);
+      try {
+        const answers = await Promise.all(Array.from({ length: 8 }, () => exchange(code, verifier)));
+        expect(answers.filter((a) => a.status === 200)).toHaveLength(1);
+        // The library says so once for each refusal of its own; any more came from the store.
+        const byLibrary = refusals.filter((detail) => detail === 'authorization code already consumed');
+        expect(ended.length, JSON.stringify(refusals)).toBeGreaterThanOrEqual(byLibrary.length);
+        told = ended.length > byLibrary.length;
+      } finally {
+        provider.off('grant.revoked', revoked);
+        provider.off('grant.error', refused);
+      }
+    }
+    expect(told, 'no exchange refused in the store said it ended the grant, in 10 rounds').toBe(true);
+  });
+
   it('refuses a token for another resource, at the authorization server and at /mcp/signin', async () => {
     const res = await fetch(
       authorizeUrl({ resource: 'http://other.example/mcp', code_challenge: pkce().challenge }),

@@ -71,6 +71,13 @@ function holdsCandles(dir: string): boolean {
   return false;
 }
 
+/**
+ * A series' key: its venue, coin and timeframe joined by NUL. A coin read from a file may hold
+ * one, but the venue and timeframe (their enums) hold none: the key splits back one way.
+ */
+const seriesKey = (row: Pick<HistoryRow, 'exchange' | 'coin' | 'timeframe'>): string =>
+  `${row.exchange}\0${row.coin}\0${row.timeframe}`;
+
 /** At most this many mismatches are listed; `checked` still counts every row. */
 const MAX_LISTED = 100;
 
@@ -101,6 +108,8 @@ const COLUMNS = [
  */
 export class OutcomeRecompute {
   readonly report: RecomputeReport;
+  /** report.uncovered by series (seriesKey): a row finds its own at once, not by a walk of them all. */
+  readonly #uncovered = new Map<string, UncoveredSeries>();
   #exact: Promise<ReplayFeed> | null = null;
   private constructor(
     private readonly feed: ReplayFeed,
@@ -146,12 +155,13 @@ export class OutcomeRecompute {
     this.report.notInData++;
     const from = new Date(verdict.candleCloseTime).toISOString().slice(0, 10);
     const to = new Date(outcomeDueAt(verdict)).toISOString().slice(0, 10);
-    const series = this.report.uncovered.find(
-      (s) => s.exchange === row.exchange && s.coin === row.coin && s.timeframe === row.timeframe,
-    );
+    const key = seriesKey(row);
+    const series = this.#uncovered.get(key);
     if (!series) {
       const { exchange, coin, timeframe } = row;
-      this.report.uncovered.push({ exchange, coin, timeframe, outcomes: 1, from, to });
+      const added = { exchange, coin, timeframe, outcomes: 1, from, to };
+      this.#uncovered.set(key, added);
+      this.report.uncovered.push(added);
       return;
     }
     series.outcomes++;

@@ -213,6 +213,20 @@ function needsSecret(provider: Provider, client: Record<string, unknown>): boole
   return typeof rule === 'function' ? rule.call(provider.Client, client) : true;
 }
 
+/**
+ * A refresh token's lifetime in seconds: the configured one, cut to what its grant has left
+ * (`grantExp`, in epoch seconds, when the grant is known), one second at least (the library
+ * refuses an expired grant before issuing one).
+ */
+export function refreshTokenLifetime(
+  configuredS: number,
+  grantExp: number | undefined,
+  now = Date.now(),
+): number {
+  if (grantExp === undefined) return configuredS;
+  return Math.max(1, Math.min(configuredS, grantExp - Math.floor(now / 1_000)));
+}
+
 /** The authorization server's routes, under /oauth (the well-known documents are at the root). */
 export const OAUTH_ROUTES = {
   authorization: OAUTH_AUTHORIZE_PATH,
@@ -377,7 +391,11 @@ export function createProvider(options: ProviderOptions): OAuthProvider {
     ttl: {
       AccessToken: ttl.accessTokenS,
       AuthorizationCode: ttl.codeS,
-      RefreshToken: ttl.refreshTokenS,
+      // A grant lasts OAUTH_REFRESH_TOKEN_TTL_S from the consent, and no refresh token of it
+      // outlives it: each one, the sign-in's and each rotated one, ends when its grant does
+      // (RFC 9700 §4.14.2: rotation must not lengthen a grant's life), instead of a fresh
+      // OAUTH_REFRESH_TOKEN_TTL_S from every refresh.
+      RefreshToken: (ctx) => refreshTokenLifetime(ttl.refreshTokenS, ctx?.oidc?.entities.Grant?.exp),
       Grant: ttl.refreshTokenS,
       Interaction: ttl.interactionS,
       Session: ttl.interactionS,

@@ -114,6 +114,37 @@ describe.runIf(present || process.env.CI === 'true')(
       ]);
     });
 
+    it('a refresh token never outlives its grant: rotation hands on the time the grant has left', async () => {
+      const host = await signedInHost();
+      const provider = stage.server.channel.oauth!.provider();
+      const clientId = host.info!.client_id;
+      const first = (await provider.RefreshToken.find(host.saved!.refresh_token!))!;
+      const grant = (await provider.Grant.find(first.grantId!))!;
+      // The sign-in's own refresh token ends with its grant (OAUTH_REFRESH_TOKEN_TTL_S from the consent).
+      expect(first.exp!).toBeLessThanOrEqual(grant.exp!);
+      // A grant near its end, as one signed in OAUTH_REFRESH_TOKEN_TTL_S ago less ten minutes is.
+      grant.exp = Math.floor(Date.now() / 1_000) + 600;
+      await grant.save();
+      let refresh = host.saved!.refresh_token!;
+      for (let rotation = 1; rotation <= 2; rotation += 1) {
+        const res = await fetch(new URL('/oauth/token', stage.url), {
+          method: 'POST',
+          headers: { 'content-type': 'application/x-www-form-urlencoded' },
+          body: new URLSearchParams({
+            grant_type: 'refresh_token',
+            refresh_token: refresh,
+            client_id: clientId,
+          }),
+        });
+        const body = (await res.json()) as { refresh_token?: string; error_description?: string };
+        expect(res.status, body.error_description).toBe(200);
+        refresh = body.refresh_token!;
+        const rotated = (await provider.RefreshToken.find(refresh))!;
+        expect(rotated.exp!, `rotation ${rotation}`).toBeLessThanOrEqual(grant.exp!);
+        expect((await provider.Grant.find(first.grantId!))!.exp, `rotation ${rotation}`).toBe(grant.exp);
+      }
+    });
+
     it('a refresh token presented again just after its rotation refreshes, and the first answer stays good', async () => {
       const host = await signedInHost();
       const refresh = host.saved!.refresh_token!;

@@ -357,6 +357,9 @@ export function applyDeliveryEvent(
  */
 export function deliveryView(record: DeliveryRecord): DeliveryView {
   let sent = 0;
+  // A failed delivery has no attempt to come: the retry its last attempt scheduled was called off
+  // when its subscription was disabled, so the view names none (the fold keeps it).
+  const last = record.status === 'failed' ? record.attempts.at(-1) : undefined;
   return {
     delivery_id: record.id,
     seq: record.seq ?? null,
@@ -376,7 +379,7 @@ export function deliveryView(record: DeliveryRecord): DeliveryView {
       latency_ms: a.latencyMs === null ? null : Math.round(a.latencyMs),
       error: a.error,
       response: a.response,
-      next_attempt_at: a.nextAttemptAt,
+      next_attempt_at: a === last ? null : a.nextAttemptAt,
     })),
   };
 }

@@ -329,6 +329,21 @@ describe('a first attempt recorded in its DeliverySequenced', () => {
 });
 
 describe('the delivery log view', () => {
+  it("names no next attempt for a delivery whose retry its subscription's disable called off", () => {
+    const later = new Date(2_000_000_000_000).toISOString();
+    const state = fold([
+      attempted('r1'),
+      failed('r1', later),
+      recorded('SubscriptionDisabled', { subscriptionId: 'sub-a', reason: 'x', consecutiveFailures: 5 }),
+    ]);
+    const view = deliveryView(state.deliveries.r1!);
+    // Failed: no attempt follows (a re-enable with recover_since sends it again, as a new attempt).
+    expect(view.status).toBe('failed');
+    expect(view.attempts.map((a) => [a.outcome, a.next_attempt_at])).toEqual([['failed', null]]);
+    // The retry it had scheduled stays in the fold's state: only the view says none follows.
+    expect(state.deliveries.r1!.attempts[0]!.nextAttemptAt).toBe(later);
+  });
+
   it('shows attempts held by an open breaker as held and unnumbered, and numbers the requests sent', () => {
     const later = new Date(2_000_000_000_000).toISOString();
     const timedOut = {

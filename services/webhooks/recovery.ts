@@ -62,6 +62,18 @@ export async function readDeliveryRecord(
   deliveryId: string,
   sequenced?: RecordedEvent,
 ): Promise<DeliveryRecord | null> {
+  return (await readDeliveryRecordAt(store, deliveryId, sequenced))?.record ?? null;
+}
+
+/**
+ * readDeliveryRecord with the log position of the latest event folded into the record: a
+ * projection whose checkpoint has passed it has folded every event of that delivery.
+ */
+export async function readDeliveryRecordAt(
+  store: EventStore,
+  deliveryId: string,
+  sequenced?: RecordedEvent,
+): Promise<{ record: DeliveryRecord; position: number } | null> {
   const events = await store.readStream(deliveryStream(deliveryId));
   let head = sequenced ?? null;
   // A stream written before its first attempt moved into the sequence event opens with that
@@ -72,11 +84,14 @@ export async function readDeliveryRecord(
   }
   if (head === null && events.length === 0) return null;
   const log = initialDeliveryLog();
+  let position = 0;
   for (const recorded of head ? [head, ...events] : events) {
     const event = parseDomainEvent(recorded);
     if (event) applyDeliveryEvent(log, event);
+    position = Math.max(position, recorded.position);
   }
-  return findDelivery(log, deliveryId) ?? null;
+  const record = findDelivery(log, deliveryId);
+  return record ? { record, position } : null;
 }
 
 /**

@@ -4,6 +4,7 @@ import type { Dispatcher } from 'undici';
 import { z } from 'zod';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { KnownCoins } from '../../adapters/market/known-coins.ts';
+import type { RecordedEvent } from '../../contracts/envelope.ts';
 import { type ErrorCode, ServiceError } from '../../contracts/errors.ts';
 import { optionalBody, queryInt, queryOnce } from '../../contracts/http.ts';
 import type { FeedKind } from '../../contracts/market.ts';
@@ -32,12 +33,12 @@ import { emptyBodyIsNoBody, noBodyOrObject } from '../api/json-body.ts';
 import { declared, documented, type ResponseDoc, type RouteDoc, refusal } from '../api/openapi.ts';
 import { callerHook, decorateCaller, keyRefusal, withAnswerService } from '../metering/caller.ts';
 import { checkWebhookUrl } from '../shared/ssrf/url-policy.ts';
-import { deliveryView, findDelivery, sequenceStream } from './delivery-log-fold.ts';
+import { type DeliveryRecord, deliveryView, findDelivery, sequenceStream } from './delivery-log-fold.ts';
 import type { DeliveryWorker } from './delivery-worker.ts';
 import type { DigestCoverage } from './digest-coverage.ts';
 import { EndpointQueues } from './endpoint-queues.ts';
 import { claimNextAttempt } from './next-attempt.ts';
-import { readDeliveryRecord } from './recovery.ts';
+import { readDeliveryRecord, readDeliveryRecordAt } from './recovery.ts';
 import { SAMPLE_VERIFY_BODY, SAMPLE_VERIFY_PATH, sampleEnvelope } from './sample.ts';
 import type { SecretBox } from './secret-box.ts';
 import { type SendResult, sendSigned } from './sender.ts';
@@ -540,6 +541,28 @@ async function sendSample(deps: WebhookRoutesDeps, sub: SubscriptionRecord) {
   return resultView(envelope.delivery_id, result);
 }
 
+/**
+ * A delivery the projection's in-memory log does not hold, read from the event log. Once the
+ * projection has folded every event of it (and, checked in the same tick, holds it still not), it
+ * left that log finished, which a pending delivery never does: one its own stream leaves pending
+ * was finished by its subscription's disable, which that stream does not hold. It failed, as the
+ * projection said before it let it go.
+ */
+async function deliveryOutOfLog(
+  deps: WebhookRoutesDeps,
+  id: string,
+  sequenced: RecordedEvent,
+): Promise<DeliveryRecord | null> {
+  const read = await readDeliveryRecordAt(deps.store, id, sequenced);
+  if (!read) return null;
+  const folded = findDelivery(deps.runner.state.log, id);
+  if (folded) return folded;
+  const { record, position } = read;
+  return record.status === 'pending' && position <= deps.runner.checkpoint
+    ? { ...record, status: 'failed' }
+    : record;
+}
+
 /** Every delivery after `afterSeq`, however old: the sequence stream holds them all, in seq order. */
 async function deliveriesAfter(
   deps: WebhookRoutesDeps,
@@ -554,8 +577,7 @@ async function deliveriesAfter(
   const deliveries: DeliveryView[] = [];
   for (const event of sequenced) {
     const id = (event.data as { deliveryId: string }).deliveryId;
-    const record =
-      findDelivery(deps.runner.state.log, id) ?? (await readDeliveryRecord(deps.store, id, event));
+    const record = findDelivery(deps.runner.state.log, id) ?? (await deliveryOutOfLog(deps, id, event));
     if (record) deliveries.push(deliveryView({ ...record, seq: event.revision + 1 }));
   }
   // Read after the page, so the page never runs past it.

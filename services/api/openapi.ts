@@ -415,8 +415,40 @@ function loadExamples(): Examples {
   }
 }
 
-/** Puts each recorded answer beside the schema of its operation, status and media type. */
-function withExamples(paths: Record<string, Record<string, unknown>>, examples: Examples): void {
+/** What names OAuth sign-in in a recorded answer: its MCP endpoint, the OAuth paths. */
+const SIGN_IN = /\/mcp\/signin\b|\/oauth\/|\/\.well-known\/oauth-/;
+
+/**
+ * A recorded answer as a service serving no sign-in (OAUTH_ENABLED=false) gives it: the answers
+ * are recorded from one that does, and list sign-in beside the rest (a catalog's entry, a server
+ * card's remote, a line of llms.txt). An element of a list or a line of a text naming it is left
+ * out; an answer naming it otherwise has no example (undefined), rather than one it never gives.
+ */
+function withoutSignIn(body: unknown): unknown {
+  const drop = (node: unknown): unknown => {
+    if (typeof node === 'string')
+      return node
+        .split('\n')
+        .filter((line) => !SIGN_IN.test(line))
+        .join('\n');
+    if (Array.isArray(node)) return node.filter((item) => !SIGN_IN.test(JSON.stringify(item))).map(drop);
+    if (node !== null && typeof node === 'object')
+      return Object.fromEntries(Object.entries(node).map(([name, value]) => [name, drop(value)]));
+    return node;
+  };
+  const kept = drop(body);
+  return SIGN_IN.test(typeof kept === 'string' ? kept : JSON.stringify(kept)) ? undefined : kept;
+}
+
+/**
+ * Puts each recorded answer beside the schema of its operation, status and media type; without
+ * sign-in (`signin` false), as withoutSignIn gives it.
+ */
+function withExamples(
+  paths: Record<string, Record<string, unknown>>,
+  examples: Examples,
+  signin: boolean,
+): void {
   for (const item of Object.values(paths)) {
     for (const operation of Object.values(item) as {
       operationId?: string;
@@ -427,7 +459,8 @@ function withExamples(paths: Record<string, Record<string, unknown>>, examples: 
         const content = operation.responses?.[status]?.content ?? {};
         // Matched by the bare media type: `text/plain; version=0.0.4` is recorded as text/plain.
         const media = Object.entries(content).find(([t]) => t.split(';')[0]!.trim() === type)?.[1];
-        if (media) media.example = body;
+        const example = signin ? body : withoutSignIn(body);
+        if (media && example !== undefined) media.example = example;
       }
     }
   }
@@ -573,7 +606,7 @@ function withOperationIds<D extends object>(document: D): D {
       };
     }
   }
-  withExamples(paths, examples);
+  withExamples(paths, examples, '/mcp/signin' in paths);
   return document;
 }
 

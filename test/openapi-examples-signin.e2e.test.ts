@@ -12,7 +12,7 @@ type Doc = { paths: Record<string, Record<string, unknown>> };
 function examples(doc: Doc): { at: string; example: unknown }[] {
   const found: { at: string; example: unknown }[] = [];
   const walk = (node: unknown, at: string): void => {
-    if (Array.isArray(node)) node.forEach((item, i) => walk(item, `${at}/${i}`));
+    if (Array.isArray(node)) for (const [i, item] of node.entries()) walk(item, `${at}/${i}`);
     else if (node !== null && typeof node === 'object')
       for (const [name, value] of Object.entries(node)) {
         if (name === 'example') found.push({ at, example: value });

@@ -289,6 +289,11 @@ describe('a refused payment moves no money and reserves nothing', () => {
   it.each([
     ['not base64', '%%%not-base64%%%', 'X-PAYMENT: the payment header is not base64'],
     [
+      'empty',
+      '',
+      'X-PAYMENT: the payment header is empty; send the base64-encoded payment, or leave the header out to be quoted',
+    ],
+    [
       'base64 but not JSON',
       Buffer.from('{nope').toString('base64'),
       'X-PAYMENT: the payment header is base64 but not JSON',

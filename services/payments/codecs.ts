@@ -67,7 +67,14 @@ const BASE64 = /^[A-Za-z0-9+/]+={0,2}$/;
 
 function decodeBase64Json(value: string): { ok: true; json: unknown } | { ok: false; message: string } {
   const trimmed = value.trim();
-  if (trimmed.length === 0 || trimmed.length % 4 !== 0 || !BASE64.test(trimmed)) {
+  if (trimmed.length === 0) {
+    return {
+      ok: false,
+      message:
+        'the payment header is empty; send the base64-encoded payment, or leave the header out to be quoted',
+    };
+  }
+  if (trimmed.length % 4 !== 0 || !BASE64.test(trimmed)) {
     return { ok: false, message: 'the payment header is not base64' };
   }
   try {

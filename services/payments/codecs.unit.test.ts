@@ -51,6 +51,12 @@ describe('decodePaymentHeader', () => {
   it.each([
     ['not base64', '***', 'X-PAYMENT: the payment header is not base64'],
     ['bad padding', 'abc', 'X-PAYMENT: the payment header is not base64'],
+    // Empty is valid base64 (of nothing): said as what it is, not as a wrong encoding.
+    [
+      'empty',
+      ' ',
+      'X-PAYMENT: the payment header is empty; send the base64-encoded payment, or leave the header out to be quoted',
+    ],
     [
       'not JSON',
       Buffer.from('hello').toString('base64'),

@@ -139,7 +139,7 @@ export const ERRORS = {
   INVALID_QUERY: {
     status: 400,
     retryable: false,
-    message: 'query is missing, not a string, or only whitespace',
+    message: 'query is missing, not a string, or all whitespace or invisible',
   },
   QUERY_TOO_SHORT: {
     status: 400,
@@ -154,7 +154,7 @@ export const ERRORS = {
   INVALID_QUESTION: {
     status: 400,
     retryable: false,
-    message: 'question is missing, not a string, or only whitespace',
+    message: 'question is missing, not a string, or all whitespace or invisible',
   },
   QUESTION_TOO_SHORT: {
     status: 400,

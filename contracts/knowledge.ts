@@ -20,10 +20,7 @@ export const EXTRACTIVE_MODEL = 'extractive';
  * indexed as part of the knowledge corpus, so the service can answer "what does INVALID_MODEL mean".
  */
 export const KNOWLEDGE_ERRORS = {
-  INVALID_QUERY: {
-    status: ERRORS.INVALID_QUERY.status,
-    meaning: 'query is missing, not a string, or only whitespace',
-  },
+  INVALID_QUERY: { status: ERRORS.INVALID_QUERY.status, meaning: ERRORS.INVALID_QUERY.message },
   QUERY_TOO_SHORT: {
     status: ERRORS.QUERY_TOO_SHORT.status,
     meaning: `query is shorter than ${SEARCH_QUERY_MIN} characters after trimming`,
@@ -36,10 +33,7 @@ export const KNOWLEDGE_ERRORS = {
     status: ERRORS.INVALID_LIMIT.status,
     meaning: `limit is not an integer from 1 to ${SEARCH_LIMIT_MAX}`,
   },
-  INVALID_QUESTION: {
-    status: ERRORS.INVALID_QUESTION.status,
-    meaning: 'question is missing, not a string, or only whitespace',
-  },
+  INVALID_QUESTION: { status: ERRORS.INVALID_QUESTION.status, meaning: ERRORS.INVALID_QUESTION.message },
   QUESTION_TOO_SHORT: {
     status: ERRORS.QUESTION_TOO_SHORT.status,
     meaning: `question is shorter than ${CHAT_QUESTION_MIN} characters after trimming`,
@@ -92,11 +86,37 @@ const characters = (text: string): number => {
  * Control and format characters other than whitespace (U+0000, U+001B, U+200B, U+2060, a stray
  * U+FEFF inside the text, soft hyphens, direction marks): they show nothing and carry no word.
  * U+FEFF is named apart: JavaScript's \s holds it, so sparing whitespace would spare it too.
+ * The zero-width non-joiner and joiner (U+200C, U+200D) between two letters are spared: there
+ * they are part of the word's spelling (Persian "می‌شه", Hindi conjuncts), as a letter is.
  */
-const INVISIBLE = /\uFEFF|(?!\s)[\p{Cc}\p{Cf}]/gu;
+const INVISIBLE =
+  /\uFEFF|(?<![\p{L}\p{M}])[\u200C\u200D]|[\u200C\u200D](?![\p{L}\p{M}])|(?![\s\u200C\u200D])[\p{Cc}\p{Cf}]/gu;
 
 /** What a text shows: without its invisible characters (INVISIBLE), trimmed. */
 export const visible = (text: string): string => text.replace(INVISIBLE, '').trim();
+
+/**
+ * Terminal escape sequences (ECMA-48: CSI `ESC [ … final` or its one-character form U+009B, OSC
+ * `ESC ] … BEL|ST`, and two-character escapes): text a terminal paste or a colouring log leaves,
+ * never words.
+ */
+const ESCAPES =
+  /(?:\u001B\[|\u009B)[0-?]*[ -/]*[@-~]|\u001B\][^\u0007\u001B]*(?:\u0007|\u001B\\)?|\u001B[ -/]*[0-~]?/gu;
+
+/**
+ * A query or question as it is looked up (search) and answered (chat): escape sequences and
+ * control characters are spaces, invisible characters dropped (a zero-width space is a space),
+ * compatibility forms folded to their plain letters (NFKC: full-width "ｒｉｓｋ" is "risk", "ﬁ"
+ * is "fi"), and whitespace runs one space. The answer echoes the text as sent, trimmed.
+ */
+export const searchable = (text: string): string =>
+  text
+    .replace(ESCAPES, ' ')
+    .replace(/[\p{Cc}\u200B\u2028\u2029]/gu, ' ')
+    .replace(INVISIBLE, '')
+    .normalize('NFKC')
+    .replace(/\s+/g, ' ')
+    .trim();
 
 /**
  * A text field's rule, as its description says: whitespace, control and format characters alone
@@ -104,7 +124,7 @@ export const visible = (text: string): string => text.replace(INVISIBLE, '').tri
  * toward the minimum; the maximum counts every character after trimming.
  */
 const textRule = (what: string, invalid: ErrorCode, min: number, max: number) =>
-  `${what}, ${min}–${max} characters after trimming; control and format characters (U+0000, U+200B, U+FEFF…) do not count toward the ${min}, and a text of only those and whitespace is ${invalid}`;
+  `${what}, ${min}–${max} characters after trimming; control and format characters (U+0000, U+200B, U+FEFF…; not U+200C or U+200D between two letters) do not count toward the ${min}, and a text of only those and whitespace is ${invalid}`;
 
 const SEARCH_QUERY_RULE = textRule('What to look for', 'INVALID_QUERY', SEARCH_QUERY_MIN, SEARCH_QUERY_MAX);
 const CHAT_QUESTION_RULE = textRule('The question', 'INVALID_QUESTION', CHAT_QUESTION_MIN, CHAT_QUESTION_MAX);

@@ -260,7 +260,7 @@ const CASES: Case[] = [
     body: { query: 5 },
     status: 400,
     code: 'INVALID_QUERY',
-    message: 'query is missing, not a string, or only whitespace',
+    message: 'query is missing, not a string, or all whitespace or invisible',
   },
   {
     kind: 'search: a limit that is a fraction',

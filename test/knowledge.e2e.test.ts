@@ -270,7 +270,7 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
       expect(typeof answer.message).toBe('string');
       // An invisible query is told what a whitespace one is, in the same words.
       if (code === 'INVALID_QUERY' && typeof body === 'object') {
-        expect(answer.message).toBe('query is missing, not a string, or only whitespace');
+        expect(answer.message).toBe('query is missing, not a string, or all whitespace or invisible');
       }
       expect(res.headers.get('cache-control')).toBe('no-store');
       expect(ServiceMeta.parse(answer._service).auth.outcome).toBe('OK');
@@ -430,7 +430,7 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
       const { res, body: answer } = await post('/api/chat', body, bearer(key.key));
       expect({ status: res.status, code: answer.code }, JSON.stringify(body)).toEqual({ status: 400, code });
       if (code === 'INVALID_QUESTION' && typeof body === 'object' && !Array.isArray(body)) {
-        expect(answer.message).toBe('question is missing, not a string, or only whitespace');
+        expect(answer.message).toBe('question is missing, not a string, or all whitespace or invisible');
       }
       expect(ServiceMeta.parse(answer._service).auth.outcome).toBe('OK');
     }

@@ -1,7 +1,12 @@
 import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { Config } from '../../contracts/config.ts';
-import type { ChatAnswer, ChatQuotaSnapshot, SearchAnswer } from '../../contracts/knowledge.ts';
+import {
+  type ChatAnswer,
+  type ChatQuotaSnapshot,
+  type SearchAnswer,
+  searchable,
+} from '../../contracts/knowledge.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
 import { OperationError } from '../engine/operation-errors.ts';
 import type { Caller } from '../metering/caller.ts';
@@ -90,7 +95,8 @@ export class Knowledge {
     const key = `${limit}\u0000${query}`;
     const cached = this.answers.get(key);
     if (cached) return cached;
-    const { total, results } = index.search(query, limit);
+    // Looked up as searchable() folds it (full-width letters, escape sequences); echoed as sent.
+    const { total, results } = index.search(searchable(query), limit);
     const answer = { query, total_results: total, results };
     if (this.answers.size >= ANSWER_CACHE_SIZE) this.answers.delete(this.answers.keys().next().value!);
     this.answers.set(key, answer);
@@ -127,11 +133,13 @@ export class Knowledge {
           timeoutMs: this.deps.config.CHAT_TIMEOUT_MS,
           logger,
         },
-        input.question,
+        // Answered as searchable() folds it (full-width letters, escape sequences); echoed as sent.
+        searchable(input.question),
         input.model,
       );
       const quota = outcome.providerFailed ? await giveBack('provider_unavailable') : taken.snapshot;
-      return { body: { ...outcome.answer, _service: { chat_quota: quota } }, month: taken.month };
+      const answer = { ...outcome.answer, question: input.question };
+      return { body: { ...answer, _service: { chat_quota: quota } }, month: taken.month };
     } catch (err) {
       logger.error({ err, requestId }, 'chat failed');
       await giveBack('internal_error');

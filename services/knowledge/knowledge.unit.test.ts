@@ -1312,6 +1312,39 @@ describe('request checks', () => {
       expect(chatRequest([]).safeParse({ question }).success, JSON.stringify(question)).toBe(ok);
     }
   });
+
+  it('a zero-width non-joiner or joiner between two letters counts, as part of the word; alone it is nothing', () => {
+    // Persian "می‌شه" is five characters, the ZWNJ one of them; "چرا؟" is four, refused.
+    const cases: [string, boolean | 'INVALID_QUESTION'][] = [
+      ['می\u200cشه', true],
+      ['कि\u200dया', true],
+      ['چرا؟', false],
+      ['می\u200c\u200cش', false],
+      ['\u200cمیشه\u200c', false],
+      ['\u200c\u200d\u200c\u200d\u200c', 'INVALID_QUESTION'],
+      ['👨\u200d👩\u200d👧', false],
+    ];
+    for (const [question, ok] of cases) {
+      const checked = checkChat({ question }, []);
+      const parsed = chatRequest([]).safeParse({ question });
+      expect(checked.ok, JSON.stringify(question)).toBe(ok === true);
+      expect(parsed.success, JSON.stringify(question)).toBe(ok === true);
+      if (ok === 'INVALID_QUESTION') expect(checked).toMatchObject({ code: 'INVALID_QUESTION' });
+      else if (!ok) expect(checked).toMatchObject({ code: 'QUESTION_TOO_SHORT' });
+    }
+  });
+
+  it('INVALID_QUERY and INVALID_QUESTION say that invisible characters alone are refused, as they are', () => {
+    for (const [checked, field] of [
+      [checkSearch({ query: '\u200b\ufeff\u200b\ufeff' }), 'query'],
+      [checkChat({ question: '\u200b\ufeff\u0000\u00ad\u2060\u200b' }, []), 'question'],
+    ] as const) {
+      expect(checked.ok).toBe(false);
+      expect(checked).toMatchObject({
+        message: `${field} is missing, not a string, or all whitespace or invisible`,
+      });
+    }
+  });
 });
 
 describe('chat quota on the in-process adapter', () => {

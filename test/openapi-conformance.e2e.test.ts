@@ -484,6 +484,22 @@ describe('the OpenAPI document describes every real answer', () => {
       status: 200,
     });
     await conform({ method: 'GET', template: asset, path: '/track-record/assets/nope.js', status: 404 });
+    // Where the knowledge tools' citations open: a document of the index, and a name that is none.
+    const source = '/knowledge/{file}';
+    await conform({
+      method: 'GET',
+      template: source,
+      path: '/knowledge/errors.md',
+      status: 200,
+      auth: false,
+    });
+    await conform({
+      method: 'GET',
+      template: source,
+      path: '/knowledge/..%2fpackage.json',
+      status: 404,
+      auth: false,
+    });
     await conform({ method: 'GET', template: '/metrics', status: 200, auth: false });
   });
 

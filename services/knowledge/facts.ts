@@ -158,7 +158,7 @@ export function livePassages(facts: KnowledgeFacts, venues: { configured: readon
     passages.push({
       id: `live#track-record-${fact.exchange}:${fact.timeframe}`,
       source_type: 'live',
-      source_url: 'GET /api/track-record',
+      source_url: '/api/track-record',
       title: `Track record of ${fact.timeframe} verdicts on ${fact.exchange}`,
       text:
         `Track record of the ${fact.timeframe} verdicts on ${fact.exchange} with a known outcome, for verdict candles through ${iso(through).slice(0, 10)} (UTC): ` +
@@ -175,7 +175,7 @@ export function livePassages(facts: KnowledgeFacts, venues: { configured: readon
   passages.push({
     id: 'live#venues',
     source_type: 'live',
-    source_url: 'GET /readyz',
+    source_url: '/readyz',
     title: 'Venues and markets served now (live venues)',
     text: [
       `The venues configured for live market data are ${venues.configured.join(', ')}.`,

@@ -56,6 +56,8 @@ export class Knowledge {
     private readonly deps: {
       config: Pick<Config, 'CHAT_TIMEOUT_MS' | 'LIVE_EXCHANGES'>;
       index: KnowledgeIndex;
+      /** The markdown documents citations open (GET /knowledge/{file}), by served name. */
+      documents: ReadonlyMap<string, string>;
       facts: Pick<ProjectionRunner<KnowledgeFacts>, 'state' | 'checkpoint'>;
       chatQuota: ChatQuota;
       provider: ChatProvider | null;
@@ -65,6 +67,11 @@ export class Knowledge {
 
   get index(): KnowledgeIndex {
     return this.deps.index;
+  }
+
+  /** A document of the corpus by its served name (a citation's source_url), as indexed; undefined if none. */
+  document(name: string): string | undefined {
+    return this.deps.documents.get(name);
   }
 
   refresh(): void {

@@ -9,19 +9,19 @@ import type { Role, Slice } from '../component.ts';
 import type { KeyedAccess } from '../metering/caller.ts';
 import { projectionCheck } from '../shared/projection-check.ts';
 import { ChatQuota, chatLimits, chatQuotaProjection } from './chat-quota.ts';
-import { REPO_ROOT, staticCorpus } from './corpus.ts';
+import { knowledgeCorpus, REPO_ROOT } from './corpus.ts';
 import { type KnowledgeFacts, knowledgeFactsProjection } from './facts.ts';
 import { type OpenApiDocument, routePassages } from './generated.ts';
 import { Knowledge } from './knowledge.ts';
 import type { Passage } from './passages.ts';
 import { chatProvider } from './providers.ts';
-import { knowledgeRoutes } from './routes.ts';
+import { knowledgeRoutes, sourceRoutes } from './routes.ts';
 import { KnowledgeIndex } from './search-index.ts';
 import { knowledgeTools } from './tools.ts';
 
 export interface KnowledgeModule extends Slice {
   readonly roles: Role[];
-  /** POST /api/search and POST /api/chat. */
+  /** POST /api/search, POST /api/chat and GET /knowledge/{file} (the documents citations open). */
   readonly plugin: FastifyPluginAsync;
   readonly projections: Projection<unknown>[];
   /** search_knowledge and chat_knowledge, for the MCP tool registry. */
@@ -90,6 +90,7 @@ export function knowledgeModule(deps: {
   });
   const plugin: FastifyPluginAsync = async (app, options) => {
     await httpRoutes(app, options);
+    await app.register(sourceRoutes(knowledge));
     app.addHook('onReady', async () => {
       const openapi = (app as FastifyInstance & { swagger?: () => OpenApiDocument }).swagger;
       if (typeof openapi !== 'function') return;
@@ -123,9 +124,10 @@ export function knowledgeModule(deps: {
       const started = performance.now();
       stopBuild = new AbortController();
       const { signal } = stopBuild;
-      building = staticCorpus(config, deps.root ?? REPO_ROOT).then(async (corpus) => {
-        const index = await KnowledgeIndex.build(corpus, signal);
-        service = new Knowledge({ config, index, facts, chatQuota, provider: chatProvider(config), logger });
+      building = knowledgeCorpus(config, deps.root ?? REPO_ROOT).then(async ({ passages, documents }) => {
+        const index = await KnowledgeIndex.build(passages, signal);
+        const provider = chatProvider(config);
+        service = new Knowledge({ config, index, documents, facts, chatQuota, provider, logger });
         service.refresh();
         indexRoutes();
         logger.info(

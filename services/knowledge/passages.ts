@@ -13,7 +13,7 @@ export interface Passage {
 /** Longest passage; longer sections are cut at paragraph boundaries. */
 const MAX_CHARS = 1_200;
 
-function slug(heading: string): string {
+export function slug(heading: string): string {
   return heading
     .toLowerCase()
     .replace(/[`*_]/g, '')
@@ -112,25 +112,52 @@ function paragraphs(body: string): Paragraph[] {
 }
 
 /**
- * Splits a markdown document into passages, one per section (cut further when long). Ids are
- * `<path>#<heading-slug>` (with `-2`, `-3` for cuts and repeated headings), stable while the
- * document's headings are.
+ * A heading's anchor in its document: its slug, `-1`, `-2`… for the slug's second, third…
+ * heading (as GitHub names them); `top` before the first heading. `seen` counts the slugs met.
  */
-export function markdownPassages(
-  markdown: string,
-  doc: { path: string; title: string; source_type: SourceType },
-): Passage[] {
-  const sections: { heading: string; body: string[] }[] = [{ heading: '', body: [] }];
+export function headingAnchor(heading: string, seen: Map<string, number>): string {
+  const base = slug(plainInline(heading)) || 'top';
+  const n = seen.get(base) ?? 0;
+  seen.set(base, n + 1);
+  return n === 0 ? base : `${base}-${n}`;
+}
+
+/** The anchors of a markdown document's headings (levels 1–4, outside code blocks), in order. */
+export function headingAnchors(markdown: string): string[] {
+  const seen = new Map<string, number>();
+  const anchors: string[] = [];
   let inCode = false;
   for (const line of markdown.split('\n')) {
     if (line.trim().startsWith('```')) inCode = !inCode;
     const heading = inCode ? null : /^(#{1,4})\s+(.*)$/.exec(line);
-    if (heading) sections.push({ heading: plainInline(heading[2]!), body: [] });
+    if (heading) anchors.push(headingAnchor(heading[2]!, seen));
+  }
+  return anchors;
+}
+
+/**
+ * Splits a markdown document into passages, one per section (cut further when long). Ids are
+ * `<path>#<heading-slug>` (with `-2`, `-3` for cuts and repeated headings), stable while the
+ * document's headings are. A passage's source_url is `<url>#<anchor>` (headingAnchor), `url` the
+ * document's address (its path unless given).
+ */
+export function markdownPassages(
+  markdown: string,
+  doc: { path: string; title: string; source_type: SourceType; url?: string },
+): Passage[] {
+  const sections: { heading: string; body: string[]; raw?: string }[] = [{ heading: '', body: [] }];
+  let inCode = false;
+  for (const line of markdown.split('\n')) {
+    if (line.trim().startsWith('```')) inCode = !inCode;
+    const heading = inCode ? null : /^(#{1,4})\s+(.*)$/.exec(line);
+    if (heading) sections.push({ heading: plainInline(heading[2]!), body: [], raw: heading[2]! });
     else sections[sections.length - 1]!.body.push(line);
   }
   const passages: Passage[] = [];
   const used = new Map<string, number>();
+  const anchors = new Map<string, number>();
   for (const section of sections) {
+    const at = section.raw === undefined ? 'top' : headingAnchor(section.raw, anchors);
     const chunks: { text: string; lead?: string }[] = [];
     let chunk: { text: string; lead?: string } | null = null;
     for (const paragraph of paragraphs(section.body.join('\n'))) {
@@ -157,7 +184,7 @@ export function markdownPassages(
       passages.push({
         id: `${doc.path}#${anchor}`,
         source_type: doc.source_type,
-        source_url: `${doc.path}#${base}`,
+        source_url: `${doc.url ?? doc.path}#${at}`,
         title: lead ? `${heading} › ${lead}` : heading,
         text,
       });

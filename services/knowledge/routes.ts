@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
+import { z } from 'zod';
 import { CacheUnavailableError } from '../../adapters/cache/port.ts';
 import { type ErrorCode, ServiceError } from '../../contracts/errors.ts';
 import {
@@ -170,6 +171,39 @@ function chatRoute(models: readonly string[]) {
     },
   });
   return asTool(route, CHAT_TOOL);
+}
+
+const SOURCE_ROUTE = declared({
+  summary: 'A document the knowledge index is built from, as markdown: where a citation’s source_url opens',
+  description:
+    'The same text the index holds: README.md, the documents of docs/ by their file name (methodology.md…), the webhook guide as webhooks.md, and the generated tools.md, errors.md and pricing.md. A source_url’s fragment names a heading of the document: its words in lower case, joined by hyphens (-1, -2 for a repeated heading).',
+  tags: ['knowledge'],
+  sends: ['Cache-Control'],
+  params: z.object({ file: z.string().describe('README.md, methodology.md, webhooks.md, errors.md…') }),
+  responses: {
+    200: { description: 'The document', schema: { type: 'string' }, contentTypes: ['text/markdown'] },
+    404: refusal(['NOT_FOUND'], 'No document of the index by that name'),
+  },
+});
+
+/**
+ * GET /knowledge/{file}: the documents of the index, read-only, public as the repository is. A
+ * name is looked up among the served ones, never joined to a path, so `..%2f` finds nothing.
+ */
+export function sourceRoutes(knowledge: () => Promise<Knowledge>): FastifyPluginAsync {
+  return async (plain) => {
+    const app = plain.withTypeProvider<ZodTypeProvider>();
+    plain.setErrorHandler(errorHandler(apiErrorBody));
+    app.get('/knowledge/:file', SOURCE_ROUTE, async (request, reply) => {
+      const text = (await knowledge()).document(request.params.file);
+      if (text === undefined)
+        throw new ServiceError('NOT_FOUND', { detail: 'no document of the index by that name' });
+      return reply
+        .header('content-type', 'text/markdown; charset=utf-8')
+        .header('cache-control', SEARCH_CACHE)
+        .send(text);
+    });
+  };
 }
 
 /** What a metered run threw or failed with, as the family's refusal (nothing counted). */

@@ -86,7 +86,12 @@ export const TokenRequest = z.looseObject({
   redirect_uri: z.string().optional().describe('authorization_code: the redirect_uri of the request'),
   refresh_token: z.string().optional().describe('refresh_token: the refresh token (it rotates)'),
   resource: z.string().optional().describe('The resource the token is for (<origin>/mcp/signin)'),
-  scope: z.string().optional(),
+  scope: z
+    .string()
+    .optional()
+    .describe(
+      'refresh_token: narrows the scope (RFC 6749 §6); without mcp it is refused invalid_scope and the refresh token stays good',
+    ),
 });
 
 /** Token revocation's form (RFC 7009). */

@@ -108,6 +108,19 @@ export function scopeRefusal(scope: string | undefined): string | null {
 }
 
 /**
+ * Why a refresh request's scope is refused, or null (none given: the token's own scope). RFC 6749
+ * §6 lets a refresh narrow the scope, and the token it issues carries the scope asked; one without
+ * `mcp` would carry none the resource takes (`offline_access` is not a scope of /mcp/signin), a
+ * token every call answers 403. Refused as invalid_scope (§5.2), rather than issued with `mcp`
+ * added: that would grant more than was asked, and the host would not learn its request was wrong.
+ */
+export function refreshScopeRefusal(scope: unknown): string | null {
+  if (typeof scope !== 'string' || scope === '') return null;
+  if (scope.split(' ').includes(MCP_SCOPE)) return null;
+  return `a refresh narrowed to "${scope}" leaves no scope ${SIGNIN_MCP_PATH} takes: include "${MCP_SCOPE}", or send no scope`;
+}
+
+/**
  * Bounds of a client's metadata (POST /oauth/register is open to anyone, and what it takes is
  * stored): text fields (client_name, scope, ...), URIs (`*_uri`, `*_uris` members), list lengths
  * (redirect_uris, contacts, ...) and the whole record as JSON.
@@ -405,6 +418,17 @@ export function createProvider(options: ProviderOptions): OAuthProvider {
     // A host keeps its tokens after the browser window that signed in is closed.
     expiresWithSession: async () => false,
     issueRefreshToken: async (_ctx, client) => client.grantTypeAllowed('refresh_token'),
+    // Asked on every refresh once the library has checked the token, its grant and the scope
+    // against the token's, and before the token is used: the last place a refusal leaves the
+    // host its refresh token. A narrowed scope without mcp is refused here (refreshScopeRefusal).
+    // Otherwise the token rotates, every time, as the README says (the library's default rotates
+    // a confidential client's only past 70 % of its lifetime).
+    rotateRefreshToken: (ctx) => {
+      const scope = ctx.oidc.params?.scope;
+      const why = refreshScopeRefusal(scope);
+      if (why !== null) throw new errors.InvalidScope(why, String(scope));
+      return true;
+    },
     findAccount: async (_ctx: KoaContextWithOIDC, sub: string) =>
       (await options.keyActive(sub)) ? { accountId: sub, claims: async () => ({ sub }) } : undefined,
     interactions: { url: (_ctx, interaction) => interactionPath(interaction.uid) },

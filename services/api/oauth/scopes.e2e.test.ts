@@ -132,4 +132,47 @@ describe.runIf(present || process.env.CI === 'true')('OAuth scopes', () => {
       await client.close();
     }
   });
+
+  it('refuses a refresh narrowed to a scope without mcp (invalid_scope), and the refresh token stays good', async () => {
+    const host = new MemoryHost(receiver.url, 'narrowing host');
+    expect(await auth(host, { serverUrl: url, scope: 'mcp offline_access' })).toBe('REDIRECT');
+    const returned = receiver.next();
+    await consentWithKey(browser, host.authorizationUrl!, key);
+    expect(await auth(host, { serverUrl: url, authorizationCode: (await returned).get('code')! })).toBe(
+      'AUTHORIZED',
+    );
+    const refresh = (scope: string | undefined) =>
+      fetch(`${base}/oauth/token`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        body: new URLSearchParams({
+          grant_type: 'refresh_token',
+          refresh_token: host.saved!.refresh_token!,
+          client_id: host.info!.client_id,
+          ...(scope === undefined ? {} : { scope }),
+        }),
+      }).then(async (res) => ({
+        status: res.status,
+        body: (await res.json()) as {
+          access_token?: string;
+          scope?: string;
+          error?: string;
+          error_description?: string;
+        },
+      }));
+    const narrowed = await refresh('offline_access');
+    expect([narrowed.status, narrowed.body.error]).toEqual([400, 'invalid_scope']);
+    expect(narrowed.body.error_description).toContain('mcp');
+    // Refused before the refresh token was used: it refreshes, narrowed to mcp or not at all.
+    for (const scope of ['mcp', undefined]) {
+      const served = await refresh(scope);
+      expect(served.status, JSON.stringify(served.body)).toBe(200);
+      expect(served.body.scope).toBe('mcp');
+      host.saved = { ...host.saved!, ...served.body } as typeof host.saved;
+    }
+    const client = new Client({ name: 'narrowing-host', version: '1.0.0' });
+    await client.connect(new StreamableHTTPClientTransport(url, { authProvider: host }));
+    expect((await client.listTools()).tools.length).toBeGreaterThan(0);
+    await client.close();
+  });
 });

@@ -439,6 +439,14 @@ export const ErrorBody = z
       .describe(
         'Whether the same request may succeed later (the catalog entry of its code): on every pay-per-call (/x402) refusal but those answered with a quote (402, 429); elsewhere present only when true',
       ),
+    retry_after_ms: z
+      .number()
+      .int()
+      .nonnegative()
+      .optional()
+      .describe(
+        'RATE_LIMITED: milliseconds until a call may be served (the window resets); Retry-After gives the same wait in whole seconds',
+      ),
     _service: z
       .record(z.string(), z.unknown())
       .optional()

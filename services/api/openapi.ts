@@ -380,10 +380,17 @@ const SIGNIN_ROUTE_RESPONSE = {
  * switches on the 429 of the operation, which takes precedence over `default`.
  */
 const RATE_LIMITED_RESPONSE = {
-  description: `The rate limit: RATE_LIMITED (${ERRORS.RATE_LIMITED.status}): ${ERRORS.RATE_LIMITED.message}. Retry-After says when to call again; nothing was served or counted against a quota`,
+  description: `The rate limit: RATE_LIMITED (${ERRORS.RATE_LIMITED.status}): ${ERRORS.RATE_LIMITED.message}. Retry-After (whole seconds) and retry_after_ms say when to call again; nothing was served or counted against a quota`,
   content: {
     'application/json': {
-      schema: jsonSchema(RefusalBody.extend({ code: z.enum(['RATE_LIMITED']) }), 'output'),
+      schema: jsonSchema(
+        RefusalBody.extend({
+          code: z.enum(['RATE_LIMITED']),
+          // Always on the rate limit's refusal (optional on the other refusals ErrorBody shapes).
+          retry_after_ms: RefusalBody.shape.retry_after_ms.unwrap(),
+        }),
+        'output',
+      ),
     },
   },
 };

@@ -43,26 +43,35 @@ async function heldReceiver() {
   };
 }
 
+/**
+ * One stack for both cases, each with its own key, coin and receiver (so its own endpoint): a
+ * retry 100 ms after a failure (the harness's schedule), two requests out at once to an endpoint,
+ * and no timeout running out while the test holds an answer.
+ */
+let stack: WebhookStack;
+beforeAll(async () => {
+  stack = await startWebhookStack({
+    bus: 'memory',
+    env: {
+      WEBHOOK_TIMEOUT_MS: '100000',
+      WEBHOOK_STUCK_AFTER_MS: '600000',
+      WEBHOOK_ENDPOINT_CONCURRENCY: '2',
+    },
+    settings: { tls: { ca: tls.cert } },
+  });
+});
+afterAll(async () => {
+  await stack?.close();
+});
+
 describe('failing_since against a receiver answering 500, then 200', () => {
-  let stack: WebhookStack;
   let receiver: Awaited<ReturnType<typeof heldReceiver>>;
 
   beforeAll(async () => {
-    // A retry 100 ms after a failure; no timeout runs out while the test holds an answer.
-    stack = await startWebhookStack({
-      bus: 'memory',
-      env: {
-        WEBHOOK_TIMEOUT_MS: '100000',
-        WEBHOOK_STUCK_AFTER_MS: '600000',
-        WEBHOOK_ENDPOINT_CONCURRENCY: '1',
-      },
-      settings: { tls: { ca: tls.cert } },
-    });
     receiver = await heldReceiver();
   });
   afterAll(async () => {
     await receiver?.close();
-    await stack?.close();
   });
 
   it('is the first failed attempt since the last success, set while its delivery is still retried', async () => {
@@ -122,26 +131,13 @@ describe('failing_since against a receiver answering 500, then 200', () => {
 });
 
 describe('failing_since when an attempt claimed before a success fails after it', () => {
-  let stack: WebhookStack;
   let receiver: Awaited<ReturnType<typeof heldReceiver>>;
 
   beforeAll(async () => {
-    // Two requests out at once to the endpoint; a failed delivery's retry is not due in the test.
-    stack = await startWebhookStack({
-      bus: 'memory',
-      env: {
-        WEBHOOK_TIMEOUT_MS: '100000',
-        WEBHOOK_STUCK_AFTER_MS: '600000',
-        WEBHOOK_ENDPOINT_CONCURRENCY: '2',
-        WEBHOOK_RETRY_SCHEDULE: '0,600000',
-      },
-      settings: { tls: { ca: tls.cert } },
-    });
     receiver = await heldReceiver();
   });
   afterAll(async () => {
     await receiver?.close();
-    await stack?.close();
   });
 
   it("is that attempt's attempted_at, which the last success came after", async () => {
@@ -165,6 +161,8 @@ describe('failing_since when an attempt claimed before a success fails after it'
     await until(row, (r) => r.last_success_at !== null);
     receiver.answer(0, 500);
     const failing = await until(row, (r) => r.failing_since !== null);
+    // Its retry (100 ms on) is held unanswered: the delivery stays pending, its first attempt failed.
+    await receiver.requests(3);
     type Delivery = { status: string; attempts: { attempted_at: string; outcome: string }[] };
     const log = (await stack.request('GET', `/api/webhooks/${id}/deliveries`, key)).body
       .deliveries as Delivery[];

@@ -563,6 +563,35 @@ async function deliveryOutOfLog(
     : record;
 }
 
+/** Whether the projection holds every attempt of the delivery, its first included. */
+const isWhole = (record: DeliveryRecord) => (record.attempts[0]?.attempt ?? 1) === 1;
+
+/**
+ * A delivery as the projection holds it, completed from the event log when it holds only the
+ * attempts from a resend or a recovery on: it had let the delivery go, and that attempt brought it
+ * back without the ones before it (and with the attempt's time as its creation). Read from the
+ * event log alone when the projection holds none of it (deliveryOutOfLog).
+ */
+async function deliveryRecordOf(
+  deps: WebhookRoutesDeps,
+  id: string,
+  sequenced?: RecordedEvent,
+): Promise<DeliveryRecord | null> {
+  const held = findDelivery(deps.runner.state.log, id);
+  if (held && isWhole(held)) return held;
+  if (!held) return sequenced ? deliveryOutOfLog(deps, id, sequenced) : null;
+  const read = await readDeliveryRecordAt(deps.store, id, sequenced);
+  const now = findDelivery(deps.runner.state.log, id) ?? held;
+  if (!read) return now;
+  // The projection's attempts (and status) as they are, after the log's attempts before them.
+  const from = now.attempts[0]?.attempt ?? Number.POSITIVE_INFINITY;
+  return {
+    ...now,
+    createdAt: read.record.createdAt,
+    attempts: [...read.record.attempts.filter((a) => a.attempt < from), ...now.attempts],
+  };
+}
+
 /** Every delivery after `afterSeq`, however old: the sequence stream holds them all, in seq order. */
 async function deliveriesAfter(
   deps: WebhookRoutesDeps,
@@ -577,7 +606,7 @@ async function deliveriesAfter(
   const deliveries: DeliveryView[] = [];
   for (const event of sequenced) {
     const id = (event.data as { deliveryId: string }).deliveryId;
-    const record = findDelivery(deps.runner.state.log, id) ?? (await deliveryOutOfLog(deps, id, event));
+    const record = await deliveryRecordOf(deps, id, event);
     if (record) deliveries.push(deliveryView({ ...record, seq: event.revision + 1 }));
   }
   // Read after the page, so the page never runs past it.
@@ -596,16 +625,17 @@ async function deliveriesAfter(
   };
 }
 
-function latestDeliveries(deps: WebhookRoutesDeps, sub: SubscriptionRecord, limit: number) {
+async function latestDeliveries(deps: WebhookRoutesDeps, sub: SubscriptionRecord, limit: number) {
   const { log } = deps.runner.state;
   const ids = (log.bySub[sub.id] ?? []).slice(-limit).reverse();
-  return {
-    subscription: toView(sub),
-    deliveries: ids.flatMap((id) => {
-      const record = findDelivery(log, id);
-      return record ? [deliveryView(record)] : [];
-    }),
-  };
+  const deliveries: DeliveryView[] = [];
+  for (const id of ids) {
+    const held = findDelivery(log, id);
+    // Read from the event log only for what the projection holds a part of.
+    const record = held && !isWhole(held) ? await deliveryRecordOf(deps, id) : held;
+    if (record) deliveries.push(deliveryView(record));
+  }
+  return { subscription: toView(sub), deliveries };
 }
 
 async function resend(deps: WebhookRoutesDeps, sub: SubscriptionRecord, deliveryId: string) {

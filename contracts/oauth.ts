@@ -74,7 +74,12 @@ export const ClientRegistration = z.looseObject({
   grant_types: z.array(z.enum(['authorization_code', 'refresh_token'])).optional(),
   response_types: z.array(z.literal('code')).optional(),
   token_endpoint_auth_method: z.literal('none').optional(),
-  scope: z.string().optional(),
+  scope: z
+    .string()
+    .optional()
+    .describe(
+      'Registered as mcp, with offline_access when named; any other scope (openid included) is dropped, and the answer names the scope registered',
+    ),
 });
 
 /** The token endpoint's form: a code with its PKCE verifier, or a refresh token. */

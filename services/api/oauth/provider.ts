@@ -108,6 +108,20 @@ export function scopeRefusal(scope: string | undefined): string | null {
 }
 
 /**
+ * The scope a client is registered with, for the one it asked (RFC 7591 §2: the scopes it may
+ * ask for): the GRANTED_SCOPES it named, in its order, and `mcp` always (a client registered
+ * without it could never be granted a token the resource takes). Any other scope, `openid`
+ * included, is dropped rather than refused: RFC 7591 §3.2.1 lets the server replace a requested
+ * value and has the answer name the registered one, and a host cannot amend its metadata, so a
+ * refusal would end its sign-in where the registered scope lets it go on.
+ */
+export function registeredScope(asked: string): string {
+  const kept = [...new Set(asked.split(' ').filter((scope) => GRANTED_SCOPES.includes(scope)))];
+  if (!kept.includes(MCP_SCOPE)) kept.push(MCP_SCOPE);
+  return kept.join(' ');
+}
+
+/**
  * Why a refresh request's scope is refused, or null (none given: the token's own scope). RFC 6749
  * §6 lets a refresh narrow the scope, and the token it issues carries the scope asked; one without
  * `mcp` would carry none the resource takes (`offline_access` is not a scope of /mcp/signin), a
@@ -324,9 +338,15 @@ export function createProvider(options: ProviderOptions): OAuthProvider {
     // builds: registration (POST /oauth/register), stored clients and metadata documents. Its
     // call for redirect_uris (always made) checks the sizes of the whole record first: a
     // 50,000-character client_name was stored as it came.
+    // The call for scope (made when a client names one) registers it with the scopes granted
+    // (registeredScope), before the library checks it against its own list (which has openid).
     extraClientMetadata: {
-      properties: ['redirect_uris'],
+      properties: ['redirect_uris', 'scope'],
       validator: (_ctx, key, value, metadata) => {
+        if (key === 'scope' && typeof value === 'string') {
+          (metadata as { scope?: string }).scope = registeredScope(value);
+          return;
+        }
         if (key !== 'redirect_uris') return;
         const tooBig = clientMetadataRefusal(metadata as Record<string, unknown>);
         if (tooBig !== null) throw new errors.InvalidClientMetadata(tooBig);

@@ -84,7 +84,10 @@ describe.runIf(present || process.env.CI === 'true')('OAuth scopes', () => {
       const back = await landing(await authorizationUrl(scope));
       expect(`${back.origin}${back.pathname}`, String(scope)).toBe(receiver.url);
       expect(back.searchParams.get('error'), String(scope)).toBe('invalid_scope');
-      expect(back.searchParams.get('error_description'), String(scope)).toContain(named);
+      // The SDK registered with the scope it asks for, registered without openid: the library
+      // refuses openid as a scope the client may not ask for, naming it in the scope parameter.
+      const told = `${back.searchParams.get('error_description')} (${back.searchParams.get('scope')})`;
+      expect(told, String(scope)).toContain(named);
       expect(back.searchParams.get('state'), String(scope)).toBe('st-123');
       expect(back.searchParams.get('iss'), String(scope)).toBe(base);
       expect(back.searchParams.get('code'), String(scope)).toBeNull();
@@ -92,9 +95,9 @@ describe.runIf(present || process.env.CI === 'true')('OAuth scopes', () => {
   });
 
   it('names the scope the host asked for in the refusal, offline_access included (the library drops it before the check)', async () => {
-    // The SDK registers with the scope it asks for (a scope the server does not list is refused
-    // there), so the scopes beside offline_access are put on its authorization URL afterwards;
-    // the library keeps offline_access only beside prompt=consent, which the SDK adds to it.
+    // The SDK asks for offline_access (it registers with that scope, kept with mcp), and the
+    // scopes of each case are put on its authorization URL afterwards; the library keeps
+    // offline_access only beside prompt=consent, which the SDK adds to it.
     const told: [string | undefined, string][] = [
       ['offline_access', '(asked: "offline_access")'],
       ['offline_access profile', '(asked: "offline_access profile")'],
@@ -113,7 +116,7 @@ describe.runIf(present || process.env.CI === 'true')('OAuth scopes', () => {
   });
 
   it('signs in with mcp and offline_access (an unknown scope beside them ignored), the SDK way, and the token calls a tool', async () => {
-    // Registration takes only listed scopes (RFC 7591): the unknown one is added to the request.
+    // Registration keeps only listed scopes (RFC 7591): the unknown one is added to the request.
     for (const scope of ['mcp offline_access', 'mcp offline_access calendar.read']) {
       const host = new MemoryHost(receiver.url, 'offline host');
       expect(await auth(host, { serverUrl: url, scope: 'mcp offline_access' })).toBe('REDIRECT');
@@ -174,5 +177,41 @@ describe.runIf(present || process.env.CI === 'true')('OAuth scopes', () => {
     await client.connect(new StreamableHTTPClientTransport(url, { authProvider: host }));
     expect((await client.listTools()).tools.length).toBeGreaterThan(0);
     await client.close();
+  });
+
+  it('registers a client with the scopes it grants only, and says so in the answer (RFC 7591 §3.2.1)', async () => {
+    const registered: [string, string][] = [
+      ['openid mcp', 'mcp'],
+      ['mcp offline_access calendar.read', 'mcp offline_access'],
+      ['openid profile email', 'mcp'],
+      ['offline_access', 'offline_access mcp'],
+    ];
+    for (const [asked, kept] of registered) {
+      const res = await fetch(`${base}/oauth/register`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          redirect_uris: [receiver.url],
+          token_endpoint_auth_method: 'none',
+          scope: asked,
+        }),
+      });
+      const body = (await res.json()) as {
+        scope?: string;
+        registration_client_uri: string;
+        registration_access_token: string;
+      };
+      expect(res.status, asked).toBe(201);
+      expect(body.scope, asked).toBe(kept);
+      // Read back (RFC 7592) as registered, not as asked.
+      const read = await fetch(body.registration_client_uri, {
+        headers: { authorization: `Bearer ${body.registration_access_token}` },
+      });
+      expect(((await read.json()) as { scope?: string }).scope, asked).toBe(kept);
+    }
+    // The SDK registers with the scope it is given and keeps the answer: the registered one.
+    const host = new MemoryHost(receiver.url, 'openid host');
+    expect(await auth(host, { serverUrl: url, scope: 'openid mcp' })).toBe('REDIRECT');
+    expect((host.info as { scope?: string } | undefined)?.scope).toBe('mcp');
   });
 });

@@ -43,7 +43,7 @@ import {
 } from '../../contracts/market.ts';
 import { parseVerdictStream, verdictStream } from '../engine/verdict-recorder.ts';
 import { CommandFailedError } from '../shared/cli-failure.ts';
-import { optionsRefusal } from '../shared/command-line.ts';
+import { optionsRefusal, unknownCommandRefusal } from '../shared/command-line.ts';
 import { invocation } from '../shared/invocation.ts';
 import { revealClock } from '../shared/reveal-clock.ts';
 import { AnchorCheck, type ChainAnchor, readChainAnchors } from './anchor-check.ts';
@@ -942,19 +942,11 @@ const OPTIONS = {
   >),
 } as const satisfies Record<string, { type: 'string' | 'boolean'; multiple?: boolean }>;
 
-/**
- * The usage error for a command USAGE does not list (or none given), naming the ones it does, as
- * the keys CLI does: told before its options are read, so `frobnicate --bogus` is the command's.
- */
-function unknownCommand(command: string | undefined): UsageError {
-  const known = `the commands are ${Object.keys(COMMAND_OPTIONS).join(', ')}`;
-  return new UsageError(command ? `unknown command ${command}: ${known}` : `a command is required: ${known}`);
-}
-
 export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<string> {
   const [command, ...rest] = argv;
   // Own keys only: `toString` is no command.
-  if (command === undefined || !Object.hasOwn(COMMAND_OPTIONS, command)) throw unknownCommand(command);
+  if (command === undefined || !Object.hasOwn(COMMAND_OPTIONS, command))
+    throw new UsageError(unknownCommandRefusal(command, Object.keys(COMMAND_OPTIONS)));
   const parsed = (() => {
     try {
       return parseArgs({ args: rest, allowPositionals: true, strict: true, tokens: true, options: OPTIONS });
@@ -1144,6 +1136,6 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
       );
     }
     default:
-      throw unknownCommand(command);
+      throw new UsageError(unknownCommandRefusal(command, Object.keys(COMMAND_OPTIONS)));
   }
 }

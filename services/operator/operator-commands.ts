@@ -17,7 +17,7 @@ import {
 } from '../payments/ledger-report.ts';
 import type { PaymentStatus } from '../payments/payment-state.ts';
 import { CommandFailedError } from '../shared/cli-failure.ts';
-import { optionsRefusal } from '../shared/command-line.ts';
+import { optionsRefusal, unknownCommandRefusal } from '../shared/command-line.ts';
 import { invocation } from '../shared/invocation.ts';
 import { describeReseal, resealSecrets } from '../webhooks/reseal.ts';
 import type { SecretBox } from '../webhooks/secret-box.ts';
@@ -147,12 +147,6 @@ const OPTIONS = {
   format: { type: 'string' },
 } as const;
 
-/** The usage error for a command not in COMMANDS (or none given), naming the commands there are. */
-function unknownCommand(command: string | undefined): UsageError {
-  const known = `the commands are ${Object.keys(COMMANDS).join(', ')}`;
-  return new UsageError(command ? `unknown command ${command}: ${known}` : `a command is required: ${known}`);
-}
-
 /**
  * The command line after the command's name, read as USAGE has it: an unknown command, an unknown
  * option, one missing its value, an option taking a value given twice (`--owner a --owner b`: which
@@ -162,7 +156,7 @@ function unknownCommand(command: string | undefined): UsageError {
 function flags(command: string | undefined, args: string[]): Omit<CommandLine, 'command'> {
   // Own keys only: `toString` or `__proto__` is no command.
   const takes = command !== undefined && Object.hasOwn(COMMANDS, command) ? COMMANDS[command] : undefined;
-  if (takes === undefined) throw unknownCommand(command);
+  if (takes === undefined) throw new UsageError(unknownCommandRefusal(command, Object.keys(COMMANDS)));
   const parsed = (() => {
     try {
       return parseArgs({ args, allowPositionals: true, tokens: true, options: OPTIONS });
@@ -346,7 +340,7 @@ export async function runOperatorCommand(
         return ledgerTotals(rows);
       }
       default:
-        throw unknownCommand(command);
+        throw new UsageError(unknownCommandRefusal(command, Object.keys(COMMANDS)));
     }
   } catch (err) {
     // A key's state refuses the change (already on that plan, revoked): one line, not the usage text.

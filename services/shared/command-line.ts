@@ -35,3 +35,13 @@ export function optionsRefusal(
     ? `${command} does not take ${foreign.map((name) => `--${name}`).join(', ')}`
     : null;
 }
+
+/**
+ * Why a command line's first word is no command, naming the commands there are: an unknown word or
+ * none at all. The operator CLIs (keys, history) refuse it as a usage error, exit 2, before any of
+ * its options is read, so `frobnicate --bogus` is told as the command's error.
+ */
+export function unknownCommandRefusal(command: string | undefined, commands: readonly string[]): string {
+  const known = `the commands are ${commands.join(', ')}`;
+  return command ? `unknown command ${command}: ${known}` : `a command is required: ${known}`;
+}

@@ -141,14 +141,17 @@ const FORMATS: Record<string, string> = {
   hex: 'hexadecimal text',
 };
 
-/** What a value of `schema` must be, in words ("a whole number from 0 to 100"), or null. */
-export function requirement(root: z.ZodType): string | null {
+/**
+ * What a value of `schema` must be, in words ("a whole number from 0 to 100"), or null.
+ * `outOfRange`: the value broke a bound, so a safe-integer bound is named too (see plain).
+ */
+export function requirement(root: z.ZodType, outOfRange = false): string | null {
   const { schema, nullable } = unwrap(root);
-  const text = plain(schema);
+  const text = plain(schema, outOfRange);
   return text === null ? null : nullable ? `${text}, or null` : text;
 }
 
-function plain(schema: z.ZodType): string | null {
+function plain(schema: z.ZodType, outOfRange: boolean): string | null {
   const def = defOf(schema);
   switch (def.type) {
     case 'number': {
@@ -163,9 +166,10 @@ function plain(schema: z.ZodType): string | null {
           if (!hi || c.value < hi.value) hi = { value: c.value, inclusive: c.inclusive === true };
         }
       }
-      // The safe-integer bounds of an integer check are no bound a caller needs told.
-      if (lo && lo.value <= Number.MIN_SAFE_INTEGER) lo = undefined;
-      if (hi && hi.value >= Number.MAX_SAFE_INTEGER) hi = undefined;
+      // The safe-integer bounds of an integer check are no bound a caller needs told, unless the
+      // value broke one (`after_seq=99999999999999999999` is a whole number ≥ 0, and too large).
+      if (!outOfRange && lo && lo.value <= Number.MIN_SAFE_INTEGER) lo = undefined;
+      if (!outOfRange && hi && hi.value >= Number.MAX_SAFE_INTEGER) hi = undefined;
       const range = bounds(lo, hi);
       return `${int ? 'a whole number' : 'a number'}${range ? ` ${range}` : ''}`;
     }
@@ -190,7 +194,7 @@ function plain(schema: z.ZodType): string | null {
       return `a list${lengthBounds(schema, 'items')}${each ? `, each ${each}` : ''}`;
     }
     case 'union': {
-      const options = (def.options ?? []).map(requirement);
+      const options = (def.options ?? []).map((option) => requirement(option));
       if (options.some((o) => o === null) || options.length === 0) return null;
       return options.join(', or ');
     }
@@ -281,7 +285,8 @@ export function issueText(issue: IssueLike, field: string, schema?: z.ZodType, i
     return `unknown field${keys.length === 1 ? '' : 's'} ${keys.map((k) => JSON.stringify(k)).join(', ')}`;
   }
   const at = schema ? schemaAt(schema, issue.path) : undefined;
-  const must = (at && requirement(at)) ?? fromIssue(issue);
+  const outOfRange = issue.code === 'too_big' || issue.code === 'too_small';
+  const must = (at && requirement(at, outOfRange)) ?? fromIssue(issue);
   const sent: { present: boolean; value?: unknown; unknown?: true } =
     input === undefined ? { present: false, unknown: true } : givenAt(input, issue.path);
   if (must === null) {

@@ -24,6 +24,12 @@ describe('issueText: what the field must be and what was sent, from the schema',
       { n: 'abc' },
       'n must be a whole number ≥ 0; got "abc"',
     ],
+    // Past the safe-integer bound the schema sets: the bound the value broke is named.
+    [
+      z.object({ n: queryInt(0, Number.MAX_SAFE_INTEGER) }),
+      { n: '99999999999999999999' },
+      'n must be a whole number from 0 to 9007199254740991; got "99999999999999999999"',
+    ],
     [z.object({ n: z.number().gt(0).lt(1) }), { n: 2 }, 'n must be a number > 0 and < 1; got 2'],
     [z.object({ n: z.number().nullable() }), { n: 'x' }, 'n must be a number, or null; got "x"'],
     [z.object({ e: z.enum(['a', 'b']).optional() }), { e: 'c' }, 'e must be one of a, b; got "c"'],

@@ -189,6 +189,12 @@ describe.runIf(reachable)('webhook management API', () => {
       body: { code: 'INVALID_PARAMETER', field: 'limit', message: 'limit may be given once' },
     });
     expect((await stack.request('GET', `${log}?limit=2&after_seq=0`, key)).status).toBe(200);
+    // A whole number ≥ 0 past the largest seq the log can number: the bound it broke is named.
+    const huge = await stack.request('GET', `${log}?after_seq=99999999999999999999`, key);
+    expect(huge).toMatchObject({ status: 400, body: { code: 'INVALID_FIELD', field: 'after_seq' } });
+    expect(huge.body.message).toBe(
+      'after_seq must be a whole number from 0 to 9007199254740991; got "99999999999999999999"',
+    );
     // The list takes only status: another parameter is refused, not ignored.
     const listed = await stack.request('GET', '/api/webhooks?foo=1', key);
     expect(listed).toMatchObject({ status: 400, body: { code: 'UNKNOWN_FILTER', field: 'foo' } });

@@ -92,16 +92,20 @@ const characters = (text: string): number => {
 const INVISIBLE =
   /\uFEFF|(?<![\p{L}\p{M}])[\u200C\u200D]|[\u200C\u200D](?![\p{L}\p{M}])|(?![\s\u200C\u200D])[\p{Cc}\p{Cf}]/gu;
 
-/** What a text shows: without its invisible characters (INVISIBLE), trimmed. */
-export const visible = (text: string): string => text.replace(INVISIBLE, '').trim();
-
 /**
  * Terminal escape sequences (ECMA-48: CSI `ESC [ … final` or its one-character form U+009B, OSC
  * `ESC ] … BEL|ST`, and two-character escapes): text a terminal paste or a colouring log leaves,
  * never words.
  */
 const ESCAPES =
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: escape sequences are made of control characters
   /(?:\u001B\[|\u009B)[0-?]*[ -/]*[@-~]|\u001B\][^\u0007\u001B]*(?:\u0007|\u001B\\)?|\u001B[ -/]*[0-~]?/gu;
+
+/**
+ * What a text shows: without its terminal escape sequences (ESCAPES, whole: the `[31m` of
+ * `ESC [31m` is no more a word than its ESC) and invisible characters (INVISIBLE), trimmed.
+ */
+export const visible = (text: string): string => text.replace(ESCAPES, '').replace(INVISIBLE, '').trim();
 
 /**
  * A query or question as it is looked up (search) and answered (chat): escape sequences and
@@ -119,12 +123,13 @@ export const searchable = (text: string): string =>
     .trim();
 
 /**
- * A text field's rule, as its description says: whitespace, control and format characters alone
- * are no text (the field's INVALID_ code, before its length is judged), and they do not count
- * toward the minimum; the maximum counts every character after trimming.
+ * A text field's rule, as its description says: whitespace, control and format characters and
+ * terminal escape sequences alone are no text (the field's INVALID_ code, before its length is
+ * judged), and they do not count toward the minimum; the maximum counts every character after
+ * trimming.
  */
 const textRule = (what: string, invalid: ErrorCode, min: number, max: number) =>
-  `${what}, ${min}–${max} characters after trimming; control and format characters (U+0000, U+200B, U+FEFF…; not U+200C or U+200D between two letters) do not count toward the ${min}, and a text of only those and whitespace is ${invalid}`;
+  `${what}, ${min}–${max} characters after trimming; control and format characters (U+0000, U+200B, U+FEFF…; not U+200C or U+200D between two letters) and terminal escape sequences (ESC[31m…) do not count toward the ${min}, and a text of only those and whitespace is ${invalid}`;
 
 const SEARCH_QUERY_RULE = textRule('What to look for', 'INVALID_QUERY', SEARCH_QUERY_MIN, SEARCH_QUERY_MAX);
 const CHAT_QUESTION_RULE = textRule('The question', 'INVALID_QUESTION', CHAT_QUESTION_MIN, CHAT_QUESTION_MAX);

@@ -60,10 +60,13 @@ const REFUSING_ARGUMENTS = [
 ];
 
 const codePoints = (s: string) => [...s].length;
+/** Terminal escape sequences as a coloured paste brings them: CSI, its one-character form, OSC, two-character. */
+const ESCAPES = ['\u001b[31m', '\u001b[0m', '\u001b[1;32m', '\u009b2J', '\u001b]0;title\u0007', '\u001bM'];
 /**
- * The knowledge tools' text bounds hold after trimming, and control and format characters count
- * toward no minimum (their descriptions say so, which JSON Schema cannot): a text is generated
- * with at least minLength characters left once those are dropped and it is trimmed (visible).
+ * The knowledge tools' text bounds hold after trimming, and control and format characters and
+ * terminal escape sequences count toward no minimum (their descriptions say so, which JSON Schema
+ * cannot): a text is generated with at least minLength characters left once those are dropped
+ * and it is trimmed (visible).
  */
 const fits = (s: Schema) => (text: string) => codePoints(visible(text)) >= (s.minLength ?? 0);
 
@@ -90,8 +93,12 @@ function arbitraryOf(s: Schema): fc.Arbitrary<unknown> {
       const sentence = fc
         .array(fc.constantFrom(...WORDS), { minLength: 1, maxLength: 12 })
         .map((words) => words.join(' ').slice(0, bounds.maxLength));
+      const escapes = fc.array(fc.constantFrom(...ESCAPES), { maxLength: 4 }).map((e) => e.join(''));
+      const coloured = fc
+        .tuple(escapes, sentence, escapes)
+        .map(([before, text, after]) => before + text + after);
       return fc
-        .oneof(sentence, fc.string({ ...bounds, unit: 'binary' }))
+        .oneof(sentence, coloured, fc.string({ ...bounds, unit: 'binary' }))
         .filter(fits(s))
         .filter((v) => codePoints(v) <= bounds.maxLength);
     }

@@ -1334,6 +1334,25 @@ describe('request checks', () => {
     }
   });
 
+  it('terminal escape sequences count for nothing: alone they are INVALID_, around letters they add none', () => {
+    const cases: [string, string, string][] = [
+      ['\u001b[31m\u001b[0m', 'INVALID_QUERY', 'INVALID_QUESTION'],
+      ['\u001b]0;a title\u0007\u009b2J', 'INVALID_QUERY', 'INVALID_QUESTION'],
+      ['\u001b[1;31mab\u001b[0m', 'QUERY_TOO_SHORT', 'QUESTION_TOO_SHORT'],
+      ['\u001b[1;31mwhy?\u001b[0m', 'ok', 'QUESTION_TOO_SHORT'],
+      ['\u001b[1;31mwhat is it\u001b[0m', 'ok', 'ok'],
+    ];
+    for (const [text, search, chat] of cases) {
+      const where = JSON.stringify(text);
+      const searched = checkSearch({ query: text });
+      expect(searched.ok ? 'ok' : searched.code, where).toBe(search);
+      expect(SearchRequest.safeParse({ query: text }).success, where).toBe(search === 'ok');
+      const asked = checkChat({ question: text }, []);
+      expect(asked.ok ? 'ok' : asked.code, where).toBe(chat);
+      expect(chatRequest([]).safeParse({ question: text }).success, where).toBe(chat === 'ok');
+    }
+  });
+
   it('INVALID_QUERY and INVALID_QUESTION say that invisible characters alone are refused, as they are', () => {
     for (const [checked, field] of [
       [checkSearch({ query: '\u200b\ufeff\u200b\ufeff' }), 'query'],

@@ -1,3 +1,5 @@
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ChatAnswer, SearchAnswer } from '../../contracts/knowledge.ts';
 import { issueServiceKey, startApiOnly } from '../../test/service-keys.ts';
@@ -21,12 +23,16 @@ describe('POST /api/search and /api/chat on text as typed', () => {
     await service?.stop();
   });
 
-  async function post(route: 'search' | 'chat', body: object): Promise<unknown> {
-    const res = await fetch(`${service.url}/api/${route}`, {
+  async function send(route: 'search' | 'chat', body: object): Promise<Response> {
+    return fetch(`${service.url}/api/${route}`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
       body: JSON.stringify(body),
     });
+  }
+
+  async function post(route: 'search' | 'chat', body: object): Promise<unknown> {
+    const res = await send(route, body);
     expect(res.status, JSON.stringify(body)).toBe(200);
     return res.json();
   }
@@ -55,6 +61,47 @@ describe('POST /api/search and /api/chat on text as typed', () => {
       const answer = SearchAnswer.parse(await post('search', { query, limit: 5 }));
       expect(answer.query, JSON.stringify(query)).toBe(query);
       expect({ ...answer, query: PLAIN }, JSON.stringify(query)).toEqual(plain);
+    }
+  });
+
+  it('escape sequences alone are no text: refused as an invisible one is, over HTTP and MCP', async () => {
+    // Long enough by their characters ("[31m[0m" is 8), they leave nothing to look up: the
+    // answer was "I don't know" for a chat, no passage for a search.
+    const TEXTS = [
+      '\u001b[31m\u001b[0m',
+      ' \u001b[1;31m\u001b[K \u001b]0;title\u0007 \u009b2J\u200b ',
+      '\u001bM\u001bc\u001b7',
+    ];
+    const client = new Client({ name: 'as-typed', version: '1.0.0' });
+    await client.connect(
+      new StreamableHTTPClientTransport(new URL(`${service.url}/mcp`), {
+        requestInit: { headers: { authorization: `Bearer ${key}` } },
+      }),
+    );
+    try {
+      for (const text of TEXTS) {
+        for (const [route, tool, field, code] of [
+          ['search', 'search_knowledge', 'query', 'INVALID_QUERY'],
+          ['chat', 'chat_knowledge', 'question', 'INVALID_QUESTION'],
+        ] as const) {
+          const res = await send(route, { [field]: text });
+          expect(
+            { status: res.status, code: ((await res.json()) as { code: string }).code },
+            JSON.stringify(text),
+          ).toEqual({
+            status: 400,
+            code,
+          });
+          const call = await client.callTool({ name: tool, arguments: { [field]: text } });
+          expect(call.isError, JSON.stringify(text)).toBe(true);
+          expect(call.structuredContent, JSON.stringify(text)).toMatchObject({ code });
+        }
+      }
+      // Around words they count for nothing: two letters coloured are still too short.
+      const short = await send('search', { query: '\u001b[31mab\u001b[0m' });
+      expect(((await short.json()) as { code: string }).code).toBe('QUERY_TOO_SHORT');
+    } finally {
+      await client.close();
     }
   });
 });

@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify';
+import { visit } from 'jsonc-parser';
 import secureJson from 'secure-json-parse';
 import { ServiceError } from '../../contracts/errors.ts';
 import { bodyNotAnObject } from './errors.ts';
@@ -37,6 +38,96 @@ function moreBracketsThan(text: string, max: number): boolean {
   return false;
 }
 
+/**
+ * The first member name an object of `text` carries twice, or undefined when none does; `parsed`
+ * is what JSON.parse made of `text`. RFC 8259 leaves such an object's meaning to the parser
+ * (JSON.parse keeps the last value, others the first: a proxy or WAF may read another request
+ * than ours), and I-JSON (RFC 7493 §2.3) forbids it, so a body with one is refused.
+ *
+ * Settled by counting in the common case: outside strings, every `:` of valid JSON text separates
+ * a member name from its value, so the text's `:` number the members it writes plus the `:` its
+ * strings hold. JSON.parse keeps one member per distinct name, and its strings hold at least the
+ * `:` the text's do (a `\u003a` escape adds one), so with no such escape in the text the count
+ * matches the parsed value's members and the `:` of its names and strings exactly when no name is
+ * repeated (a dropped member takes its `:` with it). Otherwise, and to name the key,
+ * jsonc-parser's visitor (the scanner VS Code reads JSON with) walks the text's objects.
+ */
+export function repeatedMemberName(text: string, parsed: unknown): string | undefined {
+  if (typeof parsed !== 'object' || parsed === null) return undefined;
+  const escapedColon = text.includes('\\u003');
+  if (!escapedColon && colonsIn(text) === membersAndColons(parsed)) return undefined;
+  // The counts differ only for a repeated name when no `\u003a` is written: one there is, unnamed
+  // when the text nests too deep for the visitor (only the paid routes, which read their bodies
+  // raw, take such a text).
+  return firstRepeatedName(text) ?? (escapedColon ? undefined : '');
+}
+
+function colonsIn(text: string): number {
+  let n = 0;
+  for (let i = text.indexOf(':'); i !== -1; i = text.indexOf(':', i + 1)) n++;
+  return n;
+}
+
+/** The members of every object in `value`, plus the `:` in their names and in every string. */
+function membersAndColons(value: object): number {
+  let n = 0;
+  const stack: unknown[] = [value];
+  while (stack.length > 0) {
+    const item = stack.pop();
+    if (typeof item === 'string') {
+      if (item.includes(':')) n += colonsIn(item);
+    } else if (Array.isArray(item)) {
+      for (const element of item) stack.push(element);
+    } else if (typeof item === 'object' && item !== null) {
+      for (const name in item) {
+        n++;
+        if (name.includes(':')) n += colonsIn(name);
+        stack.push((item as Record<string, unknown>)[name]);
+      }
+    }
+  }
+  return n;
+}
+
+/** Thrown from the visitor to stop at the first repeated name. */
+class Repeated {
+  constructor(readonly name: string) {}
+}
+
+/**
+ * The first name an object of `text` repeats (names compared unescaped, as JSON.parse reads them),
+ * or undefined: none, or the text nests too deep for the visitor's recursion to read it.
+ */
+function firstRepeatedName(text: string): string | undefined {
+  const open: Set<string>[] = [];
+  try {
+    visit(text, {
+      onObjectBegin: () => {
+        open.push(new Set());
+      },
+      onObjectProperty: (name) => {
+        const names = open[open.length - 1]!;
+        if (names.has(name)) throw new Repeated(name);
+        names.add(name);
+      },
+      onObjectEnd: () => {
+        open.pop();
+      },
+    });
+  } catch (err) {
+    if (err instanceof Repeated) return err.name;
+    if (err instanceof RangeError) return undefined;
+    throw err;
+  }
+  return undefined;
+}
+
+/** The words of a refusal of a body that repeats a member name (repeatedMemberName). */
+export function repeatedMemberWords(name: string): string {
+  const which = name === '' ? 'a member name' : `the member name ${JSON.stringify(name)}`;
+  return `${which} appears twice in one object; send each name once (I-JSON, RFC 7493)`;
+}
+
 /** Bytes that are not UTF-8 are refused, not read with U+FFFD in their place (RFC 8259 §8.1). */
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 /** Fastify's own options: a `__proto__` key, or `constructor` with `prototype`, is refused. */
@@ -72,8 +163,8 @@ export async function noBodyOrObject(request: object): Promise<void> {
 
 /**
  * The app's JSON parser: a body with a content coding refused as unread, the bytes decoded as strict UTF-8, a depth check made on the text, then
- * secure-json-parse as Fastify's own parser calls it (prototype-poisoning checks included), each
- * refusal saying which it was. An empty body is no body, so a bodiless POST or DELETE that still
+ * secure-json-parse as Fastify's own parser calls it (prototype-poisoning checks included), and an
+ * object naming a member twice refused (repeatedMemberName), each refusal saying which it was. An empty body is no body, so a bodiless POST or DELETE that still
  * names `application/json` reaches its route; a route that needs a body refuses the missing one
  * through its own schema.
  */
@@ -107,6 +198,8 @@ export function registerJsonParser(app: FastifyInstance): void {
         undefined,
       );
     }
+    const repeated = repeatedMemberName(text, parsed);
+    if (repeated !== undefined) return done(notJson(repeatedMemberWords(repeated)), undefined);
     if (parsed === null) nullBodies.add(request);
     done(null, parsed);
   });

@@ -1,7 +1,7 @@
 import Fastify from 'fastify';
 import { describe, expect, it } from 'vitest';
 import { errorMessage, ServiceError } from '../../contracts/errors.ts';
-import { nestsDeeperThan, registerJsonParser, sentNullBody } from './json-body.ts';
+import { nestsDeeperThan, registerJsonParser, repeatedMemberName, sentNullBody } from './json-body.ts';
 
 describe('the JSON parser and a literal null', () => {
   it('hands null on as it is (search, chat and x402 answer it themselves) and marks only a literal null', async () => {
@@ -75,5 +75,41 @@ describe('the error catalog', () => {
       field: 'x',
       message: 'x: bad',
     });
+  });
+});
+
+describe('repeatedMemberName', () => {
+  const repeated = (text: string) => repeatedMemberName(text, JSON.parse(text));
+  it.each([
+    ['{"coin":"BTC","coin":"ETH"}', 'coin'],
+    ['{"a":{"b":1,"b":2}}', 'b'],
+    ['[{"a":1},{"a":1,"a":2}]', 'a'],
+    // Names compared as JSON.parse reads them: an escape names the same member.
+    ['{"a":1,"\\u0061":2}', 'a'],
+    ['{"u:1":"x:y","u:1":"b"}', 'u:1'],
+    // A `\u003a` in a string, which the count cannot settle: the visitor reads the text.
+    ['{"a":"\\u003a","a":1}', 'a'],
+    ['{"__proto__":1,"__proto__":2}', '__proto__'],
+  ])('finds the repeated name in %s', (text, name) => {
+    expect(repeated(text)).toBe(name);
+  });
+
+  it.each([
+    '{"a":{"x":1},"b":{"x":1}}',
+    '{"u:1":"x:y","a":"b"}',
+    '{"a":"\\u003a","b":"\\u003A:"}',
+    '{}',
+    '[]',
+    '"a:b"',
+    '{"a":[{"a":{"a":1}}]}',
+  ])('finds none in %s', (text) => {
+    expect(repeated(text)).toBeUndefined();
+  });
+
+  it('counts deep texts without recursion, and says so unnamed when the visitor cannot name it', () => {
+    const deep = `${'{"a":'.repeat(20_000)}1${'}'.repeat(20_000)}`;
+    expect(repeated(deep)).toBeUndefined();
+    expect(repeated(`{"b":1,"b":2,"c":${deep}}`)).toBe('b');
+    expect(repeated(`{"c":${deep},"b":1,"b":2}`)).toBe('');
   });
 });

@@ -3,6 +3,7 @@ import { type ErrorCode, isErrorCode, ServiceError } from '../../../contracts/er
 import { jsonSchema } from '../../../contracts/json-schema.ts';
 import { answeredBy } from '../../api/answer-at-turn-end.ts';
 import { errorHandler } from '../../api/errors.ts';
+import { repeatedMemberName, repeatedMemberWords } from '../../api/json-body.ts';
 import { codesText, documented, RESPONSE_HEADERS, refusal } from '../../api/openapi.ts';
 import { publicOrigin } from '../../api/public-origin.ts';
 import { REMEMBERED_INPUTS, REMEMBERED_TEXT_CHARS, recall, remember } from '../../api/remembered-input.ts';
@@ -74,18 +75,30 @@ function hasBody(request: FastifyRequest): boolean {
 
 type BodyResult = { ok: true; input: unknown } | { ok: false; refusal: ServiceError };
 
-/** The tool's input from a raw body: `invalid_input` (with the issues) when it is not JSON or does not validate. */
+/**
+ * The tool's input from a raw body: `invalid_input` (with the issues) when it is not JSON, names a
+ * member of an object twice, or does not validate.
+ */
 function readBody(tool: PaidTool, raw: unknown): BodyResult {
   let json: unknown = {};
   if (typeof raw === 'string' && raw.trim() !== '') {
+    const notJson = (why?: string): BodyResult => ({
+      ok: false,
+      refusal: new ServiceError(
+        'invalid_input',
+        { detail: why ? `the body is not valid JSON: ${why}` : 'the body is not valid JSON' },
+        undefined,
+        { body: { issues: [] } },
+      ),
+    });
     try {
       json = JSON.parse(raw);
     } catch {
-      const refusal = new ServiceError('invalid_input', { detail: 'the body is not valid JSON' }, undefined, {
-        body: { issues: [] },
-      });
-      return { ok: false, refusal };
+      return notJson();
     }
+    // An object naming a member twice: refused, as on /api and /mcp (I-JSON).
+    const repeated = repeatedMemberName(raw, json);
+    if (repeated !== undefined) return notJson(repeatedMemberWords(repeated));
   }
   const parsed = tool.input.safeParse(json);
   if (parsed.success) return { ok: true, input: parsed.data };

@@ -27,19 +27,35 @@ describe('/llms.txt on the api role', () => {
       '/api/keys',
       '/api/webhooks',
       '/api/webhooks/schemas',
+      '/knowledge/README.md',
     ])
       expect(text).toContain(`${url}${path}`);
 
-    for (const path of ['/openapi.json', '/docs/', '/api/keys/nonce', '/api/webhooks/schemas'])
+    for (const path of [
+      '/openapi.json',
+      '/docs/',
+      '/api/keys/nonce',
+      '/api/webhooks/schemas',
+      '/knowledge/README.md',
+    ])
       expect((await fetch(`${url}${path}`)).status, path).toBe(200);
     // Every other address of the service it names is a route the OpenAPI document declares.
     const openapi = (await (await fetch(`${url}/openapi.json`)).json()) as { paths: Record<string, object> };
     const named = [...text.matchAll(/https?:\/\/[^\s)<>,;]+/g)]
       .map((m) => m[0])
       .filter((u) => u.startsWith(url));
+    // A path template (/knowledge/{file}) names its own template or any path it matches.
+    const declares = (path: string) =>
+      Object.keys(openapi.paths).some(
+        (declared) =>
+          declared === path ||
+          new RegExp(
+            `^${declared.replace(/[.*+?^$()|[\]\\]/g, '\\$&').replace(/\{[^}]+\}/g, '[^/]+')}$`,
+          ).test(path),
+      );
     for (const address of new Set(named)) {
-      const path = new URL(address).pathname;
-      if (path !== '/docs/') expect(Object.keys(openapi.paths), address).toContain(path);
+      const path = decodeURI(new URL(address).pathname);
+      if (path !== '/docs/') expect(declares(path), address).toBe(true);
     }
   });
 });

@@ -6,14 +6,21 @@ import { documented } from './openapi.ts';
 
 /**
  * The entry points `GET /` may name, each listed only where this process serves it (a role
- * without the api serves the operations routes alone).
+ * without the api serves the operations routes alone): `path`, or the `route` it is one of.
  */
-const ENTRY_POINTS: { name: string; method: HTTPMethods; path: string; what: string }[] = [
+const ENTRY_POINTS: { name: string; method: HTTPMethods; path: string; route?: string; what: string }[] = [
   { name: 'docs', method: 'GET', path: '/docs', what: 'API reference page (from the OpenAPI document)' },
   { name: 'openapi', method: 'GET', path: '/openapi.json', what: 'OpenAPI document of every route' },
   { name: 'mcp', method: 'POST', path: '/mcp', what: 'MCP endpoint (Streamable HTTP, JSON-RPC)' },
   { name: 'trackRecord', method: 'GET', path: '/track-record', what: "the verdicts' track record page" },
   { name: 'llmsTxt', method: 'GET', path: '/llms.txt', what: 'the service described for agents' },
+  {
+    name: 'knowledge',
+    method: 'GET',
+    path: '/knowledge/README.md',
+    route: '/knowledge/:file',
+    what: 'the documents the knowledge tools cite, as markdown (/knowledge/{file}: README.md, errors.md…)',
+  },
   { name: 'x402', method: 'GET', path: '/.well-known/x402', what: 'pay-per-call (x402) discovery' },
   { name: 'health', method: 'GET', path: '/healthz', what: 'liveness' },
   { name: 'readiness', method: 'GET', path: '/readyz', what: 'readiness' },
@@ -32,7 +39,7 @@ const Index = z.object({
  */
 export async function indexRoute(app: FastifyInstance): Promise<void> {
   const links = Object.fromEntries(
-    ENTRY_POINTS.filter(({ method, path }) => app.hasRoute({ method, url: path })).map(
+    ENTRY_POINTS.filter(({ method, path, route }) => app.hasRoute({ method, url: route ?? path })).map(
       ({ name, method, path, what }) => [name, { href: path, method, description: what }],
     ),
   );

@@ -132,4 +132,19 @@ describe('GET /knowledge/{file}: where search results and citations open', () =>
       expect(text, path).not.toContain('"name"');
     }
   });
+
+  it('GET / and /llms.txt list the documents, at an address that serves one', async () => {
+    const index = (await (await fetch(`${service.url}/`)).json()) as {
+      links: Record<string, { href: string; method: string; description: string }>;
+    };
+    expect(index.links.knowledge).toMatchObject({ href: '/knowledge/README.md', method: 'GET' });
+    expect(index.links.knowledge!.description).toContain('/knowledge/{file}');
+    const llms = await (await fetch(`${service.url}/llms.txt`)).text();
+    expect(llms).toContain(`(${service.url}/knowledge/README.md)`);
+    expect(llms).toContain(`${service.url}/knowledge/{file}`);
+    const res = await fetch(`${service.url}${index.links.knowledge!.href}`);
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toBe('text/markdown; charset=utf-8');
+    await res.arrayBuffer();
+  });
 });

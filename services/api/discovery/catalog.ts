@@ -459,6 +459,11 @@ export function llmsTxt(origin: string, tools: CatalogTool[], rails: QuotedRail[
     `- [OpenAPI document](${origin}/openapi.json): every HTTP route, its errors and the webhook payloads; rendered at ${origin}/docs/`,
     `- Free key: GET ${origin}/api/keys/nonce, then POST ${origin}/api/keys with a Sign-In with Ethereum message and its signature; send it as Authorization: Bearer <key> (the /x402 routes and /mcp take it too)`,
     `- Webhooks: POST ${origin}/api/webhooks with a key registers an HTTPS receiver for signed trade_call, regime_shift, risk_shift and scan_digest events; payload schemas at ${origin}/api/webhooks/schemas`,
+    ...(tools.some((t) => t.name === 'search_knowledge')
+      ? [
+          `- [Documentation as markdown](${origin}/knowledge/README.md): the documents search_knowledge and chat_knowledge cite, at ${origin}/knowledge/{file} (README.md, methodology.md, webhooks.md, tools.md, errors.md, pricing.md); a citation's source_url opens one at its section; no key`,
+        ]
+      : []),
     '',
     '## Tools',
     '',

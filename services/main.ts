@@ -18,7 +18,7 @@ import { openResources, startExitWatchdog } from './shared/exit-watchdog.ts';
 import { invocation } from './shared/invocation.ts';
 import { createLogger } from './shared/logger.ts';
 import { pathRefusal } from './shared/path-refusal.ts';
-import { isEcho } from './shared/signal-echo.ts';
+import { isEcho, type SignalsSeen } from './shared/signal-echo.ts';
 
 /**
  * Entry point. `npm start` runs every role in one process on the embedded adapters;
@@ -103,11 +103,13 @@ async function main(): Promise<void> {
   // started service does.
   const starting = new AbortController();
   let service: RunningService | null = null;
-  let first: { signal: NodeJS.Signals; at: number } | null = null;
+  let first: SignalsSeen | null = null;
   const shutdown = (signal: NodeJS.Signals) => {
-    const now = Date.now();
-    if (isEcho(first, signal, now)) {
-      logger.info({ signal }, 'the same signal again, passed on by a parent process: already draining');
+    if (isEcho(first, signal)) {
+      logger.info(
+        { signal },
+        'the same signal again, taken as its copy passed on by a parent process: already draining (one more exits at once)',
+      );
       return;
     }
     if (first !== null) {
@@ -115,7 +117,7 @@ async function main(): Promise<void> {
       flushLogs(logger);
       killSelf();
     }
-    first = { signal, at: now };
+    first = { signal, echoed: false };
     const during = service === null ? { during: 'start' } : {};
     logger.info({ signal, ...during }, 'shutting down');
     // The drain (SHUTDOWN_DRAIN_MS) comes first and is not taken from the stop's own time.

@@ -55,6 +55,61 @@ describe('npm start under a supervisor', () => {
     expect(run.messages()).not.toContain('second signal: exiting at once');
   }, 240_000);
 
+  it('drains on a Ctrl-C (SIGINT to the whole process group), though npm passes it on as well', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'npm-start-int-'));
+    dirs.push(dir);
+    const run = startNpm(ROOT, { DATA_DIR: dir });
+    groups.push(run.pgid);
+    await expect
+      .poll(() => run.messages().includes('service started'), { timeout: 120_000, interval: 200 })
+      .toBe(true);
+    const service = serviceIn(run.pgid);
+    expect(service, JSON.stringify(groupMembers(run.pgid))).toBeDefined();
+    servicePid = service!.pid;
+
+    // A terminal's Ctrl-C signals the foreground group: node gets the SIGINT, and npm passes its
+    // own copy on, so one key press reaches the service twice.
+    process.kill(-run.pgid, 'SIGINT');
+    await expect.poll(() => alive(servicePid), { timeout: 30_000, interval: 200 }).toBe(false);
+    expect(run.messages()).toContain('shutting down');
+    expect(run.messages()).toContain('service stopped');
+    expect(run.messages()).not.toContain('second signal: exiting at once');
+  }, 240_000);
+
+  it('takes one copy of the signal as the same signal, and exits at once on a further one', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'npm-start-again-'));
+    dirs.push(dir);
+    // A drain long enough that the stop is still under way when the further signal comes.
+    const run = startNpm(ROOT, { DATA_DIR: dir, SHUTDOWN_DRAIN_MS: '60000' });
+    groups.push(run.pgid);
+    await expect
+      .poll(() => run.messages().includes('service started'), { timeout: 120_000, interval: 200 })
+      .toBe(true);
+    const service = serviceIn(run.pgid);
+    expect(service, JSON.stringify(groupMembers(run.pgid))).toBeDefined();
+    servicePid = service!.pid;
+
+    // The first signal, then its copy as late as a loaded host delivers one (npm's copy of a group's
+    // signal may also merge with the first while that is pending: sent one by one, each is taken).
+    process.kill(servicePid, 'SIGTERM');
+    await expect
+      .poll(() => run.messages().includes('shutting down'), { timeout: 30_000, interval: 100 })
+      .toBe(true);
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    process.kill(servicePid, 'SIGTERM');
+    await expect
+      .poll(() => run.messages().some((m) => String(m).startsWith('the same signal again')), {
+        timeout: 30_000,
+        interval: 100,
+      })
+      .toBe(true);
+    expect(alive(servicePid), 'the copy did not end the drain').toBe(true);
+    process.kill(servicePid, 'SIGTERM');
+    await expect.poll(() => alive(servicePid), { timeout: 30_000, interval: 200 }).toBe(false);
+    expect(run.messages()).toContain('second signal: exiting at once');
+    expect(run.messages()).not.toContain('service stopped');
+  }, 240_000);
+
   it("drains and exits 0 on a SIGTERM to npm's own pid, node being npm's child, and reads ./.env under exported variables", async () => {
     // A checkout of its own (every entry of this one linked) so that it can hold a .env.
     const checkout = await mkdtemp(join(tmpdir(), 'npm-start-env-'));

@@ -50,6 +50,21 @@ function unique<T>(values: T[]): boolean {
   return new Set(values).size === values.length;
 }
 
+/**
+ * `assets` passes an event whose coin is listed or ranks in the top N (matching.ts): of two top:N
+ * tokens the largest alone decides, so a second is refused rather than silently ignored. A top:N
+ * beside coins is their union (a coin outside the top N is still taken), so that mix stays.
+ */
+function oneTopN(assets: string[], ctx: z.RefinementCtx): void {
+  const tops = assets.filter((asset) => topN(asset) !== null);
+  if (tops.length > 1) {
+    ctx.addIssue({
+      code: 'custom',
+      message: `assets may hold one top:N (got ${tops.join(', ')}): an event passes when its coin is listed or ranks in the top N, so the largest alone decides`,
+    });
+  }
+}
+
 /** The events `timeframes` and `assets` filter. */
 const FILTERED_EVENTS: readonly WebhookEventType[] = ['trade_call', 'regime_shift', 'risk_shift'];
 const FILTERS_APPLY = 'applies only to trade_call, regime_shift and risk_shift';
@@ -62,7 +77,13 @@ const SUBSCRIPTION_FIELDS = {
   events: z.array(WebhookEventType).min(1).refine(unique, 'events must not repeat'),
   timeframes: z.array(Timeframe).min(1).refine(unique, 'timeframes must not repeat').optional(),
   // Compared as parsed: symbols upper-cased, `top:N` lower-cased, so `btc` repeats `BTC`.
-  assets: z.array(AssetFilter).min(1).max(100).refine(unique, 'assets must not repeat').optional(),
+  assets: z
+    .array(AssetFilter)
+    .min(1)
+    .max(100)
+    .refine(unique, 'assets must not repeat')
+    .superRefine(oneTopN)
+    .optional(),
   min_confidence: z.number().int().min(0).max(100).optional(),
   timeframe: Timeframe.optional(),
   exchange: Exchange.optional(),
@@ -72,7 +93,11 @@ const SUBSCRIPTION_FIELDS = {
 
 /** A subscription's settings as a whole, as created or as a PATCH leaves them. */
 const SettingsObject = z.object(SUBSCRIPTION_FIELDS);
-type SubscriptionSettings = z.output<typeof SettingsObject>;
+/** A create's optional fields may be null (no value, as when left out); the rules read both alike. */
+type Settings = z.output<typeof SettingsObject>;
+type SubscriptionSettings = Pick<Settings, 'url' | 'events'> & {
+  [K in Exclude<keyof Settings, 'url' | 'events'>]?: Settings[K] | null;
+};
 
 /** The rules between fields, the same for a create and for what a PATCH leaves. */
 function settingsRules(body: SubscriptionSettings, ctx: z.RefinementCtx): void {
@@ -81,13 +106,13 @@ function settingsRules(body: SubscriptionSettings, ctx: z.RefinementCtx): void {
   // ignore them.
   if (!body.events.some((event) => FILTERED_EVENTS.includes(event))) {
     for (const field of ['timeframes', 'assets'] as const) {
-      if (body[field] !== undefined) {
+      if (body[field] != null) {
         ctx.addIssue({ code: 'custom', path: [field], message: `${field} ${FILTERS_APPLY}` });
       }
     }
   }
   // A risk_shift's news is the forecast, not a verdict's confidence: alone it would ignore it.
-  if (body.min_confidence !== undefined && !body.events.some((e) => CONFIDENCE_EVENTS.includes(e))) {
+  if (body.min_confidence != null && !body.events.some((e) => CONFIDENCE_EVENTS.includes(e))) {
     ctx.addIssue({
       code: 'custom',
       path: ['min_confidence'],
@@ -96,18 +121,30 @@ function settingsRules(body: SubscriptionSettings, ctx: z.RefinementCtx): void {
   }
   const digest = body.events.includes('scan_digest');
   for (const field of ['timeframe', 'exchange', 'top_n', 'cadence'] as const) {
-    if (digest && body[field] === undefined) {
+    if (digest && body[field] == null) {
       ctx.addIssue({ code: 'custom', path: [field], message: `${field} is required for scan_digest` });
     }
-    if (!digest && body[field] !== undefined) {
+    if (!digest && body[field] != null) {
       ctx.addIssue({ code: 'custom', path: [field], message: `${field} applies only to scan_digest` });
     }
   }
 }
 
+/** A create's optional field: null is no value, as when it is left out (a PATCH's null removes one). */
+const orNone = <T extends z.ZodType>(field: z.ZodOptional<T>) =>
+  field.unwrap().nullable().optional().describe('null: none, as when left out');
+
 export const CreateWebhookRequest = z
   .strictObject({
-    ...SUBSCRIPTION_FIELDS,
+    url: SUBSCRIPTION_FIELDS.url,
+    events: SUBSCRIPTION_FIELDS.events,
+    timeframes: orNone(SUBSCRIPTION_FIELDS.timeframes),
+    assets: orNone(SUBSCRIPTION_FIELDS.assets),
+    min_confidence: orNone(SUBSCRIPTION_FIELDS.min_confidence),
+    timeframe: orNone(SUBSCRIPTION_FIELDS.timeframe),
+    exchange: orNone(SUBSCRIPTION_FIELDS.exchange),
+    top_n: orNone(SUBSCRIPTION_FIELDS.top_n),
+    cadence: orNone(SUBSCRIPTION_FIELDS.cadence),
     event_version: z
       .number()
       .int()

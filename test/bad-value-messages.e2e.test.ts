@@ -138,7 +138,7 @@ const CASES: Case[] = [
       status: 400,
       code: 'INVALID_FIELD',
       field,
-      message: `min_confidence must be a whole number from 0 to 100; got ${got}`,
+      message: `min_confidence must be a whole number from 0 to 100, or null; got ${got}`,
     }),
   ),
   {
@@ -171,7 +171,7 @@ const CASES: Case[] = [
     status: 400,
     code: 'INVALID_FIELD',
     field: 'top_n',
-    message: 'top_n must be a whole number from 1 to 100; got 2.5',
+    message: 'top_n must be a whole number from 1 to 100, or null; got 2.5',
   },
   {
     kind: 'create: a digest cadence not among the allowed',
@@ -181,7 +181,7 @@ const CASES: Case[] = [
     status: 400,
     code: 'INVALID_FIELD',
     field: 'cadence',
-    message: 'cadence must be one of 1h, 4h, 1d; got "2h"',
+    message: 'cadence must be one of 1h, 4h, 1d, or null; got "2h"',
   },
   {
     kind: 'create: a digest venue the service does not know',
@@ -191,7 +191,7 @@ const CASES: Case[] = [
     status: 400,
     code: 'INVALID_FIELD',
     field: 'exchange',
-    message: 'exchange must be one of BINANCE, BINANCE_SPOT, BYBIT, OKX, HYPERLIQUID; got "KRAKEN"',
+    message: 'exchange must be one of BINANCE, BINANCE_SPOT, BYBIT, OKX, HYPERLIQUID, or null; got "KRAKEN"',
   },
   {
     kind: 'create: a digest venue the service knows but does not serve',

@@ -99,6 +99,13 @@ describe.runIf(reachable)('webhook management API', () => {
     ['digest fields without digest', { top_n: 5 }, 'top_n'],
     ['repeated asset, another case', { assets: ['BTC', 'btc'] }, 'assets'],
     ['repeated top:N', { assets: ['top:20', 'TOP:20'] }, 'assets'],
+    ['two top:N', { assets: ['top:5', 'top:10'] }, 'assets'],
+    ['two top:N beside a coin', { assets: ['BTC', 'top:5', 'top:10'] }, 'assets'],
+    [
+      'digest with top_n null',
+      { events: ['scan_digest'], timeframe: '1h', exchange: 'BINANCE', top_n: null, cadence: '1h' },
+      'top_n',
+    ],
     [
       'digest with timeframes',
       {
@@ -160,6 +167,44 @@ describe.runIf(reachable)('webhook management API', () => {
       assets: ['BTC'],
     });
     expect(mixed.status, JSON.stringify(mixed.body)).toBe(201);
+  });
+
+  it('takes a filter given null on create as no filter, as when it is left out (PATCH removes one so)', async () => {
+    const key = await stack.issue();
+    const res = await stack.request('POST', '/api/webhooks', key, {
+      ...base(),
+      timeframes: null,
+      assets: null,
+      min_confidence: null,
+      timeframe: null,
+      exchange: null,
+      top_n: null,
+      cadence: null,
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(201);
+    const omitted = await stack.request('POST', '/api/webhooks', key, base());
+    const settings = (body: Record<string, unknown>) => {
+      const { id: _id, secret: _secret, created_at: _at, _service, ...rest } = body;
+      return rest;
+    };
+    expect(settings(res.body)).toEqual(settings(omitted.body));
+    expect(res.body).not.toHaveProperty('assets');
+    expect(res.body).not.toHaveProperty('min_confidence');
+  });
+
+  it('refuses two top:N tokens in assets on create and PATCH; one beside coins is their union', async () => {
+    const key = await stack.issue();
+    const two = await stack.request('POST', '/api/webhooks', key, { ...base(), assets: ['top:5', 'top:10'] });
+    expect(two.body).toMatchObject({ code: 'INVALID_FIELD', field: 'assets' });
+    expect(two.body.message).toBe(
+      'assets may hold one top:N (got top:5, top:10): an event passes when its coin is listed or ranks in the top N, so the largest alone decides',
+    );
+    const one = await stack.request('POST', '/api/webhooks', key, { ...base(), assets: ['BTC', 'top:5'] });
+    expect(one.status, JSON.stringify(one.body)).toBe(201);
+    const patched = await stack.request('PATCH', `/api/webhooks/${one.body.id}`, key, {
+      assets: ['top:5', 'top:20'],
+    });
+    expect(patched).toMatchObject({ status: 400, body: { code: 'INVALID_FIELD', field: 'assets' } });
   });
 
   it('refuses a recover_since in the future, an unknown delivery-log or list parameter and one given twice', async () => {

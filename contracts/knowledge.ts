@@ -226,11 +226,15 @@ export const SourceType = z.enum([
 ]);
 export type SourceType = z.infer<typeof SourceType>;
 
+/** What a result's or citation's source_url is, as README says it. */
+const SOURCE_URL =
+  'Where the passage opens: a document section (/knowledge/<file>#<heading>), a route (/readyz, /openapi.json) or a tool call (mcp://tool/…); the service’s own addresses are absolute when the server knows its public URL (PUBLIC_BASE_URL), else paths on the service';
+
 export const SearchResult = z.object({
   id: z.string(),
   score: z.number(),
   source_type: SourceType,
-  source_url: z.string(),
+  source_url: z.string().describe(SOURCE_URL),
   title: z.string(),
   /** The passage around the best match, matching terms wrapped in `**`. */
   excerpt: z.string(),
@@ -246,7 +250,7 @@ export type SearchAnswer = z.infer<typeof SearchAnswer>;
 
 export const Citation = z.object({
   id: z.string(),
-  source_url: z.string(),
+  source_url: z.string().describe(SOURCE_URL),
   title: z.string(),
   /** Verbatim text of the cited passage. */
   quote: z.string(),

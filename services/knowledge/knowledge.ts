@@ -54,7 +54,7 @@ export class Knowledge {
 
   constructor(
     private readonly deps: {
-      config: Pick<Config, 'CHAT_TIMEOUT_MS' | 'LIVE_EXCHANGES'>;
+      config: Pick<Config, 'CHAT_TIMEOUT_MS' | 'LIVE_EXCHANGES' | 'PUBLIC_BASE_URL'>;
       index: KnowledgeIndex;
       /** The markdown documents citations open (GET /knowledge/{file}), by served name. */
       documents: ReadonlyMap<string, string>;
@@ -64,6 +64,16 @@ export class Knowledge {
       logger: Logger;
     },
   ) {}
+
+  /**
+   * A passage's source_url as answered: a path on the service (/knowledge/README.md#…, /readyz)
+   * under PUBLIC_BASE_URL when it is set, so that it opens where the answer is read (an MCP client
+   * has no base to resolve a path against); a path without it. mcp://tool/… stays as it is.
+   */
+  private located(url: string): string {
+    const base = this.deps.config.PUBLIC_BASE_URL?.replace(/\/+$/, '');
+    return base !== undefined && url.startsWith('/') ? `${base}${url}` : url;
+  }
 
   get index(): KnowledgeIndex {
     return this.deps.index;
@@ -104,7 +114,11 @@ export class Knowledge {
     if (cached) return cached;
     // Looked up as searchable() folds it (full-width letters, escape sequences); echoed as sent.
     const { total, results } = index.search(searchable(query), limit);
-    const answer = { query, total_results: total, results };
+    const answer = {
+      query,
+      total_results: total,
+      results: results.map((r) => ({ ...r, source_url: this.located(r.source_url) })),
+    };
     if (this.answers.size >= ANSWER_CACHE_SIZE) this.answers.delete(this.answers.keys().next().value!);
     this.answers.set(key, answer);
     return answer;
@@ -145,7 +159,11 @@ export class Knowledge {
         input.model,
       );
       const quota = outcome.providerFailed ? await giveBack('provider_unavailable') : taken.snapshot;
-      const answer = { ...outcome.answer, question: input.question };
+      const answer = {
+        ...outcome.answer,
+        question: input.question,
+        citations: outcome.answer.citations.map((c) => ({ ...c, source_url: this.located(c.source_url) })),
+      };
       return { body: { ...answer, _service: { chat_quota: quota } }, month: taken.month };
     } catch (err) {
       logger.error({ err, requestId }, 'chat failed');

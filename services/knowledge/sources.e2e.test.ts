@@ -1,6 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { join } from 'node:path';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ChatAnswer, SearchAnswer } from '../../contracts/knowledge.ts';
 import { issueServiceKey, startApiOnly } from '../../test/service-keys.ts';
@@ -146,5 +148,67 @@ describe('GET /knowledge/{file}: where search results and citations open', () =>
     expect(res.status).toBe(200);
     expect(res.headers.get('content-type')).toBe('text/markdown; charset=utf-8');
     await res.arrayBuffer();
+  });
+});
+
+/**
+ * An MCP client has no base to resolve a path against: under PUBLIC_BASE_URL, every source_url
+ * naming the service is absolute, over HTTP and MCP alike, and opens where it says.
+ */
+describe('source_url under PUBLIC_BASE_URL', () => {
+  const BASE = 'https://signals.example.com/sig';
+  let service: RunningService;
+  let key: string;
+
+  beforeAll(async () => {
+    service = await startApiOnly({ PUBLIC_BASE_URL: `${BASE}/` });
+    await (service.components.find((c) => c.name === 'knowledge') as KnowledgeModule).ready;
+    key = (await issueServiceKey(service, { plan: 'pro', owner: 'sources-public' })).key;
+  });
+  afterAll(async () => {
+    await service?.stop();
+  });
+
+  it('is absolute under it in search results and citations, HTTP and MCP; a tool call stays mcp://', async () => {
+    const urls: string[] = [];
+    const res = await fetch(`${service.url}/api/search`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+      body: JSON.stringify({ query: 'latest market regime webhook signature readiness', limit: 50 }),
+    });
+    expect(res.status).toBe(200);
+    urls.push(...SearchAnswer.parse(await res.json()).results.map((r) => r.source_url));
+    const client = new Client({ name: 'sources-public', version: '1.0.0' });
+    await client.connect(
+      new StreamableHTTPClientTransport(new URL(`${service.url}/mcp`), {
+        requestInit: { headers: { authorization: `Bearer ${key}` } },
+      }),
+    );
+    try {
+      const search = await client.callTool({
+        name: 'search_knowledge',
+        arguments: { query: 'INVALID_MODEL' },
+      });
+      urls.push(...SearchAnswer.parse(search.structuredContent).results.map((r) => r.source_url));
+      const chat = await client.callTool({
+        name: 'chat_knowledge',
+        arguments: { question: 'How is a webhook signed?' },
+      });
+      const answer = ChatAnswer.parse(chat.structuredContent);
+      expect(answer.citations.length).toBeGreaterThan(0);
+      urls.push(...answer.citations.map((c) => c.source_url));
+    } finally {
+      await client.close();
+    }
+    expect(urls.some((u) => u.startsWith(`${BASE}/knowledge/`))).toBe(true);
+    expect(urls.filter((u) => !u.startsWith(`${BASE}/`) && !u.startsWith('mcp://tool/'))).toEqual([]);
+    // Each opens on the service at the path after the base.
+    for (const url of new Set(
+      urls.filter((u) => u.startsWith(`${BASE}/knowledge/`)).map((u) => u.split('#')[0]!),
+    )) {
+      const opened = await fetch(`${service.url}${url.slice(BASE.length)}`);
+      await opened.arrayBuffer();
+      expect(opened.status, url).toBe(200);
+    }
   });
 });

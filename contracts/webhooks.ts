@@ -119,16 +119,33 @@ function settingsRules(body: SubscriptionSettings, ctx: z.RefinementCtx): void {
       message: 'min_confidence applies only to trade_call, regime_shift and scan_digest',
     });
   }
+  // One refusal names every digest field at fault (the first is its `field`): a PATCH that drops
+  // scan_digest from events must null all four, and is told so at once, not one field a call.
   const digest = body.events.includes('scan_digest');
-  for (const field of ['timeframe', 'exchange', 'top_n', 'cadence'] as const) {
-    if (digest && body[field] == null) {
-      ctx.addIssue({ code: 'custom', path: [field], message: `${field} is required for scan_digest` });
-    }
-    if (!digest && body[field] != null) {
-      ctx.addIssue({ code: 'custom', path: [field], message: `${field} applies only to scan_digest` });
-    }
+  const wrong = DIGEST_FIELDS.filter((field) => (digest ? body[field] == null : body[field] != null));
+  const [first, ...rest] = wrong;
+  if (first !== undefined) {
+    // Led by the field answered as `field` (the refusal's words lead with it).
+    const many = rest.length > 1;
+    const verb = digest ? (many ? 'are' : 'is') : many ? 'do' : 'does';
+    const also = rest.length > 0 ? `, and so ${verb} ${listed(rest)}` : '';
+    const fix = rest.length > 0 ? 'them' : 'it';
+    ctx.addIssue({
+      code: 'custom',
+      path: [first],
+      message: digest
+        ? `${first} is required for scan_digest${also}`
+        : `${first} applies only to scan_digest${also}: leave ${fix} out, or give ${fix} null in a PATCH`,
+    });
   }
 }
+
+/** A scan_digest's own fields, required with it and refused without it. */
+const DIGEST_FIELDS = ['timeframe', 'exchange', 'top_n', 'cadence'] as const;
+
+/** "a", "a and b", "a, b and c". */
+const listed = (names: readonly string[]) =>
+  names.length > 1 ? `${names.slice(0, -1).join(', ')} and ${names.at(-1)}` : (names[0] ?? '');
 
 /** A create's optional field: null is no value, as when it is left out (a PATCH's null removes one). */
 const orNone = <T extends z.ZodType>(field: z.ZodOptional<T>) =>

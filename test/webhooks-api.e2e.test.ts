@@ -207,6 +207,39 @@ describe.runIf(reachable)('webhook management API', () => {
     expect(patched).toMatchObject({ status: 400, body: { code: 'INVALID_FIELD', field: 'assets' } });
   });
 
+  it('names every digest field in one refusal: all four a digest lacks, all a PATCH leaving scan_digest keeps', async () => {
+    const key = await stack.issue();
+    const missing = await stack.request('POST', '/api/webhooks', key, { ...base(), events: ['scan_digest'] });
+    expect(missing.body).toMatchObject({ code: 'INVALID_FIELD', field: 'timeframe' });
+    expect(missing.body.message).toBe(
+      'timeframe is required for scan_digest, and so are exchange, top_n and cadence',
+    );
+    const stray = await stack.request('POST', '/api/webhooks', key, { ...base(), top_n: 5, cadence: '1h' });
+    expect(stray.body).toMatchObject({ code: 'INVALID_FIELD', field: 'top_n' });
+    expect(stray.body.message).toBe(
+      'top_n applies only to scan_digest, and so does cadence: leave them out, or give them null in a PATCH',
+    );
+    const digest = { events: ['scan_digest'], timeframe: '1h', exchange: 'BINANCE', top_n: 5, cadence: '1h' };
+    const sub = await stack.request('POST', '/api/webhooks', key, { ...base(), ...digest });
+    expect(sub.status, JSON.stringify(sub.body)).toBe(201);
+    const path = `/api/webhooks/${sub.body.id}`;
+    const kept = await stack.request('PATCH', path, key, { events: ['trade_call'] });
+    expect(kept).toMatchObject({ status: 400, body: { code: 'INVALID_FIELD', field: 'timeframe' } });
+    expect(kept.body.message).toBe(
+      'timeframe applies only to scan_digest, and so do exchange, top_n and cadence: leave them out, or give them null in a PATCH',
+    );
+    const cleared = await stack.request('PATCH', path, key, {
+      events: ['trade_call'],
+      timeframe: null,
+      exchange: null,
+      top_n: null,
+      cadence: null,
+    });
+    expect(cleared.status, JSON.stringify(cleared.body)).toBe(200);
+    expect(cleared.body.events).toEqual(['trade_call']);
+    expect(cleared.body).not.toHaveProperty('top_n');
+  });
+
   it('refuses a recover_since in the future, an unknown delivery-log or list parameter and one given twice', async () => {
     const key = await stack.issue();
     const sub = (await stack.request('POST', '/api/webhooks', key, base())).body;

@@ -344,6 +344,13 @@ async function conform(call: Call): Promise<unknown> {
         `${label}: ${path.join('.')} members the document describes`,
       ).toEqual([]);
     }
+    // A refusal carrying the caller's `_service` (their quota, their key) says no shared cache
+    // may keep it for another caller (the document declares the Cache-Control it sends).
+    if (res.status >= 400 && (carried?._service || carried?.error?.data?._service)) {
+      expect(res.headers.get('cache-control'), `${label}: a per-caller answer says no-store`).toBe(
+        'no-store',
+      );
+    }
     // A key the answer says it applied is one the operation's security has a generated client send.
     const auth = (json as { _service?: { auth?: { outcome?: string } } } | null)?._service?.auth;
     if (res.status < 300 && auth?.outcome === 'OK')
@@ -1500,6 +1507,35 @@ describe('the OpenAPI document describes every real answer', () => {
       }
     }
     expect([...seen].sort()).toEqual(['HEAD', 'OPTIONS']);
+  });
+
+  it("answers 404 and 405 with the caller's `_service` and no-store, as `default` declares", async () => {
+    // 404 and 405 are cacheable by default (RFC 9110 §15.1): without no-store a shared cache may
+    // serve one caller's quota to the next caller of the same URL.
+    const keyed = { authorization: `Bearer ${key}` };
+    const answers: [string, string, Response][] = [];
+    for (const [method, path, template] of [
+      ['GET', '/api/nope', undefined],
+      ['GET', '/nope', undefined],
+      ['PUT', '/api/webhooks', '/api/webhooks'],
+      ['DELETE', '/api/search', '/api/search'],
+      ['PUT', '/x402/get_trade_call', '/x402/get_trade_call'],
+      ['PUT', '/mcp', '/mcp'],
+    ] as const) {
+      const res = await fetch(`${url}${path}`, { method, headers: keyed });
+      answers.push([`${method} ${path}`, template ?? '', res]);
+    }
+    for (const [label, template, res] of answers) {
+      const body = (await res.json()) as { _service?: unknown; error?: { data?: { _service?: unknown } } };
+      expect(res.status, label).toBe(label.startsWith('GET') ? 404 : 405);
+      expect(body._service ?? body.error?.data?._service, label).toBeDefined();
+      expect(res.headers.get('cache-control'), label).toBe('no-store');
+      if (template === '') continue;
+      const item = doc.paths[template]! as Record<string, Operation>;
+      for (const operation of Object.values(item)) {
+        expect(undeclaredHeaders(operation.responses.default, res.headers), label).toEqual([]);
+      }
+    }
   });
 
   it('called every operation of the document', () => {

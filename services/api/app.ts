@@ -21,7 +21,13 @@ import type { Readiness } from '../shared/readiness.ts';
 import type { HistogramSeries } from '../shared/series-histogram.ts';
 import { answerAtTurnEnd } from './answer-at-turn-end.ts';
 import { capConnections, defaultMaxConnections } from './connection-caps.ts';
-import { echoedPath, noRouteDetail, RepeatedHeaderError, useApiErrors } from './errors.ts';
+import {
+  echoedPath,
+  noRouteDetail,
+  REFUSAL_CACHE_CONTROL,
+  RepeatedHeaderError,
+  useApiErrors,
+} from './errors.ts';
 import { indexRoute } from './index-route.ts';
 import { registerJsonParser } from './json-body.ts';
 import { EVERY_ANSWER_HEADERS, keyChallenge, keyInvalidRequest, registerOpenApi } from './openapi.ts';
@@ -186,7 +192,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(async (unmatched) => {
     if (deps.metrics)
       unmatched.addHook('onResponse', durationObserver(deps.metrics.httpDuration, 'unmatched'));
-    // With the caller's `_service`, as the /api errors (the caller hook runs here too).
+    // With the caller's `_service`, as the /api errors (the caller hook runs here too), and so
+    // no-store: 404 and 405 are cacheable by default (RFC 9110 §15.1), and a shared cache would
+    // serve one caller's quota to the next.
     unmatched.setNotFoundHandler(async (request, reply) => {
       // A path the service serves, asked with another method: 405 with the methods it takes.
       const path = request.url.split('?', 1)[0]!;
@@ -203,13 +211,17 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
         return reply
           .code(ERRORS.METHOD_NOT_ALLOWED.status)
           .header('allow', allowed.join(', '))
+          .header('cache-control', REFUSAL_CACHE_CONTROL)
           .send(await withAnswerService(request, body));
       }
       const body = {
         code: 'NOT_FOUND' satisfies ErrorCode,
         message: errorMessage('NOT_FOUND', { detail: noRouteDetail(request.method, request.url) }),
       };
-      return reply.code(ERRORS.NOT_FOUND.status).send(await withAnswerService(request, body));
+      return reply
+        .code(ERRORS.NOT_FOUND.status)
+        .header('cache-control', REFUSAL_CACHE_CONTROL)
+        .send(await withAnswerService(request, body));
     });
   });
   return app;

@@ -358,13 +358,23 @@ export function rpcErrorBodyWithService(error: ServiceError, request: FastifyReq
 /** Writes a catalog error in a channel's shape; it may read the request (the caller's `_service`). */
 export type Render = (error: ServiceError, request: FastifyRequest) => unknown;
 
-/** Writes `error` through `render` with its status, its headers, and a Retry-After when it is retryable. */
+/**
+ * A refusal is never to be reused: it carries the caller's `_service` (their key's quota) once the
+ * caller is known, and a shared cache keeping it would serve one caller's figures to another.
+ */
+export const REFUSAL_CACHE_CONTROL = 'no-store';
+
+/**
+ * Writes `error` through `render` with its status, its headers, Cache-Control: no-store, and a
+ * Retry-After when it is retryable.
+ */
 async function answer(
   request: FastifyRequest,
   reply: FastifyReply,
   error: ServiceError,
   render: Render,
 ): Promise<FastifyReply> {
+  reply.header('cache-control', REFUSAL_CACHE_CONTROL);
   if (error.retryable && error.statusCode >= 500) reply.header('retry-after', '1');
   reply.headers(error.headers);
   const body = await render(error, request);

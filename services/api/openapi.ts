@@ -581,8 +581,8 @@ function withOperationIds<D extends object>(document: D): D {
             ...EVERY_ANSWER,
             ...(limited ? RATE_LIMIT_HEADERS : []),
             ...(retryable(status) ? RETRY : []),
-            // A rate limit's or a quota's refusal is never to be reused (no-store).
-            ...(status === '429' ? (['Cache-Control'] as const) : []),
+            // A refusal is never to be reused (no-store): it carries the caller's `_service`.
+            ...(Number(status) >= 400 ? (['Cache-Control'] as const) : []),
             // A 401 of an operation taking an API key challenges for one (app.ts sends keyChallenge),
             // and so does its 400 refusing Authorization sent twice (keyInvalidRequest).
             ...((status === '401' || status === '400') &&
@@ -602,11 +602,13 @@ function withOperationIds<D extends object>(document: D): D {
           default: {
             ...(signin ? SIGNIN_ROUTE_RESPONSE : anyRoute),
             // RATE_LIMITED and the retryable outages say when to call again; a refusal is not
-            // to be reused (a framing refusal and the rate limit's say no-store).
+            // to be reused (every refusal says no-store).
             headers: headerObjects([
               ...EVERY_ANSWER,
               ...(limited ? [...RATE_LIMIT_HEADERS, 'Retry-After' as const] : ['Retry-After' as const]),
               'Cache-Control',
+              // A METHOD_NOT_ALLOWED's: the methods the path takes.
+              'Allow',
             ]),
           },
         },

@@ -11,7 +11,12 @@ import { JSON_UTF8 } from '../../shared/media-types.ts';
 import { sentValues } from '../../shared/raw-headers.ts';
 import { onResponseClosed } from '../../shared/response-closed.ts';
 import { answeredBy } from '../answer-at-turn-end.ts';
-import { errorHandler, rpcErrorBodyWithService, rpcErrorWithService } from '../errors.ts';
+import {
+  errorHandler,
+  REFUSAL_CACHE_CONTROL,
+  rpcErrorBodyWithService,
+  rpcErrorWithService,
+} from '../errors.ts';
 import { codesText, documented, RESPONSE_HEADERS, type ResponseDoc, undocumented } from '../openapi.ts';
 import { envelopeRefusal } from './envelope.ts';
 import { MCP_INVALID_REQUEST } from './error-codes.ts';
@@ -288,7 +293,8 @@ function bodyId(body: unknown): string | number | null {
 
 /**
  * A refusal of the route in JSON-RPC's shape (rpcErrorWithService: with the caller's `_service`
- * once the caller is known), with the request's id when its body parsed and carries one.
+ * once the caller is known, so never to be reused), with the request's id when its body parsed
+ * and carries one.
  */
 async function rpcRefusal(
   reply: FastifyReply,
@@ -299,7 +305,7 @@ async function rpcRefusal(
   data: Record<string, unknown> = {},
 ): Promise<FastifyReply> {
   const body = await rpcErrorWithService(reply.request, code, message, id, data);
-  return reply.code(status).type(JSON_UTF8).send(body);
+  return reply.code(status).header('cache-control', REFUSAL_CACHE_CONTROL).type(JSON_UTF8).send(body);
 }
 
 /**

@@ -457,8 +457,13 @@ export const ScanDigestData = z.object({
   calls: z.array(DigestCall),
   /** The top-N markets not in `calls`, and why (no verdict recorded yet, or only of an earlier close; below `min_confidence`). */
   skipped: z.array(z.object({ coin: z.string(), reason: z.string() })),
-  /** Present when `calls` is empty: why, in words. */
-  note: z.string().optional(),
+  /** Present when `calls` is empty, or when the venue ranks fewer markets than top_n: why, in words. */
+  note: z
+    .string()
+    .optional()
+    .describe(
+      'Present when calls is empty (why), or when the venue ranks fewer markets than top_n (saying how many: calls and skipped then hold them all); absent otherwise',
+    ),
 });
 
 /**

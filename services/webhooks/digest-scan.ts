@@ -233,12 +233,29 @@ export function projectedScan(
       volume: quoteVolume24h ?? 0,
     });
   }
+  const ranked = rankedScan(rows, skipped, input, markets.length);
+  const notes = [fewerRanked(input.exchange, markets.length, input.topN), ranked.note].filter(
+    (note) => note !== undefined,
+  );
   return {
     timeframe: input.timeframe,
     exchange: input.exchange,
     feed: deps.feed,
     timestamp: Math.floor(deps.now / 1000),
     scanned: markets.length,
-    ...rankedScan(rows, skipped, input, markets.length),
+    ...ranked,
+    ...(notes.length > 0 ? { note: notes.join('; ') } : {}),
   };
+}
+
+/**
+ * Why a digest lists fewer markets than its top_n when the venue ranks fewer (25 asked, 23
+ * ranked): `calls` and `skipped` together hold every market ranked, and nothing else would say
+ * why they hold fewer than top_n. None when the ranking fills top_n (or lists none: the scan's own
+ * note says so).
+ */
+function fewerRanked(exchange: string, ranked: number, topN: number): string | undefined {
+  if (ranked === 0 || ranked >= topN) return undefined;
+  const covered = ranked === 1 ? 'it' : `all ${ranked}`;
+  return `${exchange} ranks ${ranked} market${ranked === 1 ? '' : 's'}, fewer than top_n ${topN}: this digest covers ${covered}`;
 }

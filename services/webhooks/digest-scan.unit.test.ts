@@ -88,6 +88,32 @@ describe('digest scan from projected verdicts', () => {
     );
   });
 
+  it('with a top_n past the markets the venue ranks: a note says the digest covers all it lists', () => {
+    const ranked = ['BTC', 'ETH', 'SOL'];
+    const verdicts: LatestVerdicts = Object.fromEntries(ranked.map((c) => [`BINANCE:${c}:1h`, verdict(c)]));
+    const scan = projectedScan(
+      { exchange: 'BINANCE', timeframe: '1h', topN: 5, limit: 5 },
+      { verdicts, ranked, volumeOf: () => null, feed: 'replay', now: 0 },
+    );
+    expect(scan.calls).toHaveLength(3);
+    expect(scan.skipped).toEqual([]);
+    expect(scan.note).toBe('BINANCE ranks 3 markets, fewer than top_n 5: this digest covers all 3');
+    // With no row either, both are said.
+    const none = projectedScan(
+      { exchange: 'BINANCE', timeframe: '1h', topN: 5 },
+      { verdicts: {}, ranked: ['BTC'], volumeOf: () => null, feed: 'replay', now: 0 },
+    );
+    expect(none.note).toBe(
+      'BINANCE ranks 1 market, fewer than top_n 5: this digest covers it; the 1 market scanned is not listed (it is named in skipped): 1 could not be evaluated',
+    );
+    // A top_n the venue fills: no note.
+    const full = projectedScan(
+      { exchange: 'BINANCE', timeframe: '1h', topN: 3, limit: 3 },
+      { verdicts, ranked, volumeOf: () => null, feed: 'replay', now: 0 },
+    );
+    expect(full.note).toBeUndefined();
+  });
+
   it('a HOLD row says how often standing aside was right, and what it leans', () => {
     const scan = projectedScan(
       { exchange: 'BINANCE_SPOT', timeframe: '15m', topN: 1 },

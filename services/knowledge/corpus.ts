@@ -50,7 +50,8 @@ export interface Corpus {
  * each passage's source_url becomes its section in it.
  */
 function generatedDocument(corpus: Corpus, name: string, title: string, passages: Passage[]): void {
-  const anchors = new Map<string, number>([[headingAnchor(title, new Map()), 1]]);
+  const anchors = new Map<string, number>();
+  headingAnchor(title, anchors);
   const sections = passages.map((p) => {
     corpus.passages.push({ ...p, source_url: `${SOURCES_PATH}/${name}#${headingAnchor(p.title, anchors)}` });
     return `## ${p.title}\n\n${p.text}\n`;

@@ -23,7 +23,7 @@ import {
   sentences,
 } from './extractive.ts';
 import { knowledgeFactsProjection, livePassages } from './facts.ts';
-import { markdownPassages } from './passages.ts';
+import { headingAnchors, markdownPassages } from './passages.ts';
 import { excerpt, KnowledgeIndex } from './search-index.ts';
 import { contentTerms, stem } from './text.ts';
 
@@ -52,6 +52,40 @@ describe('markdown passages', () => {
     expect(passages[0]!.text).toBe('Intro with a link and bold and code.');
     expect(passages[1]!.text).toBe('tool get_trade_call; price 0.02 USD.\ncurl -s localhost:8080/api/search');
     expect(passages[1]!.title).toBe('Guide › Prices');
+  });
+});
+
+describe('heading anchors', () => {
+  it('are GitHub’s (underscores kept, a hyphen per space, -1 for a repeat), while passage ids keep theirs', () => {
+    const md = [
+      '# Error codes',
+      '## Error code `INVALID_MODEL`',
+      '## Prices — plans & quotas',
+      '## What’s **new**?',
+      '## क्या है',
+      '## Error codes',
+      '## Error codes-1',
+      '## Error codes',
+    ].join('\n');
+    // What github-slugger gives for the same headings, rendered.
+    expect(headingAnchors(md)).toEqual([
+      'error-codes',
+      'error-code-invalid_model',
+      'prices--plans--quotas',
+      'whats-new',
+      'क्या-है',
+      'error-codes-1',
+      'error-codes-1-1',
+      'error-codes-2',
+    ]);
+    const passages = markdownPassages(`${md.split('\n').slice(0, 2).join('\n')}\nIt means…`, {
+      path: 'errors.md',
+      title: 'Error codes',
+      source_type: 'errors',
+    });
+    expect(passages.map((p) => [p.id, p.source_url])).toEqual([
+      ['errors.md#error-code-invalidmodel', 'errors.md#error-code-invalid_model'],
+    ]);
   });
 });
 

@@ -112,14 +112,33 @@ function paragraphs(body: string): Paragraph[] {
 }
 
 /**
- * A heading's anchor in its document: its slug, `-1`, `-2`… for the slug's second, third…
- * heading (as GitHub names them); `top` before the first heading. `seen` counts the slugs met.
+ * A heading's anchor as GitHub (github-slugger) writes it, for its rendered text: lower case,
+ * every character but letters, marks, digits, connector punctuation (`_`), hyphens and spaces
+ * dropped, each space a hyphen ("Error code INVALID_MODEL" is `error-code-invalid_model`, "A — B"
+ * `a--b`). Unlike slug(), which passage ids keep.
+ */
+export function githubSlug(text: string): string {
+  return text
+    .toLowerCase()
+    .replace(/[^\p{L}\p{M}\p{N}\p{Pc} -]/gu, '')
+    .replace(/ /g, '-');
+}
+
+/**
+ * A heading's anchor in its document, as GitHub names it: its githubSlug, `-1`, `-2`… for the
+ * slug's second, third… heading, skipping an anchor already taken; `top` for a heading with no
+ * slug. `seen` holds the anchors given and, for each slug, how many repeats it had.
  */
 export function headingAnchor(heading: string, seen: Map<string, number>): string {
-  const base = slug(plainInline(heading)) || 'top';
-  const n = seen.get(base) ?? 0;
-  seen.set(base, n + 1);
-  return n === 0 ? base : `${base}-${n}`;
+  const base = githubSlug(plainInline(heading)) || 'top';
+  let anchor = base;
+  while (seen.has(anchor)) {
+    const n = seen.get(base)! + 1;
+    seen.set(base, n);
+    anchor = `${base}-${n}`;
+  }
+  seen.set(anchor, 0);
+  return anchor;
 }
 
 /** The anchors of a markdown document's headings (levels 1–4, outside code blocks), in order. */

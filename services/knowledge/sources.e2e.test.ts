@@ -62,6 +62,8 @@ describe('GET /knowledge/{file}: where search results and citations open', () =>
       expect(answer.citations.length, question).toBeGreaterThan(0);
       for (const c of answer.citations) urls.add(c.source_url);
     }
+    // GitHub's anchor of the heading: the underscores of a code kept.
+    expect(urls).toContain('/knowledge/errors.md#error-code-invalid_model');
     const served = [...urls].filter((u) => u.startsWith('/knowledge/'));
     const files = new Set(served.map((u) => u.split('#')[0]));
     for (const file of ['README.md', 'methodology.md', 'webhooks.md', 'errors.md', 'tools.md', 'pricing.md'])

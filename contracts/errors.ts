@@ -455,14 +455,30 @@ export const ErrorBody = z
   .loose();
 export type ErrorBody = z.infer<typeof ErrorBody>;
 
+/**
+ * The `data` of a refusal on /mcp: the members of ErrorBody an HTTP refusal carries besides its
+ * code and message, as the same words say them (the rate limit's 429 sends all four).
+ */
+export const RpcErrorData = z.looseObject({
+  code: z.string().optional().describe('The code of the error catalog'),
+  retryable: z
+    .boolean()
+    .optional()
+    .describe(
+      'Whether the same request may succeed later (the catalog entry of its code); present when true',
+    ),
+  retry_after_ms: ErrorBody.shape.retry_after_ms,
+  _service: z.unknown().optional().describe("The caller's auth and quota, where the caller was resolved"),
+});
+export type RpcErrorData = z.infer<typeof RpcErrorData>;
+
 /** The body of a refusal on /mcp (JSON-RPC 2.0). */
 export const RpcErrorBody = z.object({
   jsonrpc: z.literal('2.0'),
   error: z.object({
     code: z.number().int(),
     message: z.string(),
-    /** `code`: the catalog's; `_service`: the caller's auth and quota, where the caller was resolved. */
-    data: z.looseObject({ code: z.string().optional(), _service: z.unknown().optional() }).optional(),
+    data: RpcErrorData.optional(),
   }),
   id: z.union([z.string(), z.number(), z.null()]),
 });

@@ -3,7 +3,13 @@ import { MAX_BATCH_SIZE } from '@modelcontextprotocol/sdk/server/requestBody.js'
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { isInitializeRequest, LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
-import { ERRORS, type ErrorCode, errorMessage, ServiceError } from '../../../contracts/errors.ts';
+import {
+  ERRORS,
+  type ErrorCode,
+  errorMessage,
+  RpcErrorData,
+  ServiceError,
+} from '../../../contracts/errors.ts';
 import { jsonSchema } from '../../../contracts/json-schema.ts';
 import { type Caller, decorateCaller } from '../../metering/caller.ts';
 import { ServiceMeta } from '../../metering/service-meta.ts';
@@ -79,34 +85,49 @@ const MCP_METHODS = 'GET, POST, DELETE';
  */
 const MCP_ALLOW = `${MCP_METHODS}, OPTIONS`;
 
-const rpcError = (description: string): ResponseDoc => ({
-  description,
-  schema: {
-    type: 'object',
-    properties: {
-      jsonrpc: { const: '2.0' },
-      error: {
-        type: 'object',
-        properties: {
-          code: { type: 'integer' },
-          message: { type: 'string' },
-          data: {
-            type: 'object',
-            properties: {
-              code: { type: 'string', description: 'The code of the error catalog' },
-              _service: {
-                ...jsonSchema(ServiceMeta, 'output'),
-                description:
-                  "The caller's auth and live quota, as on every answer, once the caller is known (not on a refused Host or Origin, nor on the sign-in path's 401)",
+/**
+ * A JSON-RPC refusal's document: `data` as RpcErrorData (contracts) declares it, its `_service`
+ * in ServiceMeta's shape; `required` names the data members this answer always carries.
+ */
+const rpcError = (description: string, required: (keyof RpcErrorData)[] = []): ResponseDoc => {
+  const data = jsonSchema(RpcErrorData, 'output') as { properties: Record<string, unknown> };
+  return {
+    description,
+    schema: {
+      type: 'object',
+      properties: {
+        jsonrpc: { const: '2.0' },
+        error: {
+          type: 'object',
+          properties: {
+            code: { type: 'integer' },
+            message: { type: 'string' },
+            data: {
+              type: 'object',
+              properties: {
+                ...data.properties,
+                _service: {
+                  ...jsonSchema(ServiceMeta, 'output'),
+                  description:
+                    "The caller's auth and live quota, as on every answer, once the caller is known (not on a refused Host or Origin, nor on the sign-in path's 401)",
+                },
               },
+              ...(required.length > 0 ? { required } : {}),
             },
           },
         },
+        id: {},
       },
-      id: {},
     },
-  },
-});
+  };
+};
+
+/** The rate limit's refusal: -32000 with data {code RATE_LIMITED, retryable, retry_after_ms, _service}. */
+const rpcRateLimited = (description: string): ResponseDoc =>
+  rpcError(
+    `${description}; data.code RATE_LIMITED, data.retryable true, data.retry_after_ms the wait in milliseconds (Retry-After gives it in whole seconds)`,
+    ['code', 'retryable', 'retry_after_ms'],
+  );
 
 /** The codes a tool result carries in `structuredContent.code` when `isError` is set (contract 7.3). */
 const TOOL_RESULT_CODES: ErrorCode[] = [
@@ -158,7 +179,9 @@ const POST_RESPONSES: Record<number, ResponseDoc> = {
     ),
     headers: { 'Accept-Encoding': 'identity: the content coding accepted (on a refused Content-Encoding)' },
   },
-  429: rpcError('-32000: rate limited, with Retry-After (a batch: it does not fit what the window has left)'),
+  429: rpcRateLimited(
+    '-32000: rate limited, with Retry-After (a batch: it does not fit what the window has left)',
+  ),
 };
 
 /** GET: the session's server-to-client event stream; no body. */
@@ -179,7 +202,7 @@ const GET_RESPONSES: Record<number, ResponseDoc> = {
   404: NO_SESSION,
   406: rpcError('-32000: Accept must take text/event-stream'),
   409: rpcError('-32000: the session already has its stream open'),
-  429: rpcError('-32000: rate limited, with Retry-After'),
+  429: rpcRateLimited('-32000: rate limited, with Retry-After'),
 };
 
 /** DELETE: ends the session; an empty answer. */
@@ -188,7 +211,7 @@ const DELETE_RESPONSES: Record<number, ResponseDoc> = {
   400: rpcError(`-32000: no Mcp-Session-Id; ${VERSION_400}`),
   403: REFUSED_HOST,
   404: NO_SESSION,
-  429: rpcError('-32000: rate limited, with Retry-After'),
+  429: rpcRateLimited('-32000: rate limited, with Retry-After'),
 };
 
 const AUTH_TEXT =

@@ -95,7 +95,7 @@ describe('the rate limit is taken before a request is judged, and every answer s
     }
   });
 
-  it('puts them on a body that cannot be read: JSON-RPC -32700 on /mcp, INVALID_FIELD on /api/webhooks', async () => {
+  it('puts them on a body that cannot be read: JSON-RPC -32700 on /mcp, UNSUPPORTED_MEDIA_TYPE on /api/webhooks', async () => {
     const mcp = await call('POST', '/mcp', {
       headers: { ...json, accept: 'application/json, text/event-stream' },
       body: '{bad',
@@ -107,12 +107,12 @@ describe('the rate limit is taken before a request is judged, and every answer s
       headers: { 'content-type': 'text/plain', ...pro },
       body: 'x',
     });
-    expect(text.status).toBe(400);
+    expect(text.status).toBe(415);
     expect(limitOf(text.res).remaining).toMatch(/^\d+$/);
     // Told what to send, not that a field of the text is wrong.
     expect(text.body).toMatchObject({
-      code: 'INVALID_FIELD',
-      message: 'the body must be a JSON object, sent with Content-Type: application/json',
+      code: 'UNSUPPORTED_MEDIA_TYPE',
+      message: 'send the body as application/json',
     });
   });
 

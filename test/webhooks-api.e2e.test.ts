@@ -240,6 +240,46 @@ describe.runIf(reachable)('webhook management API', () => {
     expect(cleared.body).not.toHaveProperty('top_n');
   });
 
+  it('refuses a body in any media type but JSON alike: 415 UNSUPPORTED_MEDIA_TYPE, text/plain as a form', async () => {
+    const key = await stack.issue();
+    const sub = (await stack.request('POST', '/api/webhooks', key, base())).body;
+    const json = JSON.stringify(base());
+    const answers = [];
+    for (const [method, path] of [
+      ['POST', '/api/webhooks'],
+      ['PATCH', `/api/webhooks/${sub.id}`],
+    ] as const) {
+      for (const type of [
+        'text/plain',
+        'text/plain; charset=utf-8',
+        'application/x-www-form-urlencoded',
+        'application/xml',
+      ]) {
+        const res = await fetch(`${stack.url}${path}`, {
+          method,
+          headers: { authorization: `Bearer ${key}`, 'content-type': type },
+          body: type.includes('form') ? 'url=https%3A%2F%2Fexample.com' : json,
+        });
+        const { _service, ...body } = (await res.json()) as Record<string, unknown>;
+        answers.push([method, type, res.status, body]);
+      }
+    }
+    expect(answers).toEqual(
+      answers.map(([method, type]) => [
+        method,
+        type,
+        415,
+        { code: 'UNSUPPORTED_MEDIA_TYPE', message: 'send the body as application/json' },
+      ]),
+    );
+    // A body of no bytes is no body whatever its type: a bodiless route is served.
+    const empty = await fetch(`${stack.url}/api/webhooks/${sub.id}/test`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'text/plain' },
+    });
+    expect(empty.status).toBe(200);
+  });
+
   it('refuses a recover_since in the future, an unknown delivery-log or list parameter and one given twice', async () => {
     const key = await stack.issue();
     const sub = (await stack.request('POST', '/api/webhooks', key, base())).body;

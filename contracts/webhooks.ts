@@ -71,19 +71,16 @@ const FILTERS_APPLY = 'applies only to trade_call, regime_shift and risk_shift';
 /** The events `min_confidence` filters: the verdict events, and a digest's rows. */
 const CONFIDENCE_EVENTS: readonly WebhookEventType[] = ['trade_call', 'regime_shift', 'scan_digest'];
 
+/** `assets` as a subscription may hold them: those created before the one-top:N rule included. */
+// Compared as parsed: symbols upper-cased, `top:N` lower-cased, so `btc` repeats `BTC`.
+const heldAssets = z.array(AssetFilter).min(1).max(100).refine(unique, 'assets must not repeat');
+
 /** What a subscription takes and where it sends: the create's fields, which PATCH changes too. */
 const SUBSCRIPTION_FIELDS = {
   url: z.string().max(2048),
   events: z.array(WebhookEventType).min(1).refine(unique, 'events must not repeat'),
   timeframes: z.array(Timeframe).min(1).refine(unique, 'timeframes must not repeat').optional(),
-  // Compared as parsed: symbols upper-cased, `top:N` lower-cased, so `btc` repeats `BTC`.
-  assets: z
-    .array(AssetFilter)
-    .min(1)
-    .max(100)
-    .refine(unique, 'assets must not repeat')
-    .superRefine(oneTopN)
-    .optional(),
+  assets: heldAssets.superRefine(oneTopN).optional(),
   min_confidence: z.number().int().min(0).max(100).optional(),
   timeframe: Timeframe.optional(),
   exchange: Exchange.optional(),
@@ -174,8 +171,14 @@ export const CreateWebhookRequest = z
   .superRefine(settingsRules);
 export type CreateWebhookRequest = z.infer<typeof CreateWebhookRequest>;
 
-/** The settings a PATCH leaves, checked by the create's rules (the whole, not the patch). */
-export const WebhookSettingsCheck = z.strictObject(SUBSCRIPTION_FIELDS).superRefine(settingsRules);
+/**
+ * The settings a PATCH leaves, checked by the create's rules (the whole, not the patch). The
+ * `assets` a PATCH gives meet the one-top:N rule in UpdateWebhookRequest; those it keeps were
+ * checked at their create, so a subscription holding two top:N still takes a PATCH of its url.
+ */
+export const WebhookSettingsCheck = z
+  .strictObject({ ...SUBSCRIPTION_FIELDS, assets: heldAssets.optional() })
+  .superRefine(settingsRules);
 
 const removable = <T extends z.ZodType>(field: z.ZodOptional<T>) =>
   field.unwrap().nullable().optional().describe('null removes the filter');

@@ -25,18 +25,28 @@ describe('npm start under a supervisor', () => {
     for (const dir of dirs) await rm(dir, { recursive: true, force: true });
   });
 
-  it('drains on the SIGTERM a supervisor sends the whole process group, though the service is busy when it comes', async () => {
-    const dir = await mkdtemp(join(tmpdir(), 'npm-start-'));
+  async function tempDir(prefix: string): Promise<string> {
+    const dir = await mkdtemp(join(tmpdir(), prefix));
     dirs.push(dir);
-    const run = startNpm(ROOT, { DATA_DIR: dir });
-    const { pgid } = run;
-    groups.push(pgid);
+    return dir;
+  }
+
+  /** `npm start` in `cwd` once it has logged `service started`, and its node process. */
+  async function started(cwd: string, env: Record<string, string>) {
+    const run = startNpm(cwd, env);
+    groups.push(run.pgid);
     await expect
       .poll(() => run.messages().includes('service started'), { timeout: 120_000, interval: 200 })
       .toBe(true);
-    const service = serviceIn(pgid);
-    expect(service, JSON.stringify(groupMembers(pgid))).toBeDefined();
+    const service = serviceIn(run.pgid);
+    expect(service, JSON.stringify(groupMembers(run.pgid))).toBeDefined();
     servicePid = service!.pid;
+    return { run, service: service! };
+  }
+
+  it('drains on the SIGTERM a supervisor sends the whole process group, though the service is busy when it comes', async () => {
+    const { run } = await started(ROOT, { DATA_DIR: await tempDir('npm-start-') });
+    const { pgid } = run;
 
     // Stopped, the service stands for one whose event loop is busy when the signal comes: it cannot
     // take the signal until it runs again, however long a parent waits for it to.
@@ -56,16 +66,7 @@ describe('npm start under a supervisor', () => {
   }, 240_000);
 
   it('drains on a Ctrl-C (SIGINT to the whole process group), though npm passes it on as well', async () => {
-    const dir = await mkdtemp(join(tmpdir(), 'npm-start-int-'));
-    dirs.push(dir);
-    const run = startNpm(ROOT, { DATA_DIR: dir });
-    groups.push(run.pgid);
-    await expect
-      .poll(() => run.messages().includes('service started'), { timeout: 120_000, interval: 200 })
-      .toBe(true);
-    const service = serviceIn(run.pgid);
-    expect(service, JSON.stringify(groupMembers(run.pgid))).toBeDefined();
-    servicePid = service!.pid;
+    const { run } = await started(ROOT, { DATA_DIR: await tempDir('npm-start-int-') });
 
     // A terminal's Ctrl-C signals the foreground group: node gets the SIGINT, and npm passes its
     // own copy on, so one key press reaches the service twice.
@@ -77,17 +78,11 @@ describe('npm start under a supervisor', () => {
   }, 240_000);
 
   it('takes one copy of the signal as the same signal, and exits at once on a further one', async () => {
-    const dir = await mkdtemp(join(tmpdir(), 'npm-start-again-'));
-    dirs.push(dir);
     // A drain long enough that the stop is still under way when the further signal comes.
-    const run = startNpm(ROOT, { DATA_DIR: dir, SHUTDOWN_DRAIN_MS: '60000' });
-    groups.push(run.pgid);
-    await expect
-      .poll(() => run.messages().includes('service started'), { timeout: 120_000, interval: 200 })
-      .toBe(true);
-    const service = serviceIn(run.pgid);
-    expect(service, JSON.stringify(groupMembers(run.pgid))).toBeDefined();
-    servicePid = service!.pid;
+    const { run } = await started(ROOT, {
+      DATA_DIR: await tempDir('npm-start-again-'),
+      SHUTDOWN_DRAIN_MS: '60000',
+    });
 
     // The first signal, then its copy as late as a loaded host delivers one (npm's copy of a group's
     // signal may also merge with the first while that is pending: sent one by one, each is taken).
@@ -112,27 +107,19 @@ describe('npm start under a supervisor', () => {
 
   it("drains and exits 0 on a SIGTERM to npm's own pid, node being npm's child, and reads ./.env under exported variables", async () => {
     // A checkout of its own (every entry of this one linked) so that it can hold a .env.
-    const checkout = await mkdtemp(join(tmpdir(), 'npm-start-env-'));
-    dirs.push(checkout);
+    const checkout = await tempDir('npm-start-env-');
     for (const entry of await readdir(ROOT)) {
       if (['.env', '.git', 'data', 'test-results'].includes(entry)) continue;
       await symlink(join(ROOT, entry), join(checkout, entry));
     }
     const fromFile = join(checkout, 'data-from-env-file');
     await writeFile(join(checkout, '.env'), `DATA_DIR=${fromFile}\nHOST=127.0.0.2\n`);
-    const run = startNpm(checkout, { HOST: '127.0.0.1' });
-    groups.push(run.pgid);
-    await expect
-      .poll(() => run.messages().includes('service started'), { timeout: 120_000, interval: 200 })
-      .toBe(true);
+    const { run, service } = await started(checkout, { HOST: '127.0.0.1' });
     // DATA_DIR came from .env; HOST from the environment, which wins over the file.
     expect(run.lines.find((l) => l.msg === 'event store: LMDB')?.path).toBe(join(fromFile, 'events'));
     expect(run.lines.find((l) => l.msg === 'service started')?.url).toMatch(/^http:\/\/127\.0\.0\.1:/);
     // No shell between npm and the service: the signal npm passes on reaches node itself.
-    const service = serviceIn(run.pgid);
-    expect(service, JSON.stringify(groupMembers(run.pgid))).toBeDefined();
-    expect(service!.ppid).toBe(run.pgid);
-    servicePid = service!.pid;
+    expect(service.ppid).toBe(run.pgid);
 
     process.kill(run.pgid, 'SIGTERM');
     expect(await run.exit).toBe(0);

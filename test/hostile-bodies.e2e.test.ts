@@ -188,6 +188,32 @@ describe('hostile bodies', () => {
     expect(JSON.parse(typed.text)).toMatchObject({ code: 'UNSUPPORTED_MEDIA_TYPE' });
   });
 
+  // One rule for a body in another media type on every /api route: text/plain is refused as a
+  // form or XML is (415), not read as text and then judged as a body that is not an object; search
+  // and chat answer it in their own code, as the spec fixes.
+  it('refuses a body in any media type but JSON alike on every /api route, text/plain as a form', async () => {
+    const json = JSON.stringify({ query: 'what is the risk band' });
+    const answers = [];
+    for (const path of ['/api/keys', '/api/webhooks', '/api/search', '/api/chat']) {
+      for (const type of ['text/plain', 'text/plain; charset=utf-8', 'application/x-www-form-urlencoded']) {
+        const res = await post(path, json, { 'content-type': type });
+        answers.push([path, type, res.status, res.body.code]);
+      }
+    }
+    const expected = { '/api/search': 'INVALID_QUERY', '/api/chat': 'INVALID_QUESTION' } as Record<
+      string,
+      string
+    >;
+    expect(answers).toEqual(
+      answers.map(([path, type]) => [
+        path,
+        type,
+        expected[path as string] ? 400 : 415,
+        expected[path as string] ?? 'UNSUPPORTED_MEDIA_TYPE',
+      ]),
+    );
+  });
+
   it('refuses an empty body where the route needs one, naming what is missing', async () => {
     const res = await post('/api/webhooks', '');
     expect(res.status).toBe(400);

@@ -455,19 +455,28 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
     expect(served.res.status).toBe(200);
     expect((served.body._service as { chat_quota: { used: number } }).chat_quota.used).toBe(1);
     expect(ServiceMeta.parse(served.body._service).quota?.used).toBe(1);
-    // A question sent as text, or JSON that is not an object, is told what to send.
+    // A question sent as text (as any media type but JSON), or JSON that is not an object, is told
+    // what to send.
     const asText = await fetch(`${service.url}/api/chat`, {
       method: 'POST',
       headers: { 'content-type': 'text/plain', ...bearer(key.key) },
       body: 'what does squeeze mean',
     });
     const array = await post('/api/chat', ['what does squeeze mean'], bearer(key.key));
-    for (const { status, body } of [
-      { status: asText.status, body: (await asText.json()) as Body },
-      { status: array.res.status, body: array.body },
+    for (const { status, body, message } of [
+      {
+        status: asText.status,
+        body: (await asText.json()) as Body,
+        message: 'the request body could not be read: send the body as application/json',
+      },
+      {
+        status: array.res.status,
+        body: array.body,
+        message: 'the body must be a JSON object, sent with Content-Type: application/json',
+      },
     ]) {
       expect({ status, code: body.code }).toEqual({ status: 400, code: 'INVALID_QUESTION' });
-      expect(body.message).toBe('the body must be a JSON object, sent with Content-Type: application/json');
+      expect(body.message).toBe(message);
     }
   });
 

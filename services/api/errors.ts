@@ -33,7 +33,7 @@ interface Refused {
 }
 
 /**
- * A body that is not a JSON object (text sent as text/plain, a JSON array or string): what to
+ * A body that is not a JSON object (a JSON array, string or `null`): what to
  * send, rather than a field said to be missing.
  */
 const NOT_AN_OBJECT = 'the body must be a JSON object, sent with Content-Type: application/json';

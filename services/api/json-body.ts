@@ -167,8 +167,14 @@ export async function noBodyOrObject(request: object): Promise<void> {
  * object naming a member twice refused (repeatedMemberName), each refusal saying which it was. An empty body is no body, so a bodiless POST or DELETE that still
  * names `application/json` reaches its route; a route that needs a body refuses the missing one
  * through its own schema.
+ *
+ * JSON is the one media type read: Fastify's own text/plain parser is dropped, so a text/plain
+ * body of any bytes is refused as a form or XML is, 415 UNSUPPORTED_MEDIA_TYPE (RFC 9110
+ * §15.5.16; search and chat in their own codes), rather than handed on as a string and refused as
+ * a body that is not an object. Contexts reading raw bodies (OAuth, x402) set their own parsers.
  */
 export function registerJsonParser(app: FastifyInstance): void {
+  app.removeContentTypeParser('text/plain');
   app.removeContentTypeParser('application/json');
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
     // A compressed body (gzip…) is not read: said so, rather than called JSON that is not UTF-8.

@@ -686,10 +686,6 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
 
     // Most of these routes take no body: one of no bytes is none, whatever its framing says.
     emptyBodyIsNoBody(plain);
-    // A body of any bytes in another media type is 415 UNSUPPORTED_MEDIA_TYPE, text/plain as a form
-    // (RFC 9110 §15.5.16), as /mcp answers it: Fastify's own text/plain parser would hand the text
-    // on, to be refused 400 as a body that is not an object, while a form was 415.
-    plain.removeContentTypeParser('text/plain');
     // Before the body is validated: a caller without a key learns nothing about the body it sent.
     // Every refusal is 401, but a key that cannot be checked right now (503, retryable).
     decorateCaller(plain);

@@ -397,10 +397,9 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
     decorateCaller(app);
     // Refusals before the transport sees the request (a body that is not JSON, or too deep) in JSON-RPC's shape.
     app.setErrorHandler(errorHandler(rpcErrorBodyWithService));
-    // Only JSON is read here: without Fastify's other built-in parser a text/plain body is the
-    // catalog's UNSUPPORTED_MEDIA_TYPE (415, -32600), as every other media type is, never handed
-    // to the SDK transport (whose own 415 says -32000).
-    app.removeContentTypeParser('text/plain');
+    // Only JSON is read (registerJsonParser): a text/plain body is the catalog's
+    // UNSUPPORTED_MEDIA_TYPE (415, -32600), as every other media type is, never handed to the SDK
+    // transport (whose own 415 says -32000).
     // A repeated Content-Type or a compressed body: the same 415, before the body is read.
     app.addHook('preParsing', async (request, _reply, payload) => {
       const refused = unreadableBody(request);

@@ -49,17 +49,20 @@ function moreBracketsThan(text: string, max: number): boolean {
  * strings hold. JSON.parse keeps one member per distinct name, and its strings hold at least the
  * `:` the text's do (a `\u003a` escape adds one), so with no such escape in the text the count
  * matches the parsed value's members and the `:` of its names and strings exactly when no name is
- * repeated (a dropped member takes its `:` with it). Otherwise, and to name the key,
- * jsonc-parser's visitor (the scanner VS Code reads JSON with) walks the text's objects.
+ * repeated (a dropped member takes its `:` with it). A text that writes any escape is read by
+ * jsonc-parser's visitor (the scanner VS Code reads JSON with) instead, as is one whose counts differ
+ * (to name the key): V8's JSON.parse (Node 24) can read an escaped name as another one once an
+ * earlier text has named that one (nodejs/node#63785: after `{"a":0,"\\":0}`,
+ * `{"\u0061":1,"\u0061":2}` parses as `{"a":1,"\\":2}`), so its value cannot settle the count.
  */
 export function repeatedMemberName(text: string, parsed: unknown): string | undefined {
   if (typeof parsed !== 'object' || parsed === null) return undefined;
-  const escapedColon = text.includes('\\u003');
-  if (!escapedColon && colonsIn(text) === membersAndColons(parsed)) return undefined;
-  // The counts differ only for a repeated name when no `\u003a` is written: one there is, unnamed
+  const escaped = text.includes('\\');
+  if (!escaped && colonsIn(text) === membersAndColons(parsed)) return undefined;
+  // The counts differ only for a repeated name when no escape is written: one there is, unnamed
   // when the text nests too deep for the visitor (only the paid routes, which read their bodies
   // raw, take such a text).
-  return firstRepeatedName(text) ?? (escapedColon ? undefined : '');
+  return firstRepeatedName(text) ?? (escaped ? undefined : '');
 }
 
 function colonsIn(text: string): number {

@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import Fastify from 'fastify';
 import { describe, expect, it } from 'vitest';
 import { errorMessage, ServiceError } from '../../contracts/errors.ts';
@@ -111,5 +112,74 @@ describe('repeatedMemberName', () => {
     expect(repeated(deep)).toBeUndefined();
     expect(repeated(`{"b":1,"b":2,"c":${deep}}`)).toBe('b');
     expect(repeated(`{"c":${deep},"b":1,"b":2}`)).toBe('');
+  });
+});
+
+/** A JSON value as it is written: each object's members in text order, names possibly repeated. */
+type Written = null | boolean | string | number | Written[] | { members: [string, Written][] };
+
+/** A string written as JSON: each code unit raw or as a \u escape (lower or upper case hex). */
+const writtenString = (value: string, escapes: boolean[]) =>
+  `"${[...value]
+    .map((char, i) => {
+      const code = char.charCodeAt(0);
+      if (char.length === 1 && escapes[i % escapes.length]) {
+        const hex = code.toString(16).padStart(4, '0');
+        return `\\u${i % 2 ? hex.toUpperCase() : hex}`;
+      }
+      return JSON.stringify(char).slice(1, -1);
+    })
+    .join('')}"`;
+
+describe('repeatedMemberName on random JSON texts', () => {
+  // Few names, so objects repeat them; colons, quotes, backslashes and escapes where the count looks.
+  const name = fc.constantFrom('a', 'b', ':', 'a:b', '::', '"', '\\', 'é', '😀', '__proto__', '1', '01', '');
+  const text = fc.string({ unit: fc.constantFrom('a', ':', '"', '\\', ' ', '😀', 'é') });
+  const escapes = fc.array(fc.boolean(), { minLength: 1, maxLength: 4 });
+  const space = fc.constantFrom('', ' ', '\n', '\t ');
+  const { value } = fc.letrec<{ value: Written }>((tie) => ({
+    value: fc.oneof(
+      { depthSize: 'small', withCrossShrink: true },
+      fc.constantFrom(null, true, false, 0, -1.5e3, 1e-7),
+      text,
+      fc.array(tie('value'), { maxLength: 4 }),
+      fc.record({ members: fc.array(fc.tuple(name, tie('value')), { maxLength: 5 }) }),
+    ),
+  }));
+  /** The text, and the first name an object repeats in text order (the oracle). */
+  const write = (root: Written, escaping: boolean[], ws: string) => {
+    let first: string | undefined;
+    const go = (v: Written): string => {
+      if (v === null || typeof v !== 'object') {
+        return typeof v === 'string' ? writtenString(v, escaping) : JSON.stringify(v);
+      }
+      if (Array.isArray(v)) return `[${ws}${v.map(go).join(`${ws},${ws}`)}${ws}]`;
+      const seen = new Set<string>();
+      const parts = v.members.map(([n, member]) => {
+        if (seen.has(n)) first ??= n;
+        seen.add(n);
+        return `${writtenString(n, escaping)}${ws}:${ws}${go(member)}`;
+      });
+      return `{${ws}${parts.join(`${ws},${ws}`)}${ws}}`;
+    };
+    return { json: go(root), first };
+  };
+
+  it('reads an escaped text itself: JSON.parse can name a member another way (nodejs/node#63785)', () => {
+    // Once a text has named `a` then `\\`, V8 (Node 24) reads `{"\u0061":1,"\u0061":2}` as
+    // {"a":1,"\\":2}: the count of its members would match the text's.
+    JSON.parse(String.raw`{"a":0,"\\":0}`);
+    const text = String.raw`{"\u0061":1,"\u0061":2}`;
+    expect(repeatedMemberName(text, JSON.parse(text))).toBe('a');
+  });
+
+  it('names the first repeated name exactly when an object repeats one, as JSON.parse reads the text', () => {
+    fc.assert(
+      fc.property(value, escapes, space, (root, escaping, ws) => {
+        const { json, first } = write(root, escaping, ws);
+        expect(repeatedMemberName(json, JSON.parse(json)), json).toBe(first);
+      }),
+      { numRuns: 5000 },
+    );
   });
 });

@@ -143,15 +143,19 @@ const FORMATS: Record<string, string> = {
 
 /**
  * What a value of `schema` must be, in words ("a whole number from 0 to 100"), or null.
- * `outOfRange`: the value broke a bound, so a safe-integer bound is named too (see plain).
+ * `broke`: the side of a bound the value broke, so a safe-integer bound on that side is named
+ * too (see plain).
  */
-export function requirement(root: z.ZodType, outOfRange = false): string | null {
+export function requirement(root: z.ZodType, broke?: Broke): string | null {
   const { schema, nullable } = unwrap(root);
-  const text = plain(schema, outOfRange);
+  const text = plain(schema, broke);
   return text === null ? null : nullable ? `${text}, or null` : text;
 }
 
-function plain(schema: z.ZodType, outOfRange: boolean): string | null {
+/** The side of a bound a value broke: above a maximum (too_big) or below a minimum (too_small). */
+type Broke = 'above' | 'below';
+
+function plain(schema: z.ZodType, broke?: Broke): string | null {
   const def = defOf(schema);
   switch (def.type) {
     case 'number': {
@@ -166,10 +170,15 @@ function plain(schema: z.ZodType, outOfRange: boolean): string | null {
           if (!hi || c.value < hi.value) hi = { value: c.value, inclusive: c.inclusive === true };
         }
       }
-      // The safe-integer bounds of an integer check are no bound a caller needs told, unless the
-      // value broke one (`after_seq=99999999999999999999` is a whole number ≥ 0, and too large).
-      if (!outOfRange && lo && lo.value <= Number.MIN_SAFE_INTEGER) lo = undefined;
-      if (!outOfRange && hi && hi.value >= Number.MAX_SAFE_INTEGER) hi = undefined;
+      // int() bounds a value to the safe integers without a check of either kind above.
+      if (checksOf(schema).some((c) => c.check === 'number_format' && c.format === 'safeint')) {
+        lo ??= { value: Number.MIN_SAFE_INTEGER, inclusive: true };
+        hi ??= { value: Number.MAX_SAFE_INTEGER, inclusive: true };
+      }
+      // The safe-integer bounds are no bound a caller needs told, unless the value broke that one
+      // (`after_seq=99999999999999999999` is a whole number ≥ 0, and too large).
+      if (broke !== 'below' && lo && lo.value <= Number.MIN_SAFE_INTEGER) lo = undefined;
+      if (broke !== 'above' && hi && hi.value >= Number.MAX_SAFE_INTEGER) hi = undefined;
       const range = bounds(lo, hi);
       return `${int ? 'a whole number' : 'a number'}${range ? ` ${range}` : ''}`;
     }
@@ -285,8 +294,8 @@ export function issueText(issue: IssueLike, field: string, schema?: z.ZodType, i
     return `unknown field${keys.length === 1 ? '' : 's'} ${keys.map((k) => JSON.stringify(k)).join(', ')}`;
   }
   const at = schema ? schemaAt(schema, issue.path) : undefined;
-  const outOfRange = issue.code === 'too_big' || issue.code === 'too_small';
-  const must = (at && requirement(at, outOfRange)) ?? fromIssue(issue);
+  const broke = issue.code === 'too_big' ? 'above' : issue.code === 'too_small' ? 'below' : undefined;
+  const must = (at && requirement(at, broke)) ?? fromIssue(issue);
   const sent: { present: boolean; value?: unknown; unknown?: true } =
     input === undefined ? { present: false, unknown: true } : givenAt(input, issue.path);
   if (must === null) {

@@ -30,6 +30,18 @@ describe('issueText: what the field must be and what was sent, from the schema',
       { n: '99999999999999999999' },
       'n must be a whole number from 0 to 9007199254740991; got "99999999999999999999"',
     ],
+    // Only the bound the value broke: below, the safe-integer bound above is no news.
+    [
+      z.object({ n: queryInt(0, Number.MAX_SAFE_INTEGER) }),
+      { n: '-1' },
+      'n must be a whole number ≥ 0; got "-1"',
+    ],
+    // A body's whole number past 2^53 - 1 breaks the bound int() sets, named as queryInt's is.
+    [
+      z.object({ n: z.number().int().min(0) }),
+      { n: 2 ** 60 },
+      'n must be a whole number from 0 to 9007199254740991; got 1152921504606847000',
+    ],
     [z.object({ n: z.number().gt(0).lt(1) }), { n: 2 }, 'n must be a number > 0 and < 1; got 2'],
     [z.object({ n: z.number().nullable() }), { n: 'x' }, 'n must be a number, or null; got "x"'],
     [z.object({ e: z.enum(['a', 'b']).optional() }), { e: 'c' }, 'e must be one of a, b; got "c"'],

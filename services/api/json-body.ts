@@ -57,12 +57,13 @@ function moreBracketsThan(text: string, max: number): boolean {
  */
 export function repeatedMemberName(text: string, parsed: unknown): string | undefined {
   if (typeof parsed !== 'object' || parsed === null) return undefined;
-  const escaped = text.includes('\\');
-  if (!escaped && colonsIn(text) === membersAndColons(parsed)) return undefined;
-  // The counts differ only for a repeated name when no escape is written: one there is, unnamed
-  // when the text nests too deep for the visitor (only the paid routes, which read their bodies
-  // raw, take such a text).
-  return firstRepeatedName(text) ?? (escaped ? undefined : '');
+  if (!text.includes('\\') && colonsIn(text) === membersAndColons(parsed)) return undefined;
+  const name = firstRepeatedName(text);
+  if (name !== TOO_DEEP) return name;
+  // A text too deep for the visitor (only the paid routes, which read their bodies raw, take
+  // one): a dropped member leaves the text more `:` than the value (a `\u003a` only adds to the
+  // value's), so a repeated name is refused unnamed, as far as JSON.parse's value tells.
+  return colonsIn(text) > membersAndColons(parsed) ? '' : undefined;
 }
 
 function colonsIn(text: string): number {
@@ -97,11 +98,14 @@ class Repeated {
   constructor(readonly name: string) {}
 }
 
+/** firstRepeatedName's answer for a text that nests too deep for the visitor's recursion. */
+const TOO_DEEP = Symbol('too deep');
+
 /**
  * The first name an object of `text` repeats (names compared unescaped, as JSON.parse reads them),
- * or undefined: none, or the text nests too deep for the visitor's recursion to read it.
+ * undefined when none does, or TOO_DEEP.
  */
-function firstRepeatedName(text: string): string | undefined {
+function firstRepeatedName(text: string): string | undefined | typeof TOO_DEEP {
   const open: Set<string>[] = [];
   try {
     visit(text, {
@@ -119,7 +123,7 @@ function firstRepeatedName(text: string): string | undefined {
     });
   } catch (err) {
     if (err instanceof Repeated) return err.name;
-    if (err instanceof RangeError) return undefined;
+    if (err instanceof RangeError) return TOO_DEEP;
     throw err;
   }
   return undefined;

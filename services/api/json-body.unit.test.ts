@@ -112,6 +112,9 @@ describe('repeatedMemberName', () => {
     expect(repeated(deep)).toBeUndefined();
     expect(repeated(`{"b":1,"b":2,"c":${deep}}`)).toBe('b');
     expect(repeated(`{"c":${deep},"b":1,"b":2}`)).toBe('');
+    // Escaped texts too: JSON.parse's value still shows the member it dropped.
+    expect(repeated(`{"c":${deep},"b":"\\n","b":2}`)).toBe('');
+    expect(repeated(`{"c":${deep},"b":"\\u003a","d":2}`)).toBeUndefined();
   });
 });
 

@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import { parseEnv } from 'node:util';
 import ipaddr from 'ipaddr.js';
 import { z } from 'zod';
+import { issueRequirement, isZodWording } from './issue-text.ts';
 import { EXTRACTIVE_MODEL } from './knowledge.ts';
 import { EXCHANGES, Exchange, Timeframe } from './market.ts';
 import { maskUrlCredentials } from './mask-url.ts';
@@ -1081,9 +1082,11 @@ export function publicBaseUrl(config: Pick<Config, 'PUBLIC_BASE_URL' | 'PORT'>):
 
 /** Secrets are never echoed back in a refusal; a URL is, with its password masked. */
 const SECRET_SETTING = /KEY|SECRET|PASSWORD|TOKEN|JWKS|HEADERS/;
+/** A count or a time whose name holds one of those words (WEBHOOK_MAX_PER_KEY, OAUTH_ACCESS_TOKEN_TTL_S): no secret. */
+const NUMBER_SETTING = /_(MS|S|PER_DAY|PER_KEY)$/;
 function shown(name: string, value: string | undefined): string | undefined {
   if (value === undefined) return undefined;
-  if (SECRET_SETTING.test(name)) return undefined;
+  if (SECRET_SETTING.test(name) && !NUMBER_SETTING.test(name)) return undefined;
   return maskUrlCredentials(value);
 }
 
@@ -1126,7 +1129,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     const name = issue.path.join('.') || '(config)';
     const value =
       typeof issue.path[0] === 'string' ? shown(issue.path[0], cleaned[issue.path[0]]) : undefined;
-    return `  ${name}: ${issue.message}${value === undefined ? '' : ` (got ${JSON.stringify(value)})`}`;
+    // zod's own words ("Too small: expected number to be >0") become what the setting must be.
+    const must = isZodWording(issue.message) ? issueRequirement(issue, ConfigSchema) : null;
+    return `  ${name}: ${must ?? issue.message}${value === undefined ? '' : ` (got ${JSON.stringify(value)})`}`;
   });
   throw new ConfigError(`invalid configuration:\n${lines.join('\n')}`);
 }

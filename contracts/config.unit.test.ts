@@ -1,5 +1,5 @@
 import { generateKeyPairSync } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -321,6 +321,41 @@ describe('loadConfig', () => {
       '  PORT: a whole number in decimal digits (got "eighty")',
       '  TRUST_PROXY: empty, a hop count, or comma-separated proxy addresses/CIDRs (got "foo")',
     ]);
+  });
+
+  it("words a bound or a choice it refuses in the service's words, never zod's, with the value", () => {
+    const refusal = (env: Record<string, string>) => {
+      try {
+        loadConfig(env);
+      } catch (err) {
+        return (err as Error).message.split('\n').slice(1);
+      }
+      return [];
+    };
+    expect(refusal({ APPEND_STALL_MS: '0' })).toEqual([
+      '  APPEND_STALL_MS: a whole number > 0 and ≤ 2147483647 (got "0")',
+    ]);
+    expect(refusal({ NATS_CONSUMER_REPLICAS: '9' })).toEqual([
+      '  NATS_CONSUMER_REPLICAS: a whole number from 0 to 5 (got "9")',
+    ]);
+    expect(refusal({ LOG_LEVEL: 'loud' })).toEqual([
+      '  LOG_LEVEL: one of fatal, error, warn, info, debug, trace, silent (got "loud")',
+    ]);
+    expect(refusal({ SCHEDULE_TIMEFRAMES: '1h,2d' })[0]).toMatch(
+      /^ {2}SCHEDULE_TIMEFRAMES\.1: one of 1m, 3m, /,
+    );
+    // A count whose name holds KEY or TOKEN is no secret: its value is shown.
+    expect(refusal({ WEBHOOK_MAX_PER_KEY: '0' })).toEqual([
+      '  WEBHOOK_MAX_PER_KEY: a whole number > 0 (got "0")',
+    ]);
+    // Every setting of .env.example, given values out of a number's range or no choice of a list.
+    const names = [...readFileSync('.env.example', 'utf8').matchAll(/^#? ?([A-Z][A-Z0-9_]+)=/gm)].map(
+      (m) => m[1] as string,
+    );
+    const zodWords = /Invalid option|Too (small|big)|expected/;
+    for (const name of new Set(names))
+      for (const value of ['0', 'x', '1.5', '99999999999999999999'])
+        for (const line of refusal({ [name]: value })) expect(line, `${name}=${value}`).not.toMatch(zodWords);
   });
 
   it('refuses a malformed WEBHOOK_MASTER_KEY saying how to make one, never echoing it', () => {

@@ -60,6 +60,14 @@ type CheckDef = {
 
 const defOf = (schema: z.ZodType) => (schema as unknown as { _zod: { def: Def } })._zod.def;
 
+/** A transform, or a pipe whose last step is one (`z.string().regex(…).transform(Number)`). */
+function endsInTransform(schema: z.ZodType): boolean {
+  const def = defOf(schema);
+  return (
+    def.type === 'transform' || (def.type === 'pipe' && def.out !== undefined && endsInTransform(def.out))
+  );
+}
+
 /** The schema under the wrappers that do not change what a value must be. */
 function unwrap(schema: z.ZodType): { schema: z.ZodType; nullable: boolean } {
   let nullable = false;
@@ -74,8 +82,9 @@ function unwrap(schema: z.ZodType): { schema: z.ZodType; nullable: boolean } {
     ) {
       schema = def.innerType;
     } else if (def.type === 'pipe' && def.in && def.out) {
-      // A preprocess (a transform, then the schema): the schema says what the value must be.
-      schema = defOf(def.in).type === 'transform' ? def.out : def.in;
+      // A preprocess (a transform, then the schema; or a text checked, transformed, then the
+      // schema, as a setting's decimal digits to a number): the schema says what the value must be.
+      schema = endsInTransform(def.in) ? def.out : def.in;
     } else if (def.type === 'lazy' && def.getter) {
       schema = def.getter();
     } else break;
@@ -276,6 +285,16 @@ function given(value: unknown): string {
 }
 
 /**
+ * What the field of a refused value must be, in words: read from `schema` (the input's, when
+ * known) at the issue's path, else from the issue; null when neither tells.
+ */
+export function issueRequirement(issue: IssueLike, schema?: z.ZodType): string | null {
+  const at = schema ? schemaAt(schema, issue.path) : undefined;
+  const broke = issue.code === 'too_big' ? 'above' : issue.code === 'too_small' ? 'below' : undefined;
+  return (at && requirement(at, broke)) ?? fromIssue(issue);
+}
+
+/**
  * The message for a refused field. `field` is the name it is answered under (the issue's path,
  * or the input as a whole when it has none); `schema` the input's schema and `input` the input as
  * sent, both when known.
@@ -293,9 +312,7 @@ export function issueText(issue: IssueLike, field: string, schema?: z.ZodType, i
     const keys = issue.keys ?? [];
     return `unknown field${keys.length === 1 ? '' : 's'} ${keys.map((k) => JSON.stringify(k)).join(', ')}`;
   }
-  const at = schema ? schemaAt(schema, issue.path) : undefined;
-  const broke = issue.code === 'too_big' ? 'above' : issue.code === 'too_small' ? 'below' : undefined;
-  const must = (at && requirement(at, broke)) ?? fromIssue(issue);
+  const must = issueRequirement(issue, schema);
   const sent: { present: boolean; value?: unknown; unknown?: true } =
     input === undefined ? { present: false, unknown: true } : givenAt(input, issue.path);
   if (must === null) {

@@ -139,6 +139,9 @@ describe('operator key commands', () => {
       [['rebuild-quota', '--format', 'csv'], 'rebuild-quota does not take --format'],
       [['payments', '--owner', 'x', '--all'], 'payments does not take --owner, --all'],
       [['reseal-webhook-secrets', '--from', '2026-11-01'], 'reseal-webhook-secrets does not take --from'],
+      // An option no command takes: named the same way, not with node's advice to pass it after '--'.
+      [['list', '--bogus'], 'list does not take --bogus'],
+      [['revoke', keyId, '-x'], 'revoke does not take -x'],
     ] as const) {
       await expect(run(...argv), argv.join(' ')).rejects.toThrow(new UsageError(told));
     }

@@ -43,7 +43,7 @@ import {
 } from '../../contracts/market.ts';
 import { parseVerdictStream, verdictStream } from '../engine/verdict-recorder.ts';
 import { CommandFailedError } from '../shared/cli-failure.ts';
-import { optionsRefusal, unknownCommandRefusal } from '../shared/command-line.ts';
+import { optionsRefusal, parseArgsRefusal, unknownCommandRefusal } from '../shared/command-line.ts';
 import { invocation } from '../shared/invocation.ts';
 import { revealClock } from '../shared/reveal-clock.ts';
 import { AnchorCheck, type ChainAnchor, readChainAnchors } from './anchor-check.ts';
@@ -951,7 +951,7 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
     try {
       return parseArgs({ args: rest, allowPositionals: true, strict: true, tokens: true, options: OPTIONS });
     } catch (err) {
-      throw new UsageError((err as Error).message);
+      throw new UsageError(parseArgsRefusal(command, err));
     }
   })();
   const { values, positionals, tokens } = parsed;

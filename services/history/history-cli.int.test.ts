@@ -1194,6 +1194,10 @@ describe('npm run history', () => {
     await expect(
       runHistoryCommand(['export', '--store', '--out', out, '--window', '7d'], deps()),
     ).rejects.toThrow('export does not take --window');
+    // An option no command takes: named the same way, not with node's advice to pass it after '--'.
+    await expect(runHistoryCommand(['verify', out, '--bogus'], deps())).rejects.toThrow(
+      new UsageError('verify does not take --bogus'),
+    );
     await expect(runHistoryCommand(['verify', out, out], deps())).rejects.toThrow('verify takes one path');
     // The anchors' options without --anchors: the chains alone would be verified, ok, as if anchored.
     await expect(

@@ -8,6 +8,7 @@ import type { Config } from '../../contracts/config.ts';
 import { requireExistingStore } from '../adapters.ts';
 import { commandLineConfig } from '../shared/cli-config.ts';
 import { failureText } from '../shared/cli-failure.ts';
+import { parseArgsRefusal } from '../shared/command-line.ts';
 import { exitFlushed, usageIfAsked } from '../shared/exit-flushed.ts';
 import { invocation } from '../shared/invocation.ts';
 
@@ -57,7 +58,13 @@ const argv = process.argv.slice(2);
 await usageIfAsked(argv, USAGE);
 let code = 0;
 try {
-  const { positionals } = parseArgs({ args: argv, allowPositionals: true, strict: true, options: {} });
+  const { positionals } = (() => {
+    try {
+      return parseArgs({ args: argv, allowPositionals: true, strict: true, options: {} });
+    } catch (err) {
+      throw new UsageError(parseArgsRefusal('backup', err));
+    }
+  })();
   if (positionals.length > 1) throw new UsageError(`backup takes one DEST: ${positionals.join(' ')}`);
   // A refused setting is told in the service's words, exit 1.
   const config = await commandLineConfig(1);

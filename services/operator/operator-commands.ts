@@ -17,7 +17,7 @@ import {
 } from '../payments/ledger-report.ts';
 import type { PaymentStatus } from '../payments/payment-state.ts';
 import { CommandFailedError } from '../shared/cli-failure.ts';
-import { optionsRefusal, unknownCommandRefusal } from '../shared/command-line.ts';
+import { optionsRefusal, parseArgsRefusal, unknownCommandRefusal } from '../shared/command-line.ts';
 import { invocation } from '../shared/invocation.ts';
 import { describeReseal, resealSecrets } from '../webhooks/reseal.ts';
 import type { SecretBox } from '../webhooks/secret-box.ts';
@@ -161,8 +161,8 @@ function flags(command: string | undefined, args: string[]): Omit<CommandLine, '
     try {
       return parseArgs({ args, allowPositionals: true, tokens: true, options: OPTIONS });
     } catch (err) {
-      // Unknown flags and missing values come back as usage errors, with node's own wording.
-      throw new UsageError((err as Error).message);
+      // Unknown flags and missing values come back as usage errors.
+      throw new UsageError(parseArgsRefusal(command!, err));
     }
   })();
   const { positionals, values, tokens } = parsed;

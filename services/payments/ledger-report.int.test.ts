@@ -216,7 +216,7 @@ describe('the payments ledger (npm run keys -- payments)', () => {
       [['--format', 'xlsx'], '--format must be one of summary, csv, ndjson (got xlsx)'],
       [['--from', 'yesterday'], '--from must be an ISO 8601 date or time'],
       [['--to', '2026-13-45'], '--to must be an ISO 8601 date or time'],
-      [['--colour'], "Unknown option '--colour'"],
+      [['--colour'], 'payments does not take --colour'],
     ] as const) {
       const { code, stderr } = await payments(...args);
       expect(code, args.join(' ')).toBe(2);

@@ -45,3 +45,16 @@ export function unknownCommandRefusal(command: string | undefined, commands: rea
   const known = `the commands are ${commands.join(', ')}`;
   return command ? `unknown command ${command}: ${known}` : `a command is required: ${known}`;
 }
+
+/**
+ * A refusal of `parseArgs`, in the words of optionsRefusal: an option no command takes is
+ * `<command> does not take --bogus`. Node's own text goes on to advise passing it after `--` as a
+ * positional, which is no fix for an operator's command line. Other refusals (an option missing
+ * its value) keep node's words.
+ */
+export function parseArgsRefusal(command: string, err: unknown): string {
+  const { code, message } = err as { code?: string; message?: string };
+  const option =
+    code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' ? /^Unknown option '([^']+)'/.exec(message ?? '') : null;
+  return option ? `${command} does not take ${option[1]}` : String(message ?? err);
+}

@@ -157,4 +157,11 @@ describe('npm run backup', () => {
     expect(existsSync(join(dest, 'events', 'lock.mdb'))).toBe(false);
     await stop(again2.run);
   }, 240_000);
+
+  it('refuses an option it does not take by its name, exit 2, with the usage', async () => {
+    const refused = await backup(join(root, 'no-data'), '--bogus');
+    expect(refused.code).toBe(2);
+    expect(refused.stderr.split('\n')[0]).toBe('backup does not take --bogus');
+    expect(refused.stderr).toContain('usage: ');
+  });
 });

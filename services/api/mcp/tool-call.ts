@@ -460,13 +460,24 @@ function servedResult(structured: Record<string, unknown>, made: ResultJson): Ca
  * A tool error. Every one that is not a quote says whether the same call may pass later (its
  * code's `retryable` in the catalog), as every refusal of the pay-per-call routes does: a caller
  * reads the same thing whichever channel refused it. A quote (x402 payment requirements) answers
- * with the requirements instead, as HTTP's 402 and 429 do.
+ * with the requirements instead, as HTTP's 402 and 429 do. Its words ride in structuredContent's
+ * `error` too (the text, where the error names none of its own; a quote's text is the JSON of its
+ * structuredContent, which has them): a host that gives the model structuredContent rather than
+ * the text reads why the call failed and what to send instead, not a bare code.
  */
 function toolError(text: string, structured: Record<string, unknown>): CallToolResult {
   const { code } = structured;
+  const worded =
+    'error' in structured || 'x402Version' in structured ? structured : withWords(structured, text);
   const says =
-    'retryable' in structured || 'x402Version' in structured || typeof code !== 'string' || !isErrorCode(code)
-      ? structured
-      : { code, retryable: ERRORS[code].retryable, ...structured };
+    'retryable' in worded || 'x402Version' in worded || typeof code !== 'string' || !isErrorCode(code)
+      ? worded
+      : { code, retryable: ERRORS[code].retryable, ...worded };
   return { isError: true, content: [{ type: 'text', text }], structuredContent: says };
+}
+
+/** The error's fields with its words after them, `_service` last, as a quota's refusal has it. */
+function withWords(structured: Record<string, unknown>, text: string): Record<string, unknown> {
+  const { _service, ...fields } = structured;
+  return _service === undefined ? { ...fields, error: text } : { ...fields, error: text, _service };
 }

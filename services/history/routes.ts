@@ -300,12 +300,8 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
     plain.addHook('preClose', async () => {
       closing = true;
     });
-    // Refusals are per request and never cached: each carries the caller's `_service`.
+    // Refusals are per request: each carries the caller's `_service`, and the handler sends them no-store.
     plain.setErrorHandler(errorHandler(apiErrorBody));
-    plain.addHook('onSend', async (_request, reply, payload) => {
-      if (reply.statusCode >= 400) reply.header('cache-control', 'no-store');
-      return payload;
-    });
 
     app.get(
       '/api/verdicts',

@@ -299,12 +299,8 @@ export function knowledgeRoutes(deps: KnowledgeDeps): FastifyPluginAsync {
     // Any page may search and chat with a key.
     openToAnyOrigin(plain);
     decorateCaller(plain);
-    // Errors are per caller and never cached, on /api/search too; `_service` comes with every one.
+    // Errors are per caller; `_service` comes with every one, and the handler sends them no-store (on /api/search too).
     plain.setErrorHandler(errorHandler(knowledgeErrorBody));
-    plain.addHook('onSend', async (_request, reply, payload) => {
-      if (reply.statusCode >= 400) reply.header('cache-control', 'no-store');
-      return payload;
-    });
 
     app.post('/api/search', { ...searchRoute(), preValidation: requireKey }, async (request, reply) => {
       const { query, limit } = request.body;

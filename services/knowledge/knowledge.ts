@@ -63,7 +63,12 @@ export class Knowledge {
       provider: ChatProvider | null;
       logger: Logger;
     },
-  ) {}
+  ) {
+    this.base = deps.config.PUBLIC_BASE_URL?.replace(/\/+$/, '');
+  }
+
+  /** PUBLIC_BASE_URL without its trailing slashes, read once (located). */
+  private readonly base: string | undefined;
 
   /**
    * A passage's source_url as answered: a path on the service (/knowledge/README.md#…, /readyz)
@@ -71,8 +76,7 @@ export class Knowledge {
    * has no base to resolve a path against); a path without it. mcp://tool/… stays as it is.
    */
   private located(url: string): string {
-    const base = this.deps.config.PUBLIC_BASE_URL?.replace(/\/+$/, '');
-    return base !== undefined && url.startsWith('/') ? `${base}${url}` : url;
+    return this.base !== undefined && url.startsWith('/') ? `${this.base}${url}` : url;
   }
 
   get index(): KnowledgeIndex {

@@ -23,20 +23,26 @@ describe('npm run history: an unknown command', () => {
     for (const command of ['export', 'verify', 'score']) expect(USAGE).toContain(`\n  ${command} `);
   });
 
-  it('exits 2 from the real command line with that line first, then the usage, before any setting is read', () => {
-    const cli = spawnSync(process.execPath, ['--import', 'tsx', 'services/history/cli.ts', 'frobnicate'], {
-      cwd: ROOT,
-      encoding: 'utf8',
-      // A setting the service would refuse: read, it would be told instead.
-      env: { ...process.env, PORT: 'not-a-port', LOG_LEVEL: 'silent' },
-      timeout: 60_000,
-    });
-    expect(cli.status).toBe(2);
-    expect(cli.stdout).toBe('');
-    const [first, ...usage] = cli.stderr.split('\n\n');
-    expect(first).toBe('unknown command frobnicate: the commands are export, verify, score');
-    // Then the usage (its first line names the command as it was started: node's command here).
-    const after = USAGE.slice(USAGE.indexOf(' <command> [options]\n'));
-    expect(usage.join('\n\n').endsWith(`${after}\n`)).toBe(true);
+  it('exits 2 from the real command line with that line and a one-line hint, not the usage, before any setting is read', () => {
+    for (const argv of [['frobnicate'], ['score']]) {
+      const cli = spawnSync(process.execPath, ['--import', 'tsx', 'services/history/cli.ts', ...argv], {
+        cwd: ROOT,
+        encoding: 'utf8',
+        // A setting the service would refuse: read, it would be told instead.
+        env: { ...process.env, PORT: 'not-a-port', LOG_LEVEL: 'silent' },
+        timeout: 60_000,
+      });
+      expect(cli.status, argv.join(' ')).toBe(2);
+      expect(cli.stdout).toBe('');
+      // The refusal, then where the usage is: two lines, the usage itself left to --help.
+      expect(cli.stderr.split('\n')).toEqual([
+        argv[0] === 'score'
+          ? 'score needs the export file'
+          : 'unknown command frobnicate: the commands are export, verify, score',
+        'for the usage: node --import tsx services/history/cli.ts --help',
+        '',
+      ]);
+      expect(cli.stderr).not.toContain('<command> [options]');
+    }
   });
 });

@@ -8,6 +8,7 @@ import { type Adapters, openAdapters } from '../adapters.ts';
 import { commandLineConfig } from '../shared/cli-config.ts';
 import { commandLineLogger, failureText, openedOrExit } from '../shared/cli-failure.ts';
 import { exitFlushed, usageIfAsked } from '../shared/exit-flushed.ts';
+import { usageHint } from '../shared/invocation.ts';
 import {
   deploymentReplay,
   ExportInterruptedError,
@@ -94,6 +95,8 @@ try {
 } catch (err) {
   const usage = err instanceof UsageError || err instanceof HistoryQueryError;
   code = usage ? 2 : 1;
+  // A usage error is its one line and where the usage is (--help): some thirty lines of usage
+  // under it would bury the line that says what was wrong.
   // An interrupted export says what failed and how to go on; a stack trace would bury that. An
   // expected failure (a store down, an --out this user may not write) is one line too; a bug keeps
   // its stack.
@@ -106,7 +109,7 @@ try {
     err instanceof MalformedRowError;
   process.stderr.write(
     usage
-      ? `${(err as Error).message}\n\n${USAGE}\n`
+      ? `${(err as Error).message}\n${usageHint('history')}\n`
       : told
         ? `${(err as Error).message}\n`
         : `${failureText(err)}\n`,

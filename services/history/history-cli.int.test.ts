@@ -1296,7 +1296,7 @@ describe('npm run history', () => {
     const flagged = join(dir, 'twice-flag.ndjson');
     await runHistoryCommand(['export', '--store', '--store', '--out', flagged], deps());
     expect(await collect(flagged)).toEqual(await collect(out));
-    // The real command line: exit 2, the refusal on stderr's first line, then the usage; no file.
+    // The real command line: exit 2, the refusal on stderr's first line, then where the usage is; no file.
     const cliOut = join(dir, 'twice-cli.ndjson');
     const cli = await run(process.execPath, [
       '--import',
@@ -1316,7 +1316,7 @@ describe('npm run history', () => {
     ]).catch((err: { code: number; stderr: string }) => err);
     expect((cli as { code: number }).code).toBe(2);
     expect((cli as { stderr: string }).stderr).toMatch(
-      /^--coin given 2 times \("BTC", "ETH"\): it takes one value\n\n.* <command> \[options\]\n/,
+      /^--coin given 2 times \("BTC", "ETH"\): it takes one value\nfor the usage: .* --help\n$/,
     );
     expect(existsSync(cliOut)).toBe(false);
   });

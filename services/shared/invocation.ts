@@ -10,3 +10,11 @@ export function invocation(script: string): string {
   if (process.env.npm_lifecycle_event === script) return `npm run ${script} --`;
   return ['node', ...process.execArgv, relative(process.cwd(), process.argv[1] ?? '')].join(' ');
 }
+
+/**
+ * The line an operator command line prints under a usage error, in place of its whole usage: the
+ * error stays the one thing to read, and this names the command that prints the usage where it runs.
+ */
+export function usageHint(script: string): string {
+  return `for the usage: ${invocation(script)} --help`;
+}

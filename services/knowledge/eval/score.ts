@@ -94,6 +94,12 @@ export const TUNED_SETS = [
  * risk_shift webhooks, funding normalisation and carry, the gate's evidence, prices, re-scoring)
  * and 10 near-topic probes (market making and options at large, another venue's rebate or margin,
  * a trading call before a data release, a book, the weather).
+ *
+ * tuning20.json: in sample from the start, a probe set written for the off-topic round (never
+ * grounded: true for an answer that does not address the question) before the chat was asked
+ * them and committed before any rule of that round changed: 36 crypto-adjacent or near-topic
+ * questions the documentation does not answer (tax, wallets, other exchanges' fees, trading
+ * advice and forecasts, DeFi, mining, ETFs, the weather) and 4 on-topic guards worded near them.
  */
 export const SPENT_SETS = [
   'tuning15.json',
@@ -101,6 +107,7 @@ export const SPENT_SETS = [
   'tuning17.json',
   'tuning18.json',
   'tuning19.json',
+  'tuning20.json',
 ] as const;
 
 /**

@@ -80,6 +80,8 @@ export class OutcomeResolver {
   private leased = false;
   /** The pending view has come within `maxLag` of the head since it last started from scratch. */
   private caughtUp = false;
+  /** The last pass found verdicts due and left them for the pending view to catch up. */
+  private heldByView = false;
   private viewCheckpoint = 0;
   /** stop() was called: a pass under way takes no further verdict (they stay pending). */
   private stopping = false;
@@ -126,9 +128,13 @@ export class OutcomeResolver {
     return this.deps.lease !== undefined && !this.leased;
   }
 
-  /** Whether the pending view is caught up enough for the resolver to work. */
+  /**
+   * Verdicts are due and the resolver leaves them until the pending view catches up. False with
+   * nothing due: a view not yet caught up holds back no work then, and /readyz saying it waits
+   * would send an operator after a lag that delays nothing.
+   */
   get waitingForView(): boolean {
-    return !this.caughtUp;
+    return this.heldByView;
   }
 
   start(): void {
@@ -181,7 +187,10 @@ export class OutcomeResolver {
         this.heads.clear();
       }
       this.leased = held;
-      if (!held) return 0;
+      if (!held) {
+        this.heldByView = false;
+        return 0;
+      }
     }
     // A view that went back (rebuilt) catches up again before the resolver works.
     if (pending.checkpoint < this.viewCheckpoint) this.caughtUp = false;
@@ -199,8 +208,12 @@ export class OutcomeResolver {
           !this.gaps.has(p.verdictId) &&
           !this.waiting(p, wall),
       );
-    if (due.length === 0) return 0;
+    if (due.length === 0) {
+      this.heldByView = false;
+      return 0;
+    }
     if (!this.caughtUp) {
+      this.heldByView = true;
       const head = await store.headPosition();
       if ((await eventsBehind(store, pending.checkpoint, head, this.deps.maxLag)) > this.deps.maxLag)
         return 0;
@@ -208,6 +221,7 @@ export class OutcomeResolver {
       await pending.waitFor(head);
       this.caughtUp = true;
     }
+    this.heldByView = false;
     const streams = new Map<string, PendingVerdict[]>();
     for (const p of due) {
       const list = streams.get(p.stream);
@@ -392,7 +406,7 @@ export function outcomesCheck(
       pending: Object.keys(pending.state.pending).length,
       backingOff: r?.backingOff ?? 0,
       failedFetches: r?.failedFetches ?? 0,
-      waitingForView: r?.waitingForView ?? true,
+      waitingForView: r?.waitingForView ?? false,
       ...(r?.standingBy ? { standingBy: true } : {}),
       ...failureFields(r?.lastFailure ?? null),
     };

@@ -185,16 +185,18 @@ describe('the 1.x SDK client (2025 handshake, session)', () => {
 
   it('-32003 reads once in the SDK client', async () => {
     const keyed = new Client({ name: 'legacy', version: '1.0.0' });
-    await keyed.connect(
-      new StreamableHTTPClientTransport(new URL(`${server.url}/mcp`), {
-        requestInit: { headers: { authorization: `Bearer ${unknownKey}` } },
-      }),
-    );
     try {
-      const error = await keyed.callTool({ name: 'get_market_regime', arguments: { coin: 'BTC' } }).then(
-        () => null,
-        (err: unknown) => err,
-      );
+      // Refused at initialize, as a call is.
+      const error = await keyed
+        .connect(
+          new StreamableHTTPClientTransport(new URL(`${server.url}/mcp`), {
+            requestInit: { headers: { authorization: `Bearer ${unknownKey}` } },
+          }),
+        )
+        .then(
+          () => null,
+          (err: unknown) => err,
+        );
       expect(error).toBeInstanceOf(McpError);
       expect((error as McpError).code).toBe(-32003);
       expect((error as McpError).message.match(/MCP error/g)).toHaveLength(1);

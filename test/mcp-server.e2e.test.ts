@@ -178,8 +178,8 @@ describe.runIf(run)(
     });
 
     it('an unknown well-formed key and a revoked key are JSON-RPC errors -32003, not results', async () => {
-      const unknown = await open({ Authorization: `Bearer sk_live_${'Z'.repeat(43)}` });
-      const error = await rpcError(unknown.callTool({ name: 'get_trade_call', arguments: { coin: 'BTC' } }));
+      // Refused at connect (initialize), with the error a call gets: the host learns it before any call.
+      const error = await rpcError(open({ Authorization: `Bearer sk_live_${'Z'.repeat(43)}` }));
       expect(error.code).toBe(-32003);
       expect(error.data).toMatchObject({
         retryable: false,

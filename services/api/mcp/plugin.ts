@@ -41,7 +41,7 @@ import { createMcpServer, SERVER_INSTRUCTIONS, SIGNIN_INSTRUCTIONS } from './ser
 import { answerToolCall, modernToolCall, plainToolCall } from './session-call.ts';
 import { type SessionPool, SessionTable } from './sessions.ts';
 import { statelessMcp } from './stateless.ts';
-import type { ToolCallDeps } from './tool-call.ts';
+import { refusedKeyError, type ToolCallDeps } from './tool-call.ts';
 import { PROTOCOL_VERSIONS, SESSION_VERSIONS } from './versions.ts';
 
 export interface McpPluginOptions extends ToolCallDeps {
@@ -537,6 +537,12 @@ function mcpHandler(deps: HandlerDeps): Handler {
       const data = 'data' in refusal ? (refusal.data as Record<string, unknown>) : {};
       return rpcRefusal(reply, refusal.status, refusal.code, refusal.message, refusal.id, data);
     }
+    // A key presented but not served (unknown, revoked, or not checkable right now): every request
+    // is refused with the JSON-RPC error a tools/call gets, initialize and tools/list included.
+    if (method === 'POST' && request.callerRefused !== null) {
+      const refused = await refusedKeyAnswer(options, request, reply, sessionId);
+      if (refused !== null) return refused;
+    }
     // initialize on an open session: refused here with the request's id (the transport's own
     // refusal carried id null, which JSON-RPC keeps for an id that could not be read).
     if (sessionId !== undefined && method === 'POST' && isInitialize(request.body)) {
@@ -598,6 +604,50 @@ function mcpHandler(deps: HandlerDeps): Handler {
     }
     return handOver(transport, request, reply, signedIn.get(request), 'mcp request failed');
   };
+}
+
+/**
+ * The 2026-07-28 revision's discovery (the server's card, the same for every caller): answered
+ * whatever the key. The 2.x SDK client reads any error to it as a server of an earlier revision
+ * (and, pinned to 2026-07-28, fails with "did not offer" rather than the key's -32003); its next
+ * request (tools/list) is refused for the key instead.
+ */
+const DISCOVER_METHOD = 'server/discover';
+
+/**
+ * The answer to a POST whose Bearer key was presented and refused (request.callerRefused): each
+ * request in it (initialize, tools/list, ping… as tools/call; server/discover aside) gets the JSON-RPC error -32003
+ * unknown_key (-32004 key_unverifiable when the key cannot be checked right now), HTTP 200 as a
+ * refused tools/call is; a batch an array of them. Null for a body of notifications and responses
+ * only, which the transport takes as ever (202): they ask for nothing. A key not applied (no
+ * Bearer, another header) is no refused key: served as anonymous (contract 5.3).
+ */
+async function refusedKeyAnswer(
+  options: McpPluginOptions,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  sessionId: string | undefined,
+): Promise<FastifyReply | null> {
+  const refused = request.callerRefused;
+  if (refused === null) return null;
+  const body = request.body;
+  const ids = (Array.isArray(body) ? body : [body]).flatMap((message) => {
+    const { method, id } = message as { method?: unknown; id?: unknown };
+    return typeof method === 'string' &&
+      method !== DISCOVER_METHOD &&
+      (typeof id === 'string' || typeof id === 'number')
+      ? [id]
+      : [];
+  });
+  if (ids.length === 0) return null;
+  const { code, message, data } = await refusedKeyError(options, refused);
+  const answers = ids.map((id) => ({ jsonrpc: '2.0', id, error: { code, message, data } }));
+  if (sessionId !== undefined) reply.header('mcp-session-id', sessionId);
+  return reply
+    .code(200)
+    .header('cache-control', REFUSAL_CACHE_CONTROL)
+    .type(JSON_UTF8)
+    .send(JSON.stringify(Array.isArray(body) ? answers : answers[0]));
 }
 
 /**

@@ -139,6 +139,21 @@ function channelError(
 }
 
 /**
+ * The JSON-RPC error of a presented key that is not served: -32003 unknown_key (never issued, or
+ * revoked), -32004 key_unverifiable (it cannot be checked right now: retryable), with the
+ * refusal's `_service`. Every request at /mcp carrying such a key is answered with it, initialize
+ * and tools/list as tools/call (plugin.ts), so a host learns its key is bad at connect.
+ */
+export async function refusedKeyError(
+  deps: Pick<ToolCallDeps, 'quota'>,
+  refused: CallerRejectedError,
+): Promise<ChannelError> {
+  return channelError(refused.reason === 'unknown' ? 'unknown_key' : 'key_unverifiable', refused.message, {
+    _service: await undebitedService(deps.quota, refused.caller),
+  });
+}
+
+/**
  * What a tool gives back when its result is thrown away because the call lost the race for the
  * plan's last call, or its debit could not be made: the unit chat_knowledge took of the chat quota.
  */
@@ -167,11 +182,7 @@ const MCP_PAYMENT_REPLAYED_META = 'x402/payment-replayed';
  */
 export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Promise<CallToolResult> {
   const refused = request.refused;
-  if (refused) {
-    throw channelError(refused.reason === 'unknown' ? 'unknown_key' : 'key_unverifiable', refused.message, {
-      _service: await undebitedService(deps.quota, refused.caller),
-    });
-  }
+  if (refused) throw await refusedKeyError(deps, refused);
   if (request.caller === undefined)
     throw new Error('tools/call without a caller: the caller hook (callerPlugin) runs before every route');
   const caller: Caller = request.caller;

@@ -1,0 +1,96 @@
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { McpError } from '@modelcontextprotocol/sdk/types.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MemoryCache } from '../../../adapters/cache/memory.ts';
+import { startKeyedServer } from '../../../test/keyed-harness.ts';
+import { MCP_HEADERS } from '../../../test/mcp-wire.ts';
+import { revokeKey } from '../../keys/key-commands.ts';
+
+/**
+ * A Bearer key presented and refused (unknown, revoked) is refused on every request at /mcp with
+ * the JSON-RPC error a tools/call gets (-32003), initialize and tools/list included: a host learns
+ * its key is bad at connect, not at its first paid call. A key not applied is served as anonymous.
+ */
+type Server = Awaited<ReturnType<typeof startKeyedServer>>;
+
+function sdkClient(url: string, key: string, name = 'host-audit'): [Client, StreamableHTTPClientTransport] {
+  const client = new Client({ name, version: '1' });
+  const transport = new StreamableHTTPClientTransport(new URL(`${url}/mcp`), {
+    requestInit: { headers: { authorization: `Bearer ${key}` } },
+  });
+  return [client, transport];
+}
+
+/** A key shaped like a live one that was never issued: the issued key with its last character changed. */
+function neverIssued(key: string): string {
+  const last = key.at(-1)!;
+  return `${key.slice(0, -1)}${last === 'A' ? 'B' : 'A'}`;
+}
+
+async function rpcCodeOf(promise: Promise<unknown>): Promise<{ code: number; data: unknown } | null> {
+  try {
+    await promise;
+    return null;
+  } catch (err) {
+    expect(err).toBeInstanceOf(McpError);
+    return { code: (err as McpError).code, data: (err as McpError).data };
+  }
+}
+
+describe('a refused key on /mcp', () => {
+  let server: Server;
+  beforeAll(async () => {
+    server = await startKeyedServer({ cache: new MemoryCache() });
+  });
+  afterAll(async () => {
+    await server?.close();
+  });
+
+  it('an unknown key is refused at initialize with the JSON-RPC error a call gets (-32003)', async () => {
+    const { key } = await server.issue('pro', 'unknown-at-init');
+    const [client, transport] = sdkClient(server.url, neverIssued(key));
+    const refused = await rpcCodeOf(client.connect(transport));
+    await client.close();
+    expect(refused).toMatchObject({
+      code: -32003,
+      data: { code: 'unknown_key', retryable: false, _service: { auth: { outcome: 'UNKNOWN' } } },
+    });
+  });
+
+  it('a revoked key is refused at initialize, and on tools/list of a session it opened', async () => {
+    const issued = await server.issue('pro', 'revoked');
+    const [client, transport] = sdkClient(server.url, issued.key);
+    await client.connect(transport);
+    expect((await client.listTools()).tools.length).toBeGreaterThan(0);
+    const position = await revokeKey(server.store, `apikey-${issued.keyId}`, issued.keyId, 'leaked');
+    await server.channel.registry.waitFor(position);
+    expect(await rpcCodeOf(client.listTools())).toMatchObject({ code: -32003 });
+    await client.close();
+    const [again, next] = sdkClient(server.url, issued.key);
+    expect(await rpcCodeOf(again.connect(next))).toMatchObject({ code: -32003 });
+    await again.close();
+  });
+
+  it('a one-shot tools/list (no session) with an unknown key is refused -32003 with its id', async () => {
+    const { key } = await server.issue('pro', 'one-shot');
+    const res = await fetch(`${server.url}/mcp`, {
+      method: 'POST',
+      headers: { ...MCP_HEADERS, authorization: `Bearer ${neverIssued(key)}` },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 'l', method: 'tools/list' }),
+    });
+    expect(await res.json()).toMatchObject({ id: 'l', error: { code: -32003 } });
+  });
+
+  it('a key not applied (no Bearer) is served as anonymous, as the contract says (5.3)', async () => {
+    const { key } = await server.issue('pro', 'not-applied');
+    const client = new Client({ name: 'anon', version: '1' });
+    await client.connect(
+      new StreamableHTTPClientTransport(new URL(`${server.url}/mcp`), {
+        requestInit: { headers: { 'x-api-key': neverIssued(key) } },
+      }),
+    );
+    expect((await client.listTools()).tools.length).toBeGreaterThan(0);
+    await client.close();
+  });
+});

@@ -118,7 +118,12 @@ function unreadable(where: string, detail: string): MalformedRowError {
   );
 }
 
-function toRow(record: Record<string, unknown>, where: string): HistoryRow {
+/**
+ * `record` as a row. Its cursor must be its own (`namesRow`): the hashes leave the cursor out, so
+ * an edited one would pass every chain while `after=` with it resumes elsewhere. A CSV line
+ * (`ownCursor` false) has its cursor checked by its reader, where a wrong one is a line cut short.
+ */
+function toRow(record: Record<string, unknown>, where: string, ownCursor = true): HistoryRow {
   const row: Record<string, unknown> = {};
   for (const name of HISTORY_COLUMNS) row[name] = coerce(name, record[name]);
   // An export written before rows carried their cursor: it is the row's position and id.
@@ -126,7 +131,16 @@ function toRow(record: Record<string, unknown>, where: string): HistoryRow {
     row.cursor = encodeCursor(row.position, row.verdict_id);
   }
   const parsed = HistoryRow.safeParse(row);
-  if (parsed.success) return parsed.data;
+  if (parsed.success) {
+    const read = parsed.data;
+    if (!ownCursor || namesRow(read.cursor, read)) return read;
+    throw new MalformedRowError(
+      where,
+      { stream: read.stream, revision: read.revision, verdictId: read.verdict_id, position: read.position },
+      ['cursor'],
+      `cursor ${JSON.stringify(read.cursor)} (not the cursor of its row, position ${read.position} and verdict ${read.verdict_id}: after= with it would resume the export elsewhere)`,
+    );
+  }
   const fields = [...new Set(parsed.error.issues.map((i) => String(i.path[0] ?? '(row)')))];
   const detail = parsed.error.issues
     .map((i) => {
@@ -338,7 +352,11 @@ async function* readItems(
           'CSV line: the header again; every CSV answer starts with it, a resumed one (after=) too: leave it out when appending a resumed answer to the file',
         );
       }
-      const row = toRow(Object.fromEntries(header.map((h, i) => [h, fields[i]])), `line ${lineNumber}`);
+      const row = toRow(
+        Object.fromEntries(header.map((h, i) => [h, fields[i]])),
+        `line ${lineNumber}`,
+        false,
+      );
       // The cursor column written empty (a cut right after the comma before it) would be filled in
       // from the row as for an export written before rows carried their cursor, which had no such
       // column at all.

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { HISTORY_COLUMNS, type HistoryFormat, type HistoryRow } from '../../contracts/history.ts';
 import { encodeCursor } from './cursor.ts';
+import { writeExport } from './export-fixture.ts';
 import { MalformedRowError, readExport, readExportPastMalformed } from './files.ts';
 import { CSV_HEADER, csvLine } from './writers.ts';
 
@@ -264,5 +265,37 @@ describe('a CSV export with its header again after a row', () => {
     for await (const item of readExportPastMalformed(path))
       past.push(item instanceof MalformedRowError ? item.where : item);
     expect(past).toEqual([commitment, 'line 3', second]);
+  });
+});
+
+// A row's cursor is its own log position and verdict id (cursor.ts), in every format. A cursor
+// edited to another row's, or to a position the row does not hold, would resume an analyst's
+// export elsewhere (rows left out or repeated) while every hash still matched.
+describe('a row whose cursor is not its own', () => {
+  it('is a malformed row named by its place and the cursor field, in NDJSON and Parquet as in CSV', async () => {
+    const other = encodeCursor(3, verdictId);
+    const paths = [
+      ndjson('foreign-cursor', { ...commitment, cursor: other }),
+      await writeExport(dir, 'foreign-cursor-parquet', 'parquet', [{ ...commitment, cursor: other }]),
+    ];
+    for (const path of paths) {
+      await expect(readAll(path)).rejects.toMatchObject({
+        name: 'MalformedRowError',
+        fields: ['cursor'],
+        row: { position: 2, verdictId },
+        message: expect.stringContaining(`malformed cursor ${JSON.stringify(other)} (`),
+      });
+    }
+    await expect(readAll(csv('foreign-cursor', { ...commitment, cursor: other }))).rejects.toThrow(
+      `its cursor ${JSON.stringify(other)} is not the one of its row`,
+    );
+    // Another verdict's id at the row's own position: the tag names another event.
+    const tagged = encodeCursor(2, '41ba029a-4321-5e69-8be7-000000000000');
+    await expect(readAll(ndjson('foreign-tag', { ...commitment, cursor: tagged }))).rejects.toMatchObject({
+      fields: ['cursor'],
+    });
+    // Left out altogether (an export written before rows carried their cursor): made from the row.
+    const { cursor: _, ...bare } = commitment;
+    expect(await readAll(ndjson('no-cursor', bare))).toEqual([commitment]);
   });
 });

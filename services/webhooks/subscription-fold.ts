@@ -232,13 +232,17 @@ export function applySubscriptionEvent(state: SubscriptionState, event: DomainEv
           sub.generation++;
           sub.enabledSince = event.recordedAt;
           sub.enabledSincePosition = event.position;
+          // A disabled subscription starts its counts over: what failed before the disable does
+          // not disable it again at once. An enable of an active one (a recover_since) re-sends
+          // what failed and keeps its failing run: nothing has succeeded, so `failing_since`
+          // stays, and so do the disable rules' counts (calling enable does not put them off).
+          sub.failedDeliveries = 0;
+          delete sub.failedDeliveriesAtGone;
+          sub.failingSince = null;
         }
         sub.status = 'active';
         sub.disabledAt = null;
         sub.disabledReason = null;
-        sub.failedDeliveries = 0;
-        delete sub.failedDeliveriesAtGone;
-        sub.failingSince = null;
       }
       break;
     }

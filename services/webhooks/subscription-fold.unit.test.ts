@@ -54,6 +54,31 @@ describe('the subscription fold of delivery outcomes', () => {
     expect(afterLast.subs['s-1']).toMatchObject({ failingSince: at, failedDeliveries: 1 });
   });
 
+  it('an enable of an active subscription (recover_since) keeps its failing run; one of a disabled subscription ends it', () => {
+    const last = {
+      ...failed(false),
+      data: { ...(failed(false).data as object), nextAttemptAt: null },
+    } as DomainEvent;
+    const enable = event('SubscriptionReEnabled', { subscriptionId: 's-1', recoverSince: at }, later);
+    // Active and failing: a recovery re-sends what failed, but nothing has succeeded yet.
+    const failing = applySubscriptionEvent(state(), last);
+    expect(applySubscriptionEvent(failing, enable).subs['s-1']).toMatchObject({
+      status: 'active',
+      failingSince: at,
+      failedDeliveries: 1,
+    });
+    // Disabled for it: the re-enable starts the subscription's counts over.
+    const disabled = applySubscriptionEvent(
+      applySubscriptionEvent(state(), last),
+      event('SubscriptionDisabled', { subscriptionId: 's-1', reason: 'x' }),
+    );
+    expect(applySubscriptionEvent(disabled, enable).subs['s-1']).toMatchObject({
+      status: 'active',
+      failingSince: null,
+      failedDeliveries: 0,
+    });
+  });
+
   it('keeps the failed deliveries in a row at the first 410 Gone, that one counted, until a success', () => {
     const last = (status: number | null) =>
       ({

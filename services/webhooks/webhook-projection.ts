@@ -42,8 +42,9 @@ export function webhookProjectionWith(retention: number): Projection<WebhookStat
     // deliveries in a row at the first 410 Gone (failedDeliveriesAtGone) and since when a
     // re-enable made it active again (enabledSince), which a snapshot folded before lacks.
     // 10: failingSince is when the failed attempt was made (failingFromAttempt), not when its
-    // failure was recorded.
-    version: 10,
+    // failure was recorded. 11: an enable of an active subscription keeps its failing_since and
+    // failed deliveries in a row (only a disabled one's re-enable starts them over).
+    version: 11,
     eventTypes: [
       ...SUBSCRIPTION_EVENT_TYPES,
       'DeliveryAttempted',

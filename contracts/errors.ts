@@ -236,7 +236,10 @@ export const ERRORS = {
   invalid_input: { status: 400, rpc: -32602, retryable: false, message: '{detail}' },
   invalid_content_type: { status: 400, retryable: false, message: '{detail}' },
   quota_unavailable: { status: 503, rpc: -32004, retryable: true, message: '{detail}' },
-  quota_exhausted: { status: 429, retryable: true, message: '{detail}' },
+  // A plan's (or an anonymous caller's) day or month of calls used up: not retryable, as a client
+  // retrying on its own would retry for hours or days; it serves again at the window's reset
+  // (Retry-After over HTTP, retry_after_ms and resets_at in an MCP tool error), or at once paid for.
+  quota_exhausted: { status: 429, retryable: false, message: '{detail}' },
   // Payment: asked for, refused (402 with a fresh quote), or unsettled.
   payment_required: { status: 402, retryable: false, message: 'payment required: {tool}' },
   payment_not_accepted: { status: 402, retryable: false, message: '{detail}' },

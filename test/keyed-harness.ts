@@ -47,6 +47,8 @@ export async function startKeyedServer(options: {
   extraTools?: ToolDefinition[];
   /** The event log: a restart test hands the next server the log the last one wrote (its keys). */
   eventStore?: MemoryEventStore;
+  /** false: no call is sold per call (no x402 requirements to quote), as where payments are off. */
+  payPerCall?: boolean;
 }) {
   const config = loadConfig({ EVENT_STORE: 'memory', NODE_ENV: 'test', LOG_LEVEL: 'silent', ...options.env });
   const logger = pino({ level: 'silent' });
@@ -61,7 +63,7 @@ export async function startKeyedServer(options: {
     adapters: { eventStore: store, projectionStore, cache: options.cache },
     logger,
     ops: history.withTrackRecord(engine),
-    paymentRequirements: () => PAYMENT_REQUIRED,
+    ...(options.payPerCall === false ? {} : { paymentRequirements: () => PAYMENT_REQUIRED }),
     ...(options.sweepIntervalMs === undefined ? {} : { mcpSweepIntervalMs: options.sweepIntervalMs }),
     ...(options.extraTools ? { extraTools: options.extraTools } : {}),
   });

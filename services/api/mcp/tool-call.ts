@@ -267,6 +267,7 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
       error: message,
       code: 'quota_exhausted' satisfies ErrorCode,
       window: outcome.window,
+      ...quotaResets(outcome.service.quota, outcome.window),
       _service: outcome.service,
     };
     if (payment === null) return toolError(message, structured);
@@ -281,6 +282,21 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
     throw new ChannelError(MCP_REQUEST_CANCELLED, outcome.error.message, { _service: outcome.service });
   }
   return failedCall(deps, outcome.error, { tool: tool.name, requestId }, outcome.service);
+}
+
+/**
+ * When the window that refused a call serves again: `resets_at` (its reset, UTC midnight of the
+ * next day or month) and `retry_after_ms` (the wait until then, as the rate limit's refusal says
+ * its own). The catalog's `retryable` is false for it: a day or a month is no wait a client retries
+ * through on its own. Nothing when the figures could not be read.
+ */
+function quotaResets(
+  quota: ServiceMeta['quota'],
+  window: Parameters<typeof refusingResetsAt>[1],
+): { resets_at?: string; retry_after_ms?: number } {
+  const resets = refusingResetsAt(quota, window);
+  if (resets === undefined) return {};
+  return { resets_at: resets, retry_after_ms: Math.max(0, Date.parse(resets) - Date.now()) };
 }
 
 /**

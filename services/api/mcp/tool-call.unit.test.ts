@@ -141,11 +141,17 @@ describe('callTool refusals', () => {
     expect(quota).toMatchObject({ code: 'CHAT_QUOTA_EXHAUSTED', retryable: true });
   });
 
-  it('a quota used up with nothing to pay with is retryable (after the reset)', async () => {
+  it('a quota used up with nothing to pay with is not retryable, and says when its window resets', async () => {
     const deps = toolCallDeps([free], meters, 1);
     expect((await callTool(deps, request('free_tool', { n: 1 }))).isError).toBeUndefined();
     const refused = structured(await callTool(deps, request('free_tool', { n: 1 })));
-    expect(refused).toMatchObject({ code: 'quota_exhausted', retryable: true, window: 'monthly' });
+    expect(refused).toMatchObject({
+      code: 'quota_exhausted',
+      retryable: false,
+      window: 'monthly',
+      resets_at: expect.any(String),
+      retry_after_ms: expect.any(Number),
+    });
     expect(refused).not.toHaveProperty('x402Version');
   });
 

@@ -538,6 +538,16 @@ describe('npm run keys beside a running service on the same log', () => {
     expect(await call(key)).toEqual({ status: 200, tier: 'pro' });
     await cli('revoke', keyId);
     expect((await call(key)).status).toBe(401);
+    // The refusal claims no tier: the key applies none, and the request is not served.
+    const refused = await fetch(`${running.service.url}/api/verdicts`, {
+      headers: { authorization: `Bearer ${key}` },
+    });
+    expect(refused.status).toBe(401);
+    expect(((await refused.json()) as { _service: { auth: unknown } })._service.auth).toEqual({
+      outcome: 'UNKNOWN',
+      presented: true,
+      detail: 'this key was revoked',
+    });
   }, 120_000);
 
   it('create against a service that reads another log says so and exits 1, the key still printed', async () => {

@@ -104,7 +104,8 @@ describe('keys that must not be served', () => {
     expect(body.code).toBe('unknown_key');
     expect(body.message).toMatch(/^unknown API key: no such key was issued/);
     expect(ServiceMeta.parse(body._service)).toEqual({
-      auth: { outcome: 'UNKNOWN', presented: true, tier: 'free', detail: 'no such key was issued' },
+      // No tier: a refused key applies none.
+      auth: { outcome: 'UNKNOWN', presented: true, detail: 'no such key was issued' },
       // Counted as its address's anonymous caller: the live free quota, not null.
       // A fresh day binds before the month: the block is the day's (100), the month's 200 beside it.
       quota: expect.objectContaining({
@@ -320,9 +321,10 @@ describe('a key that cannot be verified right now', () => {
       message: expect.stringContaining('retry shortly'),
     });
     expect(ServiceMeta.parse(body._service)).toMatchObject({
-      auth: { outcome: 'INDETERMINATE', presented: true, tier: 'free' },
+      auth: { outcome: 'INDETERMINATE', presented: true },
       // The key cannot be checked, the counters can: its address's free quota.
       quota: expect.objectContaining({ monthly: expect.objectContaining({ total: 200 }) }),
     });
+    expect((body._service as { auth: object }).auth).not.toHaveProperty('tier');
   });
 });

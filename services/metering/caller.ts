@@ -155,7 +155,8 @@ export class CallerRejectedError extends Error {
   ) {
     super(message, options);
     const outcome = reason === 'unknown' ? 'UNKNOWN' : 'INDETERMINATE';
-    const auth: AuthBlock = { outcome, presented: true, tier: 'free', detail };
+    // No tier: a refused key applies none, and claiming `free` would read as a key applied as free.
+    const auth: AuthBlock = { outcome, presented: true, detail };
     this.caller = { auth, subject: anonymousSubject(clientAddress), keyId: null };
   }
 }

@@ -11,8 +11,11 @@ export const AuthBlock = z.object({
   outcome: z.enum(['ABSENT', 'MALFORMED', 'UNKNOWN', 'INDETERMINATE', 'OK']),
   /** Whether the request carried anything that looks like a credential. */
   presented: z.boolean(),
-  /** The tier applied; `free` with a paid key presented means the key was not applied. */
-  tier: Plan,
+  /**
+   * The tier applied; `free` with a paid key presented means the key was not applied. Absent on a
+   * refused key (UNKNOWN, INDETERMINATE): the request is not served, so no tier applies to it.
+   */
+  tier: Plan.optional(),
   /** What to change when a presented credential was not applied. */
   detail: z.string().optional(),
 });

@@ -276,7 +276,10 @@ export const WebhookView = z.object({
   disabled_reason: z.string().nullable(),
   /** Last successful delivery; with `failing_since`, what a reviewer of a failing endpoint needs. */
   last_success_at: z.iso.datetime().nullable(),
-  /** First failed attempt since the last success; null while healthy. */
+  /**
+   * First failed attempt since the last success; null while none failed since the last success, the
+   * creation or the re-enable of the latest disable (an enable of an active subscription keeps it).
+   */
   failing_since: z.string().nullable(),
 });
 export type WebhookView = z.infer<typeof WebhookView>;
@@ -349,6 +352,15 @@ const ExpectedMove = z.object({
   band_coverage: z.number().describe(volatilityField('band_coverage')),
 });
 
+/**
+ * A payload's `lean`, in the words of every answer carrying a verdict, with both reasons it is null:
+ * a verdict the service's engine did not record (an earlier engine version's) has no lean its
+ * calibration table states, as `confidence_meaning` then says.
+ */
+const PayloadLean = VerdictMeaning.shape.lean.describe(
+  'The direction the score leans (followed or faded as the cell says) and what following such leans earned after the fee before the test months: a HOLD says what it declines. Null when the score is exactly 0, or when an engine version other than the one serving recorded the verdict (its calibration table states no lean for that verdict; confidence_meaning names that engine).',
+);
+
 export const TradeCallData = z.object({
   type: z.literal('trade_call'),
   /** Which market feed the content came from: `replay` (recorded candles on an accelerated clock) or `live`. */
@@ -364,15 +376,27 @@ export const TradeCallData = z.object({
   candle_close_time: CandleCloseSeconds,
   signal_hash: z.string(),
   verify_url: z.url(),
-  /** Forecast volatility and expected-move band over the verdict horizon; null on older verdicts. */
-  expected_move: ExpectedMove.nullable().optional(),
+  /** Forecast volatility and expected-move band over the verdict horizon. */
+  expected_move: ExpectedMove.nullable()
+    .optional()
+    .describe(
+      'Forecast σ of the log return over the verdict horizon and the band beside it. Null when the verdict was recorded without a volatility forecast.',
+    ),
   /** The direction the call points as a lean, and what such leans earned after the fee. */
-  lean: VerdictMeaning.shape.lean,
+  lean: PayloadLean,
   /** What `confidence` means for this call, in words. */
   confidence_meaning: VerdictMeaning.shape.confidence_meaning,
   /** How often calls of this exchange, timeframe and confidence bucket were right (revealed ones). */
   track_record: TrackRecordBrief.optional(),
 });
+
+/** The hash of the verdict behind a regime or risk shift. */
+const SHIFT_SIGNAL_HASH = z
+  .string()
+  .nullable()
+  .describe(
+    'Hash of the verdict that carried the shift. Null if the dispatcher could not read that verdict from the event log.',
+  );
 
 export const RegimeShiftData = z.object({
   type: z.literal('regime_shift'),
@@ -393,8 +417,7 @@ export const RegimeShiftData = z.object({
     ),
   price_at_call: z.number(),
   candle_close_time: CandleCloseSeconds,
-  /** Hash of the verdict that carried the shift; null if that verdict could not be read. */
-  signal_hash: z.string().nullable(),
+  signal_hash: SHIFT_SIGNAL_HASH,
   verify_url: z.url(),
 });
 
@@ -422,8 +445,7 @@ export const RiskShiftData = z.object({
   price: z.number(),
   /** Close time (Unix seconds) of the candle the forecast used. */
   candle_close_time: CandleCloseSeconds,
-  /** Hash of the verdict that carried the shift; null if that verdict could not be read. */
-  signal_hash: z.string().nullable(),
+  signal_hash: SHIFT_SIGNAL_HASH,
   verify_url: z.url(),
 });
 
@@ -439,10 +461,16 @@ export const DigestCall = z.object({
   candle_close_time: CandleCloseSeconds,
   /** The VerdictRecorded event behind the call. */
   verdict_id: z.string(),
-  /** Forecast σ of the log return over the verdict horizon, percent. */
-  expected_move_pct: z.number().nullable().optional().describe(volatilityField('expected_move_pct')),
+  /** Forecast σ of the log return over the verdict horizon, percent; null without a forecast. */
+  expected_move_pct: z
+    .number()
+    .nullable()
+    .optional()
+    .describe(
+      `${volatilityField('expected_move_pct')} Null when the row's verdict was recorded without a volatility forecast.`,
+    ),
   /** The direction a call would point and what such leans earned (a HOLD says what it declines). */
-  lean: VerdictMeaning.shape.lean,
+  lean: PayloadLean,
   /** What `confidence` means for this row, in words (HOLD included). */
   confidence_meaning: VerdictMeaning.shape.confidence_meaning,
 });

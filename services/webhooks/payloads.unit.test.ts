@@ -437,3 +437,53 @@ describe('the webhooks section of the OpenAPI document', () => {
     }
   });
 });
+
+/**
+ * Every payload field that may be null says when it is (README, Deliveries): a receiver reading
+ * the published schema learns from its description what a null means, not only that one may come.
+ */
+describe('the published payload schemas say when a field is null', () => {
+  type Schema = {
+    description?: string;
+    anyOf?: Schema[];
+    type?: string;
+    properties?: Record<string, Schema>;
+    items?: Schema;
+  };
+  const nullable = (s: Schema) =>
+    s.type === 'null' || (s.anyOf ?? []).some((branch) => branch.type === 'null');
+  function fields(schema: Schema, path: string, out: [string, Schema][] = []): [string, Schema][] {
+    for (const [name, inner] of Object.entries(schema.properties ?? {})) {
+      out.push([`${path}.${name}`, inner]);
+      fields(inner, `${path}.${name}`, out);
+      for (const branch of inner.anyOf ?? []) fields(branch, `${path}.${name}`, out);
+      if (inner.items) fields(inner.items, `${path}.${name}[]`, out);
+    }
+    return out;
+  }
+  const webhooks = webhookOpenApi().webhooks as Record<
+    string,
+    { post: { requestBody: { content: { 'application/json': { schema: Schema } } } } }
+  >;
+
+  it('in the words "null when", "null if" or "null where", on every nullable field of every event and version', () => {
+    const silent: string[] = [];
+    for (const [name, op] of Object.entries(webhooks)) {
+      for (const [path, field] of fields(op.post.requestBody.content['application/json'].schema, name)) {
+        // track_record is the history contract's brief (TrackRecordBrief), described there.
+        if (path.includes('.track_record.')) continue;
+        if (nullable(field) && !/\bnull (when|if|where)\b/i.test(field.description ?? '')) silent.push(path);
+      }
+    }
+    expect(silent).toEqual([]);
+  });
+
+  it("names both reasons for a null lean: a score of exactly 0, and a verdict of another engine than the table's", () => {
+    for (const event of ['trade_call.v2', 'scan_digest.v2']) {
+      const schema = webhooks[event]!.post.requestBody.content['application/json'].schema;
+      const lean = fields(schema, event).find(([path]) => path.endsWith('.lean'))![1];
+      expect(lean.description).toMatch(/score is exactly 0/);
+      expect(lean.description).toMatch(/engine/);
+    }
+  });
+});

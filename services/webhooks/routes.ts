@@ -4,7 +4,6 @@ import type { Dispatcher } from 'undici';
 import { z } from 'zod';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { KnownCoins } from '../../adapters/market/known-coins.ts';
-import type { RecordedEvent } from '../../contracts/envelope.ts';
 import { type ErrorCode, ServiceError } from '../../contracts/errors.ts';
 import { optionalBody, queryInt, queryOnce } from '../../contracts/http.ts';
 import type { FeedKind } from '../../contracts/market.ts';
@@ -33,12 +32,15 @@ import { emptyBodyIsNoBody, noBodyOrObject } from '../api/json-body.ts';
 import { declared, documented, type ResponseDoc, type RouteDoc, refusal } from '../api/openapi.ts';
 import { callerHook, decorateCaller, keyRefusal, withAnswerService } from '../metering/caller.ts';
 import { checkWebhookUrl } from '../shared/ssrf/url-policy.ts';
-import { type DeliveryRecord, deliveryView, findDelivery, sequenceStream } from './delivery-log-fold.ts';
+import {
+  deliveriesAfter as deliveriesAfterSeq,
+  deliveryToResend,
+  latestDeliveries as latestDeliveryLog,
+} from './delivery-log-query.ts';
 import type { DeliveryWorker } from './delivery-worker.ts';
 import type { DigestCoverage } from './digest-coverage.ts';
 import { EndpointQueues } from './endpoint-queues.ts';
 import { claimNextAttempt } from './next-attempt.ts';
-import { readDeliveryRecord, readDeliveryRecordAt } from './recovery.ts';
 import { SAMPLE_VERIFY_BODY, SAMPLE_VERIFY_PATH, sampleEnvelope } from './sample.ts';
 import type { SecretBox } from './secret-box.ts';
 import { type SendResult, sendSigned } from './sender.ts';
@@ -541,107 +543,21 @@ async function sendSample(deps: WebhookRoutesDeps, sub: SubscriptionRecord) {
   return resultView(envelope.delivery_id, result);
 }
 
-/**
- * A delivery the projection's in-memory log does not hold, read from the event log. Once the
- * projection has folded every event of it (and, checked in the same tick, holds it still not), it
- * left that log finished, which a pending delivery never does: one its own stream leaves pending
- * was finished by its subscription's disable, which that stream does not hold. It failed, as the
- * projection said before it let it go.
- */
-async function deliveryOutOfLog(
-  deps: WebhookRoutesDeps,
-  id: string,
-  sequenced: RecordedEvent,
-): Promise<DeliveryRecord | null> {
-  const read = await readDeliveryRecordAt(deps.store, id, sequenced);
-  if (!read) return null;
-  const folded = findDelivery(deps.runner.state.log, id);
-  if (folded) return folded;
-  const { record, position } = read;
-  return record.status === 'pending' && position <= deps.runner.checkpoint
-    ? { ...record, status: 'failed' }
-    : record;
-}
-
-/** Whether the projection holds every attempt of the delivery, its first included. */
-const isWhole = (record: DeliveryRecord) => (record.attempts[0]?.attempt ?? 1) === 1;
-
-/**
- * A delivery as the projection holds it, completed from the event log when it holds only the
- * attempts from a resend or a recovery on: it had let the delivery go, and that attempt brought it
- * back without the ones before it (and with the attempt's time as its creation). Read from the
- * event log alone when the projection holds none of it (deliveryOutOfLog).
- */
-async function deliveryRecordOf(
-  deps: WebhookRoutesDeps,
-  id: string,
-  sequenced?: RecordedEvent,
-): Promise<DeliveryRecord | null> {
-  const held = findDelivery(deps.runner.state.log, id);
-  if (held && isWhole(held)) return held;
-  if (!held) return sequenced ? deliveryOutOfLog(deps, id, sequenced) : null;
-  const read = await readDeliveryRecordAt(deps.store, id, sequenced);
-  const now = findDelivery(deps.runner.state.log, id) ?? held;
-  if (!read) return now;
-  // The projection's attempts (and status) as they are, after the log's attempts before them.
-  const from = now.attempts[0]?.attempt ?? Number.POSITIVE_INFINITY;
-  return {
-    ...now,
-    createdAt: read.record.createdAt,
-    attempts: [...read.record.attempts.filter((a) => a.attempt < from), ...now.attempts],
-  };
-}
-
-/** Every delivery after `afterSeq`, however old: the sequence stream holds them all, in seq order. */
 async function deliveriesAfter(
   deps: WebhookRoutesDeps,
   sub: SubscriptionRecord,
   afterSeq: number,
   limit: number,
 ) {
-  const sequenced = await deps.store.readStream(sequenceStream(sub.id), {
-    fromRevision: afterSeq,
-    maxCount: limit,
-  });
-  const deliveries: DeliveryView[] = [];
-  for (const event of sequenced) {
-    const id = (event.data as { deliveryId: string }).deliveryId;
-    const record = await deliveryRecordOf(deps, id, event);
-    if (record) deliveries.push(deliveryView({ ...record, seq: event.revision + 1 }));
-  }
-  // Read after the page, so the page never runs past it.
-  const revision = await deps.store.streamRevision(sequenceStream(sub.id));
-  const lastSeq = revision === null ? 0 : revision + 1;
-  const last = sequenced.at(-1);
-  // A cursor past the end (saved before the operator restored an older backup) reads on from the
-  // end: given back as it was, it would list nothing until the numbering passed it again.
-  const next = last ? last.revision + 1 : Math.min(afterSeq, lastSeq);
-  return {
-    subscription: toView(sub),
-    deliveries,
-    next_after_seq: next,
-    has_more: lastSeq > next,
-    last_seq: lastSeq,
-  };
+  return { subscription: toView(sub), ...(await deliveriesAfterSeq(deps, sub.id, afterSeq, limit)) };
 }
 
 async function latestDeliveries(deps: WebhookRoutesDeps, sub: SubscriptionRecord, limit: number) {
-  const { log } = deps.runner.state;
-  const ids = (log.bySub[sub.id] ?? []).slice(-limit).reverse();
-  const deliveries: DeliveryView[] = [];
-  for (const id of ids) {
-    const held = findDelivery(log, id);
-    // Read from the event log only for what the projection holds a part of.
-    const record = held && !isWhole(held) ? await deliveryRecordOf(deps, id) : held;
-    if (record) deliveries.push(deliveryView(record));
-  }
-  return { subscription: toView(sub), deliveries };
+  return { subscription: toView(sub), deliveries: await latestDeliveryLog(deps, sub.id, limit) };
 }
 
 async function resend(deps: WebhookRoutesDeps, sub: SubscriptionRecord, deliveryId: string) {
-  // Older deliveries have left the in-memory log, never the event log.
-  const record =
-    findDelivery(deps.runner.state.log, deliveryId) ?? (await readDeliveryRecord(deps.store, deliveryId));
+  const record = await deliveryToResend(deps, deliveryId);
   if (!record || record.subscriptionId !== sub.id) {
     throw new ServiceError('NOT_FOUND', { detail: `no delivery ${deliveryId} for this subscription` });
   }

@@ -65,6 +65,8 @@ export const ERRORS = {
   },
   FORBIDDEN_HOST: { status: 403, retryable: false, message: 'Host not allowed' },
   FORBIDDEN_ORIGIN: { status: 403, retryable: false, message: 'Origin not allowed' },
+  // An Mcp-Session-Id on /mcp that is not open, or not this caller's (JSON-RPC -32001): initialize anew.
+  SESSION_NOT_FOUND: { status: 404, rpc: -32001, retryable: false, message: 'Session not found' },
   // State: what the request asks for collides with what is.
   CONFLICT: {
     status: 409,
@@ -144,7 +146,7 @@ export const ERRORS = {
   QUERY_TOO_SHORT: {
     status: 400,
     retryable: false,
-    message: 'query is shorter than {min} characters after trimming',
+    message: 'query is shorter than {min} readable characters',
   },
   QUERY_TOO_LONG: {
     status: 400,
@@ -159,7 +161,7 @@ export const ERRORS = {
   QUESTION_TOO_SHORT: {
     status: 400,
     retryable: false,
-    message: 'question is shorter than {min} characters after trimming',
+    message: 'question is shorter than {min} readable characters',
   },
   QUESTION_TOO_LONG: {
     status: 400,

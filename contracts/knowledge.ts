@@ -23,7 +23,7 @@ export const KNOWLEDGE_ERRORS = {
   INVALID_QUERY: { status: ERRORS.INVALID_QUERY.status, meaning: ERRORS.INVALID_QUERY.message },
   QUERY_TOO_SHORT: {
     status: ERRORS.QUERY_TOO_SHORT.status,
-    meaning: `query is shorter than ${SEARCH_QUERY_MIN} characters after trimming`,
+    meaning: `query is shorter than ${SEARCH_QUERY_MIN} readable characters`,
   },
   QUERY_TOO_LONG: {
     status: ERRORS.QUERY_TOO_LONG.status,
@@ -36,7 +36,7 @@ export const KNOWLEDGE_ERRORS = {
   INVALID_QUESTION: { status: ERRORS.INVALID_QUESTION.status, meaning: ERRORS.INVALID_QUESTION.message },
   QUESTION_TOO_SHORT: {
     status: ERRORS.QUESTION_TOO_SHORT.status,
-    meaning: `question is shorter than ${CHAT_QUESTION_MIN} characters after trimming`,
+    meaning: `question is shorter than ${CHAT_QUESTION_MIN} readable characters`,
   },
   QUESTION_TOO_LONG: {
     status: ERRORS.QUESTION_TOO_LONG.status,
@@ -108,28 +108,55 @@ const ESCAPES =
 export const visible = (text: string): string => text.replace(ESCAPES, '').replace(INVISIBLE, '').trim();
 
 /**
+ * Variation selectors (U+FE00–U+FE0F, U+E0100–U+E01EF, Mongolian U+180B–U+180D and U+180F): they
+ * choose how the character before them is drawn (❤ or ❤️) and spell nothing.
+ */
+const VARIATION_SELECTORS = /[\uFE00-\uFE0F\u180B-\u180D\u180F\u{E0100}-\u{E01EF}]/gu;
+
+/**
+ * Combining marks on no letter or digit: at the start of the text or after a space or a sign.
+ * A mark on a letter is part of it (a Hindi vowel sign, an accent NFKC could not compose) and is
+ * kept, as the words the search reads keep it (services/knowledge/text.ts).
+ */
+const STRAY_MARKS = /(?<![\p{L}\p{N}\p{M}])\p{M}+/gu;
+
+/**
  * A query or question as it is looked up (search) and answered (chat): escape sequences and
- * control characters are spaces, invisible characters dropped (a zero-width space is a space),
- * compatibility forms folded to their plain letters (NFKC: full-width "ｒｉｓｋ" is "risk", "ﬁ"
- * is "fi"), and whitespace runs one space. The answer echoes the text as sent, trimmed.
+ * control characters are spaces, invisible characters and variation selectors dropped (a
+ * zero-width space is a space), compatibility forms folded to their plain letters (NFKC:
+ * full-width "ｒｉｓｋ" is "risk", "ﬁ" is "fi"), combining marks on no letter dropped, and
+ * whitespace runs one space. The answer echoes the text as sent, trimmed.
  */
 export const searchable = (text: string): string =>
   text
     .replace(ESCAPES, ' ')
     .replace(/[\p{Cc}\u200B\u2028\u2029]/gu, ' ')
     .replace(INVISIBLE, '')
+    .replace(VARIATION_SELECTORS, '')
     .normalize('NFKC')
+    .replace(STRAY_MARKS, '')
     .replace(/\s+/g, ' ')
     .trim();
 
 /**
+ * Whether a text (trimmed) is under a field's minimum of readable characters: what the search
+ * reads (searchable()) of what the text shows (visible()), so escape sequences, control and format
+ * characters, variation selectors and combining marks on no letter count for nothing and a run of
+ * whitespace for one; and the text as sent is held to the schema's minLength too (NFKC may spell
+ * one character as several: "ﷺ" is 18).
+ */
+const underMinimum = (text: string, min: number): boolean =>
+  characters(searchable(visible(text))) < min || characters(text) < min;
+
+/**
  * A text field's rule, as its description says: whitespace, control and format characters and
  * terminal escape sequences alone are no text (the field's INVALID_ code, before its length is
- * judged), and they do not count toward the minimum; the maximum counts every character after
- * trimming.
+ * judged); the minimum counts readable characters (underMinimum: what the search reads); the
+ * maximum counts every character after trimming. Worded with the BM25 floors of
+ * answers.e2e.test.ts in mind: the field descriptions are indexed (tools.md).
  */
 const textRule = (what: string, invalid: ErrorCode, min: number, max: number) =>
-  `${what}, ${min}–${max} characters after trimming; control and format characters (U+0000, U+200B, U+FEFF…; not U+200C or U+200D between two letters) and terminal escape sequences (ESC[31m…) do not count toward the ${min}, and a text of only those and whitespace is ${invalid}`;
+  `${what}, ${min}–${max} characters after trimming; control and format characters (U+0000, U+200B, U+FEFF…; not U+200C or U+200D between two letters), terminal escape sequences (ESC[31m…), variation selectors and marks on no letter do not count toward the ${min} readable ones, and a text of only control and format characters, escape sequences and whitespace is ${invalid}`;
 
 const SEARCH_QUERY_RULE = textRule('What to look for', 'INVALID_QUERY', SEARCH_QUERY_MIN, SEARCH_QUERY_MAX);
 const CHAT_QUESTION_RULE = textRule('The question', 'INVALID_QUESTION', CHAT_QUESTION_MIN, CHAT_QUESTION_MAX);
@@ -141,7 +168,7 @@ const text = ([invalid, short]: [ErrorCode, ErrorCode], min: number, max: number
     .trim()
     .refine((value) => visible(value) !== '', { abort: true, params: { code: invalid } })
     .min(min)
-    .refine((value) => characters(visible(value)) >= min, { abort: true, params: { code: short } })
+    .refine((value) => !underMinimum(value, min), { abort: true, params: { code: short } })
     .max(max);
 
 /**
@@ -293,7 +320,7 @@ export function checkSearch(body: unknown): Checked<{ query: string; limit: numb
   const raw = fields.query;
   if (typeof raw !== 'string' || visible(raw) === '') return fail('INVALID_QUERY');
   const query = raw.trim();
-  if (characters(visible(query)) < SEARCH_QUERY_MIN) return fail('QUERY_TOO_SHORT');
+  if (underMinimum(query, SEARCH_QUERY_MIN)) return fail('QUERY_TOO_SHORT');
   if (characters(query) > SEARCH_QUERY_MAX) return fail('QUERY_TOO_LONG');
   const limit = fields.limit ?? SEARCH_LIMIT_DEFAULT;
   if (typeof limit !== 'number' || !Number.isInteger(limit) || limit < 1 || limit > SEARCH_LIMIT_MAX) {
@@ -312,7 +339,7 @@ export function checkChat(
   const raw = fields.question;
   if (typeof raw !== 'string' || visible(raw) === '') return fail('INVALID_QUESTION');
   const question = raw.trim();
-  if (characters(visible(question)) < CHAT_QUESTION_MIN) return fail('QUESTION_TOO_SHORT');
+  if (underMinimum(question, CHAT_QUESTION_MIN)) return fail('QUESTION_TOO_SHORT');
   if (characters(question) > CHAT_QUESTION_MAX) return fail('QUESTION_TOO_LONG');
   const model = fields.model ?? EXTRACTIVE_MODEL;
   if (typeof model !== 'string' || (model !== EXTRACTIVE_MODEL && !models.includes(model))) {

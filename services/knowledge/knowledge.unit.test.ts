@@ -10,6 +10,7 @@ import {
   checkSearch,
   SearchRequest,
   type SourceType,
+  searchable,
 } from '../../contracts/knowledge.ts';
 import { foldLog } from '../../projections/projection.ts';
 import { QuotaCounters } from '../metering/quota-rebuild.ts';
@@ -25,7 +26,7 @@ import {
 import { knowledgeFactsProjection, livePassages } from './facts.ts';
 import { headingAnchors, markdownPassages } from './passages.ts';
 import { excerpt, KnowledgeIndex } from './search-index.ts';
-import { contentTerms, stem } from './text.ts';
+import { contentTerms, stem, words } from './text.ts';
 
 describe('markdown passages', () => {
   const doc = [
@@ -1366,6 +1367,40 @@ describe('request checks', () => {
       if (ok === 'INVALID_QUESTION') expect(checked).toMatchObject({ code: 'INVALID_QUESTION' });
       else if (!ok) expect(checked).toMatchObject({ code: 'QUESTION_TOO_SHORT' });
     }
+  });
+
+  it('the minimum counts readable characters: combining marks on no letter and variation selectors count for nothing', () => {
+    // They show (a mark on a dotted circle), so they are no INVALID_ text; but searchable() hands
+    // the search nothing of them, and the minimum counts what the search reads.
+    const cases: [string, string, string][] = [
+      ['\u0301\u0301\u0301\u0301\u0301', 'QUERY_TOO_SHORT', 'QUESTION_TOO_SHORT'],
+      ['a\ufe0f\ufe0f\ufe0f', 'QUERY_TOO_SHORT', 'QUESTION_TOO_SHORT'],
+      ['ab\u{e0100}\u{e0101}\ufe0e', 'QUERY_TOO_SHORT', 'QUESTION_TOO_SHORT'],
+      [' \u0301\u0301 \u20dd\u20dd\u20dd ', 'QUERY_TOO_SHORT', 'QUESTION_TOO_SHORT'],
+      ['why\ufe0f\ufe0f\ufe0f', 'ok', 'QUESTION_TOO_SHORT'],
+      // Marks on a letter are part of it: the search reads them in the word.
+      ['कि\u200dया', 'ok', 'ok'],
+      ['❤\ufe0f BTC', 'ok', 'ok'],
+    ];
+    for (const [text, search, chat] of cases) {
+      const where = JSON.stringify(text);
+      const searched = checkSearch({ query: text });
+      expect(searched.ok ? 'ok' : searched.code, where).toBe(search);
+      expect(SearchRequest.safeParse({ query: text }).success, where).toBe(search === 'ok');
+      const asked = checkChat({ question: text }, []);
+      expect(asked.ok ? 'ok' : asked.code, where).toBe(chat);
+      expect(chatRequest([]).safeParse({ question: text }).success, where).toBe(chat === 'ok');
+    }
+    // The refusal says what is counted.
+    expect(checkChat({ question: '\u0301\u0301\u0301\u0301\u0301' }, [])).toMatchObject({
+      message: expect.stringMatching(/shorter than 5 readable characters$/),
+    });
+    expect(checkSearch({ query: 'a\ufe0f\ufe0f\ufe0f' })).toMatchObject({
+      message: expect.stringMatching(/shorter than 3 readable characters$/),
+    });
+    // The search reads a word with its marks whole, as the minimum counts it.
+    expect(words(searchable('कि\u200dया है'))).toEqual(['कि\u200dया', 'है']);
+    expect(searchable('a\ufe0f\ufe0f \u0301x')).toBe('a x');
   });
 
   it('terminal escape sequences count for nothing: alone they are INVALID_, around letters they add none', () => {

@@ -56,8 +56,14 @@ function normalise(word: string): string {
   return stemmed.length > 4 && stemmed.endsWith('e') ? stemmed.slice(0, -1) : stemmed;
 }
 
-/** Words as the index sees them: codes (INVALID_MODEL, get_trade_call) and numbers (0.02) kept whole. */
-const WORD = /[\p{L}\p{N}_]+(?:[.'’][\p{L}\p{N}_]+)*/gu;
+/**
+ * Words as the index sees them: codes (INVALID_MODEL, get_trade_call) and numbers (0.02) kept
+ * whole, and a letter's combining marks and the joiners inside a word (a Hindi vowel sign or
+ * conjunct, a Persian non-joiner) with it, as searchable() keeps them: the length rule of a query
+ * counts them as characters the search reads.
+ */
+const WORD =
+  /[\p{L}\p{N}_][\p{L}\p{M}\p{N}_\u200C\u200D]*(?:[.'’][\p{L}\p{N}_][\p{L}\p{M}\p{N}_\u200C\u200D]*)*/gu;
 
 export function words(text: string): string[] {
   return text.match(WORD) ?? [];

@@ -317,7 +317,7 @@ export class AnchorCheck {
           covers: { rows: 0, firstPosition: null, lastPosition: null, outcomes: 0 },
           late: null,
           leftOut: null,
-          note: `beyond the export: this anchor is at log position ${anchor.position}, past the file's last position ${last ?? '(none: the file is empty)'}, and the file does not give its root: the root pins every stream's head at ${anchor.position}, and a head that moved after ${last ?? 'the file'} is not in the file, so not one stream of it can be checked here. An export taken before the anchor and a file cut short (its tail rewritten and rehashed) look the same: its ${bucket.rows} rows in the file are unverified (uncovered); export again (without filters) to check them against it.`,
+          note: `beyond the export: this anchor is at log position ${anchor.position}, past the file's last position ${last ?? '(none: the file is empty)'}, and the file does not give its root: the root pins every stream's head at ${anchor.position}, and a head that moved after ${last ?? 'the file'} is not in the file, so not one stream of it can be checked here. An export taken before the anchor and a file cut short (its tail rewritten and rehashed) look the same: its ${bucket.rows} rows in the file are unverified (uncovered); export again (without filters) to check them against it.${this.midChainWords(" A head on a row before the file's first (an earlier verdict's outcome) is not in it either.")}`,
         };
       }
       if (bucket.late && (firstLate.row === null || bucket.lateOrdinal < firstLate.ordinal)) {
@@ -359,7 +359,7 @@ export class AnchorCheck {
               after,
               rows: uncovered.rows,
               outcomes: uncovered.outcomes,
-              note: `partly verified: the file's rows after ${after === null ? 'its start' : `position ${after}`} (${rows}) are not covered by a checked anchor. ${beyond.length === 1 ? 'An anchor' : `${beyond.length} anchors`} (from position ${beyond[0]!.position}) lie beyond the file's last position ${last}, and a file cut short, its tail rewritten and rehashed, cannot be told from an export taken before ${beyond.length === 1 ? 'it' : 'them'}: those rows are unverified. Export again (without filters) and verify the fresh file to cover them; --allow-uncovered accepts the file as partly verified.`,
+              note: `partly verified: the file's rows after ${after === null ? 'its start' : `position ${after}`} (${rows}) are not covered by a checked anchor. ${beyond.length === 1 ? 'An anchor' : `${beyond.length} anchors`} (from position ${beyond[0]!.position}) ${beyond.length === 1 ? 'lies' : 'lie'} beyond the file's last position ${last}, and a file cut short, its tail rewritten and rehashed, cannot be told from an export taken before ${beyond.length === 1 ? 'it' : 'them'}: those rows are unverified. Export again (without filters) and verify the fresh file to cover them; --allow-uncovered accepts the file as partly verified.`,
             },
       lastPosition: last,
       uncovered,
@@ -367,12 +367,16 @@ export class AnchorCheck {
     };
   }
 
+  /** The file's streams that start mid-chain, with `then` after; empty when none does. */
+  private midChainWords(then: string): string {
+    return this.midChain > 0
+      ? ` ${this.midChain} of the file's streams start mid-chain (their first row links to one before the file: a from= or after= export, or one cut at the front).${then}`
+      : '';
+  }
+
   /** What a root that differs means, and what else it can mean: a file that is not the whole history. */
   private mismatch(anchor: ChainAnchor, streams: number): string {
-    const midChain =
-      this.midChain > 0
-        ? ` ${this.midChain} of the file's streams start mid-chain (their first row links to one before the file: a from= or after= export, or one cut at the front).`
-        : '';
+    const midChain = this.midChainWords('');
     return `the root made from the file's ${streams} streams at position ${anchor.position} differs from the anchored one. An anchor covers every stream the service held at its position (how many is not on the chain: the log's HistoryAnchored and the readiness check's lastAnchor.streams say), so only an export without filters (no coin, exchange, timeframe, call, from or to) can be checked against it: a filtered export fails every anchor.${midChain} With an unfiltered export, a verdict or outcome up to this anchor was changed, added or left out, or the anchors read are another deployment's (check that --rpc is the chain and --address the wallet that /readyz shows under processor:history-anchor, lastAnchor.chainId and address).`;
   }
 }

@@ -414,6 +414,21 @@ describe('the history anchor', () => {
     expect(clean).toMatchObject({ ok: true, anchors: { firstLate: null } });
   });
 
+  it('says of an anchor beyond a file that starts mid-chain that the heads before its first row are not in it', async () => {
+    // An after= export taken before the second anchor: every stream starts mid-chain, and the
+    // second anchor lies past its end. The note names the file's start, not only its end.
+    const [a1, a2] = anchors;
+    const early: HistoryRow[] = [];
+    for await (const row of readExport(join(dir, 'before-second.ndjson'))) early.push(row);
+    const after = early.filter((r) => r.position > a1!.position);
+    const report = await verify(await write('after-first', 'ndjson', after), ...anchorArgs());
+    expect(report).toMatchObject({ streamsStartingMidChain: MARKETS.length });
+    const l2 = report.anchors.anchors.find((l: { txHash: string }) => l.txHash === a2!.txHash);
+    expect(l2).toMatchObject({ ok: null, beyond: true });
+    expect(l2.note).toContain(`${MARKETS.length} of the file's streams start mid-chain`);
+    expect(report.anchors.unverified.note).toContain(`An anchor (from position ${a2!.position}) lies beyond`);
+  });
+
   it("catches a stream's first rows left out of an export, which the chains alone cannot", async () => {
     // An unfiltered export with one stream's first verdict deleted: every head is still in the
     // file, so the root matches, and the stream only looks like one that starts mid-chain.

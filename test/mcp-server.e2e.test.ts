@@ -332,7 +332,10 @@ describe.runIf(run)(
         expect((await json(unknown)).error).toEqual({
           code: -32001,
           message: 'Session not found',
-          data: { _service: expect.objectContaining({ auth: expect.objectContaining({ tier: 'free' }) }) },
+          data: {
+            code: 'SESSION_NOT_FOUND',
+            _service: expect.objectContaining({ auth: expect.objectContaining({ tier: 'free' }) }),
+          },
         });
         // A POST without a session is answered statelessly (test/mcp-generations.e2e.test.ts); a GET is not.
         const missing = await fetch(`${server.url}/mcp`, { headers: { accept: 'text/event-stream' } });
@@ -358,7 +361,14 @@ describe.runIf(run)(
         for (const key of [other.key, `sk_live_${'Z'.repeat(43)}`, null]) {
           const res = await post(list, { ...session, ...as(key) });
           expect(res.status).toBe(404);
-          expect((await json(res)).error).toMatchObject({ code: -32001, message: 'Session not found' });
+          // Saying why: the session was opened with another credential.
+          expect((await json(res)).error).toMatchObject({
+            code: -32001,
+            message: expect.stringMatching(
+              /^Session not found for this caller: it was opened with another credential/,
+            ),
+            data: { code: 'SESSION_NOT_FOUND' },
+          });
           const closing = await fetch(`${server.url}/mcp`, {
             method: 'DELETE',
             headers: { ...session, ...as(key) },

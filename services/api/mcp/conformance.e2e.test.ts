@@ -332,7 +332,7 @@ describe('MCP conformance of POST /mcp', () => {
     expect(lost.status).toBe(404);
     expect(lost.body).toEqual({
       jsonrpc: '2.0',
-      error: { code: -32001, message: 'Session not found', data: withService() },
+      error: { code: -32001, message: 'Session not found', data: withService({ code: 'SESSION_NOT_FOUND' }) },
       id: 's',
     });
     const batch = await post([

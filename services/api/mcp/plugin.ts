@@ -151,7 +151,10 @@ const MCP_BODY = {
 };
 
 const REFUSED_HOST = rpcError('-32000: Host or Origin not allowed (DNS-rebinding guard)');
-const NO_SESSION = rpcError('-32001: session not found (closed, expired, or opened by another caller)');
+const NO_SESSION = rpcError(
+  '-32001, data.code SESSION_NOT_FOUND: session not found (closed, expired, or opened by another caller: then the message says it was opened with another credential); send initialize without Mcp-Session-Id',
+  ['code'],
+);
 const VERSION_400 =
   '-32000: MCP-Protocol-Version names a revision not served here (the message lists those that are), disagrees with the one the session negotiated at initialize, or is sent more than once';
 
@@ -504,7 +507,7 @@ function mcpHandler(deps: HandlerDeps): Handler {
         owner: sessionOwner(request),
         credential: () => credentialOf(request),
       });
-      if (transport === undefined) return rpcRefusal(reply, 404, -32001, 'Session not found');
+      if (transport === undefined) return sessionNotFound(reply, sessions.has(sessionId));
     }
     // The revision the request speaks and the answers it takes, read as HTTP defines them, before
     // any transport (whose checks compared substrings and trusted the header over the session).
@@ -648,6 +651,21 @@ async function refusedKeyAnswer(
     .header('cache-control', REFUSAL_CACHE_CONTROL)
     .type(JSON_UTF8)
     .send(JSON.stringify(Array.isArray(body) ? answers : answers[0]));
+}
+
+/**
+ * 404 -32001 (data.code SESSION_NOT_FOUND) for an Mcp-Session-Id this caller cannot use: none open
+ * (closed, expired, or the api restarted), or one opened with another credential (another key, an
+ * unknown one, or none where it was opened with one), which says so: a host that changed its key
+ * learns why its session is gone. Either way the remedy is the same (initialize without the id),
+ * as MCP asks of a client on a 404; nothing of the session is shown or usable by the caller.
+ */
+function sessionNotFound(reply: FastifyReply, another: boolean): Promise<FastifyReply> {
+  const code = 'SESSION_NOT_FOUND';
+  const message = another
+    ? 'Session not found for this caller: it was opened with another credential (another API key, or none); send initialize without Mcp-Session-Id to open a session with this one, or send the credential that opened it'
+    : ERRORS[code].message;
+  return rpcRefusal(reply, ERRORS[code].status, ERRORS[code].rpc, message, undefined, { code });
 }
 
 /**

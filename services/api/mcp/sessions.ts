@@ -132,7 +132,7 @@ export class SessionTable {
    * The session, marked as used now; undefined when unknown, already closed, or asked for by
    * another caller than the one that opened it (when `by` is given): a session id is bound to its
    * owner (MCP's security guidance), so another caller that learns it can neither read its stream
-   * nor close it, and is told no more than for an unknown id. The credential it was opened with
+   * nor close it (the route's 404 tells it the session is another credential's, nothing of it). The credential it was opened with
    * stays its own after that credential is refused (a revoked key is answered -32003 on it). The
    * credential's digest is asked for only when the owner differs: its opener's calls, the hot
    * path, hash nothing.
@@ -152,6 +152,11 @@ export class SessionTable {
     session.lastSeen = Date.now();
     session.used = ++this.uses;
     return session.transport;
+  }
+
+  /** Whether a session of this id is open, whoever opened it (touch answers only its opener). */
+  has(id: string): boolean {
+    return this.sessions.has(id);
   }
 
   private uncount({ owner, pool }: Session): void {

@@ -97,7 +97,9 @@ describe('operator key commands', () => {
     const keyId = /id: +(\S+)/.exec(out)![1]!;
     await expect(run('plan', keyId, 'free')).rejects.toThrow('already on free');
     await run('revoke', keyId);
-    await expect(run('revoke', keyId)).rejects.toThrow('is revoked');
+    expect(await run('revoke', keyId)).toMatch(new RegExp(`^${keyId}: was already revoked \\(at `));
+    // Revoked is for good: a plan change is refused.
+    await expect(run('plan', keyId, 'pro')).rejects.toThrow('is revoked');
   });
 
   it('refuses an option that takes a value given twice, naming it, on every such option', async () => {
@@ -287,6 +289,23 @@ describe('npm run keys (the real CLI on an LMDB store)', () => {
     const same = await refused('plan', keyId, 'free');
     expect(same.code).toBe(1);
     expect(same.stderr.trimEnd().split('\n')).toEqual([expect.stringContaining('already on free')]);
+  });
+
+  it('revokes a key already revoked as done (exit 0), saying so and appending nothing', async () => {
+    const created = await cli('create', '--plan', 'free', '--owner', 'ops');
+    const keyId = /id: +(\S+)/.exec(created.stdout)![1]!;
+    expect((await cli('revoke', keyId, '--reason', 'leaked')).stdout.split('\n')[0]).toBe(
+      `${keyId}: revoked (leaked)`,
+    );
+    const listed = (await cli('list', '--all')).stdout;
+    // A script that revokes a list of keys, run twice or after a partial run, succeeds.
+    const again = await cli('revoke', keyId, '--reason', 'rotated').catch((err: { code: number }) => err);
+    expect(again).toMatchObject({ stderr: '' });
+    expect((again as { stdout: string }).stdout).toMatch(
+      new RegExp(`^${keyId}: was already revoked \\(at \\d{4}-\\d\\d-\\d\\dT[^)]+\\); nothing changed\\n$`),
+    );
+    // Nothing appended (so no wait for the service to apply it): the first revocation stands.
+    expect((await cli('list', '--all')).stdout).toBe(listed);
   });
 
   it('refuses a create without --plan and a payments window that ends before it starts as usage errors (exit 2)', async () => {

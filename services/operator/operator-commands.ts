@@ -289,8 +289,22 @@ export async function runOperatorCommand(
       case 'revoke': {
         const record = await existing(deps.store, positional[0]);
         const reason = typeof named.reason === 'string' ? named.reason : 'revoked by operator';
-        const position = await revokeKey(deps.store, record.stream, record.keyId, reason);
-        return done(position, [`${record.keyId}: revoked (${reason})`]);
+        // Revoked already (a script run twice, or past a partial run): what was asked holds, so
+        // it succeeds (exit 0), says so, and appends nothing; the first revocation's time stands.
+        const already = (at: string | null | undefined) =>
+          `${record.keyId}: was already revoked${at ? ` (at ${at})` : ''}; nothing changed`;
+        if (record.revoked) return already(record.revokedAt);
+        try {
+          const position = await revokeKey(deps.store, record.stream, record.keyId, reason);
+          return done(position, [`${record.keyId}: revoked (${reason})`]);
+        } catch (err) {
+          // Revoked by another run between the read above and this append.
+          if (err instanceof KeyRuleError && err.code === 'key_revoked') {
+            const now = findById(await foldKeyRegistry(deps.store), record.keyId);
+            return already(now?.revokedAt);
+          }
+          throw err;
+        }
       }
       case 'reseal-webhook-secrets': {
         if (!deps.secrets) throw new Error('no webhook master key configured here');
@@ -343,7 +357,8 @@ export async function runOperatorCommand(
         throw new UsageError(unknownCommandRefusal(command, Object.keys(COMMANDS)));
     }
   } catch (err) {
-    // A key's state refuses the change (already on that plan, revoked): one line, not the usage text.
+    // A key's state refuses the change (already on that plan; a plan change of a revoked key): one
+    // line, not the usage text.
     if (err instanceof KeyRuleError) throw new CommandFailedError(err.message);
     throw err;
   }

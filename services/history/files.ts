@@ -108,6 +108,27 @@ function namesRow(cursor: string, row: HistoryRow): boolean {
   return read !== null && read.position === row.position && tagMatches(read, row.verdict_id);
 }
 
+/** A row whose cursor, whole, is another's: named by the row and the field, in every format. */
+function notItsCursor(where: string, row: HistoryRow): MalformedRowError {
+  return new MalformedRowError(
+    where,
+    { stream: row.stream, revision: row.revision, verdictId: row.verdict_id, position: row.position },
+    ['cursor'],
+    `cursor ${JSON.stringify(row.cursor)} (not the cursor of its row, position ${row.position} and verdict ${row.verdict_id}: after= with it would resume the export elsewhere)`,
+  );
+}
+
+/**
+ * Whether a CSV cursor is the row's own cut short: empty, or a start of the cursor its row was
+ * exported with (`h2`, or `h1` for an export of cursor.ts's first kind).
+ */
+function cutCursor(cursor: string, row: HistoryRow): boolean {
+  if (cursor === '') return true;
+  const hex = row.verdict_id.replaceAll('-', '');
+  const h1 = Buffer.from(`h1:${row.position}:${hex.slice(0, 12)}`, 'latin1').toString('base64url');
+  return [encodeCursor(row.position, row.verdict_id), h1].some((own) => own.startsWith(cursor));
+}
+
 /** A line or Parquet part that is no row at all: nothing of the row can be read, so nothing of it is named. */
 function unreadable(where: string, detail: string): MalformedRowError {
   return new MalformedRowError(
@@ -121,7 +142,7 @@ function unreadable(where: string, detail: string): MalformedRowError {
 /**
  * `record` as a row. Its cursor must be its own (`namesRow`): the hashes leave the cursor out, so
  * an edited one would pass every chain while `after=` with it resumes elsewhere. A CSV line
- * (`ownCursor` false) has its cursor checked by its reader, where a wrong one is a line cut short.
+ * (`ownCursor` false) has its cursor checked by its reader, where one cut short is a line cut short.
  */
 function toRow(record: Record<string, unknown>, where: string, ownCursor = true): HistoryRow {
   const row: Record<string, unknown> = {};
@@ -134,12 +155,7 @@ function toRow(record: Record<string, unknown>, where: string, ownCursor = true)
   if (parsed.success) {
     const read = parsed.data;
     if (!ownCursor || namesRow(read.cursor, read)) return read;
-    throw new MalformedRowError(
-      where,
-      { stream: read.stream, revision: read.revision, verdictId: read.verdict_id, position: read.position },
-      ['cursor'],
-      `cursor ${JSON.stringify(read.cursor)} (not the cursor of its row, position ${read.position} and verdict ${read.verdict_id}: after= with it would resume the export elsewhere)`,
-    );
+    throw notItsCursor(where, read);
   }
   const fields = [...new Set(parsed.error.issues.map((i) => String(i.path[0] ?? '(row)')))];
   const detail = parsed.error.issues
@@ -362,6 +378,8 @@ async function* readItems(
       // column at all.
       const cursor = cursorColumn < 0 ? null : fields[cursorColumn]!;
       if (cursor !== null && (cursor === '' || !namesRow(cursor, row))) {
+        // Whole but another row's (edited): named as in every format; else the line was cut inside it.
+        if (!cutCursor(cursor, row)) throw notItsCursor(`line ${lineNumber}`, row);
         throw unreadable(
           `line ${lineNumber}`,
           `CSV line: its cursor ${JSON.stringify(cursor)} is not the one of its row (position ${row.position}, verdict ${row.verdict_id}); ${CUT_SHORT}`,

@@ -133,7 +133,8 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<NatsBus> 
       options.signal,
     );
   } catch (err) {
-    if (err === gaveUp || options.signal?.aborted) throw err;
+    // A refusal that names its setting (a stream's subjects held by another) is told as it is.
+    if (err === gaveUp || options.signal?.aborted || err instanceof DependencyRefusedError) throw err;
     // Failed at once (not an outage that waiting could end): name the server and the setting, as
     // the driver's own words (`getaddrinfo ENOTFOUND nats-1`, `Authorization Violation`) do not.
     const hint = hasCode(err, 'ENOTFOUND')
@@ -308,6 +309,28 @@ type WantedStream = ReturnType<typeof wantedStream>;
 /** The refusal of a raise on a server outside a cluster: final, not tried again. */
 const NOT_CLUSTERED = 'the server is not in a cluster: one copy only';
 
+const SAME_BUS_SETTINGS =
+  'every role of one deployment takes the same NATS_STREAM and NATS_SUBJECT_PREFIX (another deployment on this server takes other values of both)';
+
+/**
+ * Why `stream` cannot be created when another stream of the server already takes its subjects
+ * (JetStream refuses overlapping subjects): a role whose NATS_STREAM differs from the one its
+ * deployment's other roles created. Left to run, it would read a stream no role publishes to.
+ * Null when no other stream holds them (the add failed for another reason).
+ */
+async function otherStreamRefusal(
+  jsm: JetStreamManager,
+  stream: string,
+  subject: string,
+): Promise<DependencyRefusedError | null> {
+  const holder = await jsm.streams.find(subject).catch(() => null);
+  if (holder === null || holder === stream) return null;
+  return new DependencyRefusedError(
+    `stream ${stream} (NATS_STREAM) cannot be created: its subject ${subject} belongs to stream ${holder} ` +
+      `on this server: ${SAME_BUS_SETTINGS}; set NATS_STREAM=${holder} if that is this deployment's`,
+  );
+}
+
 /**
  * Creates the stream, or compares the one found with it. Replicas are only ever raised (a JetStream
  * cluster copies the stream to the new peers online), so processes started with different settings
@@ -326,12 +349,17 @@ async function ensureStream(jsm: JetStreamManager, wanted: WantedStream): Promis
     } catch (err) {
       // Another process created it between our info and add.
       existing = await streamInfo(jsm, wanted.name);
-      if (!existing) throw err;
+      if (!existing) throw (await otherStreamRefusal(jsm, wanted.name, subject)) ?? err;
     }
   }
   const found = existing.config;
   if (!found.subjects?.includes(subject)) {
-    throw new Error(`stream ${wanted.name} exists without subject ${subject} (has ${found.subjects})`);
+    // A role of the deployment whose NATS_SUBJECT_PREFIX differs: it would publish or read where
+    // the others do not.
+    throw new DependencyRefusedError(
+      `stream ${wanted.name} (NATS_STREAM) exists without subject ${subject} (has ${found.subjects}): ` +
+        `${SAME_BUS_SETTINGS}; correct NATS_SUBJECT_PREFIX`,
+    );
   }
   const drift: BusSettingDrift[] = [];
   const compare = (setting: BusSettingDrift['setting'], want: string | number, have: string | number) => {

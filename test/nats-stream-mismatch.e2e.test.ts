@@ -1,0 +1,59 @@
+import { randomUUID } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { connect } from '@nats-io/transport-node';
+import { afterAll, describe, expect, it } from 'vitest';
+import { runServiceProcess, type ServiceProcess } from './service-process.ts';
+
+/**
+ * Roles of one deployment on NATS_STREAMs that differ (one role's setting mistyped or left at its
+ * default), NATS_SUBJECT_PREFIX equal: the second role's stream cannot take the subjects the first
+ * one's holds. It is refused at its start, naming both streams and the rule, rather than told as a
+ * NATS_URL that cannot be used (or left to read a stream no role publishes to).
+ */
+const NATS_URL = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
+const id = randomUUID().slice(0, 8);
+const prefix = `mismatch${id}`;
+const streams = [`MISMATCH_A_${id}`, `MISMATCH_B_${id}`];
+const running: ServiceProcess[] = [];
+const dirs: string[] = [];
+
+afterAll(async () => {
+  for (const r of running) if (r.child.exitCode === null) r.child.kill('SIGTERM');
+  await Promise.all(running.map((r) => r.exit));
+  await Promise.all(dirs.map((d) => rm(d, { recursive: true, force: true })));
+  const nc = await connect({ servers: NATS_URL.replace(/^nats:\/\//, '') });
+  const jsm = await jetstreamManager(nc);
+  for (const stream of streams) await jsm.streams.delete(stream).catch(() => false);
+  await nc.close();
+});
+
+async function dispatcher(stream: string): Promise<ServiceProcess> {
+  const dataDir = await mkdtemp(join(tmpdir(), 'nats-mismatch-'));
+  dirs.push(dataDir);
+  const r = runServiceProcess(
+    { DATA_DIR: dataDir, BUS: 'nats', NATS_URL, NATS_STREAM: stream, NATS_SUBJECT_PREFIX: prefix },
+    ['--role', 'dispatcher'],
+  );
+  running.push(r);
+  return r;
+}
+
+describe('a role whose NATS_STREAM differs from its deployment', () => {
+  it('is refused at its start, naming the stream that holds the subjects', async () => {
+    const first = await dispatcher(streams[0]!);
+    await expect
+      .poll(() => first.lines.find((l) => l.msg === 'service started'), { timeout: 90_000, interval: 100 })
+      .toBeTruthy();
+    const second = await dispatcher(streams[1]!);
+    expect(await second.exit).not.toBe(0);
+    const told = JSON.stringify(second.lines) + second.stderr;
+    expect(told).toContain(
+      `stream ${streams[1]} (NATS_STREAM) cannot be created: its subject ${prefix}.> belongs to stream ${streams[0]} on this server`,
+    );
+    expect(told).toContain(`set NATS_STREAM=${streams[0]}`);
+    expect(told).not.toContain('(NATS_URL) cannot be used');
+  }, 180_000);
+});

@@ -110,6 +110,23 @@ describe('SignalEngine over the replayed real data', () => {
     expect(rebuilt.confidence_meaning).toContain(
       `${rebuilt.confidence} = how often standing aside was right`,
     );
+    // Why it is a HOLD is the cell's, as when it was computed: spot:15m has timing skill, so not
+    // "no measured edge here" beside a lean with timing_skill true.
+    expect(rebuilt.edge).toEqual(recorded.edge);
+    expect(rebuilt.edge!.reason).toContain('no profit after the fee');
+    await later.close();
+  });
+
+  it('rebuilds a later verdict of a cell whose net is not measurable with "not measurable" and its interval', async () => {
+    const ahead = await openReplayFeed({ run: false });
+    ahead.clock.advance(DAY);
+    const later = new SignalEngine({ feed: ahead, store });
+    const recorded = TradeCall.parse(await later.getTradeCall({ coin: 'BTC', timeframe: '1h' }));
+    const rebuilt = TradeCall.parse(await engine.getTradeCall({ coin: 'BTC', timeframe: '1h' }));
+    expect(rebuilt.verdictId).toBe(recorded.verdictId);
+    expect(rebuilt.lean).toMatchObject({ measurable: false, expected_net_bps: null });
+    expect(rebuilt.edge).toEqual(recorded.edge);
+    expect(rebuilt.edge!.reason).toMatch(/not measurable \(90 % interval −[\d.]+ to \+[\d.]+ bps/);
     await later.close();
   });
 

@@ -42,6 +42,7 @@ import { describeFailure } from './operation-errors.ts';
 import type { EngineOperations, OperationContext } from './operations.ts';
 import { recordedVolatility } from './recorded-volatility.ts';
 import { rankedScan, type ScanRow } from './scan-ranking.ts';
+import { cellDecision } from './signals/calibration.ts';
 import {
   computeRegime,
   computeRiskHorizons,
@@ -679,11 +680,7 @@ function toTradeCall(
       ? {
           cell: d.inputs.edge_cell,
           measured: d.inputs.edge_measured,
-          reason: same
-            ? computed.edge.reason
-            : d.inputs.edge_measured
-              ? 'measured edge'
-              : 'no measured edge here',
+          reason: same ? computed.edge.reason : recordedEdgeReason(d, d.inputs.edge_measured, table),
         }
       : undefined;
   return {
@@ -712,6 +709,17 @@ function toTradeCall(
       ? { lean: computed.lean ?? null, confidence_meaning: computed.confidence_meaning }
       : recordedMeaning(d, table)),
   };
+}
+
+/**
+ * Why a verdict the log holds for another close is what it is: its cell's reason in this engine's
+ * table (the words it was computed with, "not measurable" with the interval included) when this
+ * engine recorded it; a verdict of another engine version gets the bare gate outcome.
+ */
+function recordedEdgeReason(d: RecordedVerdict['data'], measured: boolean, table: CalibrationTable): string {
+  if (d.engineVersion === table.engineVersion)
+    return cellDecision(table, d.exchange, d.timeframe, Math.abs(d.score)).reason;
+  return measured ? 'measured edge' : 'no measured edge here';
 }
 
 /** The input as its schema outputs it: parsed here unless the channel parsed it already. */

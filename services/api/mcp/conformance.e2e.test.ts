@@ -149,11 +149,18 @@ describe('MCP conformance of POST /mcp', () => {
       }
     });
 
-    it('a batched message with a wrong-typed _meta refuses the batch -32600, never -32700', async () => {
+    it('a batched message with a wrong-typed _meta is answered -32600 on its own, never -32700', async () => {
       const answer = await post([ping(1), ping(2, { _meta: 'x' })], on('2025-03-26'));
-      expect(answer.status).toBe(400);
-      expect(answer.body.error.code).toBe(-32600);
-      expect(answer.body.error.message).toContain('batch message 1: params._meta must be an object');
+      expect(answer.status).toBe(200);
+      const answers = answer.body as unknown as {
+        id: number;
+        result?: object;
+        error?: { code: number; message: string };
+      }[];
+      expect(answers.find((a) => a.id === 1)).toMatchObject({ result: {} });
+      const refused = answers.find((a) => a.id === 2)!;
+      expect(refused.error!.code).toBe(-32600);
+      expect(refused.error!.message).toContain('batch message 1: params._meta must be an object');
     });
 
     it("an empty body is the catalog's INVALID_JSON (-32700), as a malformed one is, saying it is empty", async () => {

@@ -12,11 +12,12 @@
  * - a request or notification carries no `result` or `error`; a response's `result` is an
  *   object, its `error` an object with an integer code and a string message (the SDK transports
  *   called these a parse error, -32700 with id null);
- * - a batch is refused whole (-32600, id null) when it is empty (JSON-RPC 2.0), on revision
- *   2025-06-18 and later (MCP removed JSON-RPC batching there), or when one of its messages is
- *   refused as above or by its params (params-check.ts: params not an object, a `_meta` MCP does
- *   not define; the message is named by its index); one holding initialize is refused with that
- *   message's id (the handshake is sent alone);
+ * - a batch is refused whole (-32600, id null) when it is empty (JSON-RPC 2.0) or on revision
+ *   2025-06-18 and later (MCP removed JSON-RPC batching there); one holding initialize is refused
+ *   with that message's id (the handshake is sent alone);
+ * - in a batch that is served, a message refused as above or by its params (params-check.ts:
+ *   params not an object, a `_meta` MCP does not define) gets its own -32600 in the answer array,
+ *   named by its index, and the other messages are served (JSON-RPC 2.0 §6: batchMemberFaults);
  * - an empty body is not JSON: the catalog's INVALID_JSON (-32700, data.code INVALID_JSON, as a
  *   malformed body is answered), id null.
  */
@@ -127,8 +128,8 @@ export function envelopeRefusal(
     return refusal(`JSON-RPC batches are not part of MCP ${version} (removed in ${NO_BATCH_REVISION})`, null);
   for (let i = 0; i < body.length; i++) {
     const message: unknown = body[i];
-    const fault = messageFault(message) ?? paramsFault(message as Record<string, unknown>);
-    if (fault !== null) return refusal(`batch message ${i}: ${fault}`, null);
+    // A message at fault is answered on its own (batchMemberFaults), not the batch refused.
+    if (memberFault(message) !== null) continue;
     const { method, id } = message as Record<string, unknown>;
     if (method === 'initialize') {
       return refusal(
@@ -138,4 +139,39 @@ export function envelopeRefusal(
     }
   }
   return null;
+}
+
+/** What is wrong with one message of a batch, its envelope or its params; null when nothing. */
+function memberFault(message: unknown): string | null {
+  return messageFault(message) ?? paramsFault(message as Record<string, unknown>);
+}
+
+/** A batch message at fault: its index, its id as far as it reads (else null), and the -32600 it is answered. */
+export interface BatchMemberFault {
+  index: number;
+  id: string | number | null;
+  message: string;
+}
+
+/**
+ * The messages of a batch the envelope would refuse alone (not JSON-RPC 2.0, params not an object,
+ * a `_meta` MCP does not define): each is answered with its own -32600 in the answer array, with
+ * its id when it carries a string or a number (as a refused message alone is), and the others are
+ * served (JSON-RPC 2.0 §6). Empty for a body that is not a batch.
+ */
+export function batchMemberFaults(body: unknown): BatchMemberFault[] {
+  if (!Array.isArray(body)) return [];
+  const faults: BatchMemberFault[] = [];
+  for (let index = 0; index < body.length; index++) {
+    const message: unknown = body[index];
+    const fault = memberFault(message);
+    if (fault === null) continue;
+    const id = isPlainObject(message) ? message.id : undefined;
+    faults.push({
+      index,
+      id: typeof id === 'string' || typeof id === 'number' ? id : null,
+      message: `Invalid Request: batch message ${index}: ${fault}`,
+    });
+  }
+  return faults;
 }

@@ -24,7 +24,7 @@ export async function handOver(
   const raw = request.raw as typeof request.raw & { auth?: AuthInfo };
   raw.auth = authInfo(request, caller);
   jsonWithCharset(reply.raw);
-  if (Array.isArray(request.body)) answerAsArray(reply.raw);
+  if (Array.isArray(request.body)) answerAsArray(reply.raw, answeredAlso(request));
   try {
     await transport.handleRequest(raw, reply.raw, request.body);
   } catch (err) {
@@ -80,14 +80,29 @@ export function authInfo(request: FastifyRequest, caller: Caller | undefined): A
   };
 }
 
+/** Answers of a batch's messages the route gave itself (batchMemberFaults), sent with the transport's. */
+const alsoAnswered = new WeakMap<FastifyRequest, readonly object[]>();
+
+/** Sends `answers` in the batch's answer array beside those of the messages handed over. */
+export function answerAlso(request: FastifyRequest, answers: readonly object[]): void {
+  alsoAnswered.set(request, answers);
+}
+
+/** What answerAlso set for this request; none by default. */
+export function answeredAlso(request: FastifyRequest): readonly object[] {
+  return alsoAnswered.get(request) ?? [];
+}
+
 /**
  * A batch is answered with an array (JSON-RPC 2.0 §6), however many answers it has: the SDK
  * transport answers a batch holding one request (alone, or with notifications) with the bare
  * object. Its JSON answer is held until it ends, then sent as `[object]` when it is one 200 object,
- * its Content-Length set again; anything else (a 202, a refusal, an array) goes out as written.
- * The transports here answer JSON (enableJsonResponse), never a stream, to a POST.
+ * its Content-Length set again; anything else (a refusal, an array) goes out as written. The
+ * route's own answers to messages it took out (`also`: those at fault) join the array, and make a
+ * 200 of the transport's 202 (a batch of notifications besides them). The transports here answer
+ * JSON (enableJsonResponse), never a stream, to a POST.
  */
-function answerAsArray(res: ServerResponse): void {
+function answerAsArray(res: ServerResponse, also: readonly object[]): void {
   const { writeHead, write, end } = res;
   let head: Parameters<typeof writeHead> | null = null;
   const chunks: Buffer[] = [];
@@ -119,6 +134,20 @@ function answerAsArray(res: ServerResponse): void {
     const status = head?.[0] ?? res.statusCode;
     if (status === 200 && body[0] === 0x7b /* { */) {
       body = Buffer.concat([Buffer.from('['), body, Buffer.from(']')]);
+    }
+    if (also.length > 0) {
+      const theirs = JSON.stringify(also);
+      const close = body.lastIndexOf(0x5d /* ] */);
+      if (status === 200 && body[0] === 0x5b /* [ */ && close > 0) {
+        body = Buffer.concat([body.subarray(0, close), Buffer.from(`,${theirs.slice(1)}`)]);
+      } else if (status === 202) {
+        body = Buffer.from(theirs);
+        res.statusCode = 200;
+        res.setHeader('content-type', JSON_UTF8);
+        if (head !== null) head = [200] as unknown as typeof head;
+      }
+    }
+    if (status === 200 || also.length > 0) {
       if (head !== null) head = withLength(head, body.length);
       if (res.hasHeader('content-length')) res.setHeader('content-length', body.length);
     }

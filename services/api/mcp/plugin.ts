@@ -24,9 +24,9 @@ import {
   rpcErrorWithService,
 } from '../errors.ts';
 import { codesText, documented, RESPONSE_HEADERS, type ResponseDoc, undocumented } from '../openapi.ts';
-import { envelopeRefusal } from './envelope.ts';
+import { batchMemberFaults, envelopeRefusal } from './envelope.ts';
 import { MCP_INVALID_REQUEST } from './error-codes.ts';
-import { handOver } from './hand-over.ts';
+import { answerAlso, answeredAlso, handOver } from './hand-over.ts';
 import { ACCEPT_BOTH, acceptsAnswer, replaceHeader } from './http-headers.ts';
 import { cancelledRequestId, InFlightIds, releaseId, requestIds } from './in-flight.ts';
 import { type ParamsRefusal, paramsRefusal } from './params-check.ts';
@@ -161,13 +161,13 @@ const VERSION_400 =
 /** POST: every JSON-RPC message; answered as JSON (never a stream). */
 const POST_RESPONSES: Record<number, ResponseDoc> = {
   200: {
-    description: `JSON-RPC response (a batch's: an array, whatever its length). A tool that fails answers result.isError with structuredContent.code, one of: ${codesText(TOOL_RESULT_CODES)}`,
+    description: `JSON-RPC response (a batch's: an array, whatever its length, where a message of the batch that is not JSON-RPC 2.0 or has malformed params is answered on its own with -32600 and the others are served). A tool that fails answers result.isError with structuredContent.code, one of: ${codesText(TOOL_RESULT_CODES)}`,
     schema: { oneOf: [{ type: 'object' }, { type: 'array', items: { type: 'object' } }] },
     headers: { 'Mcp-Session-Id': RESPONSE_HEADERS['Mcp-Session-Id'] },
   },
   202: { description: 'Notifications or responses only: accepted, no body' },
   400: rpcError(
-    `-32700: the body is empty or is not JSON, or an object in it names a member twice (data.code INVALID_JSON, id null), or nests deeper than 64 levels (JSON_TOO_DEEP); ${VERSION_400}; -32000: bad request (no session for a method other than initialize on a transport that needs one); -32600: invalid request, with the request's id when it has one (not a JSON-RPC 2.0 message: no jsonrpc "2.0", a request id that is not a string or an integer, a member JSON-RPC does not define, a method beside a result or an error, a response's result or error of the wrong shape; an empty batch, a batch on protocol revision 2025-06-18 or later, initialize in a batch, initialize on a session already open (send it without Mcp-Session-Id to start a new one); on a method other than tools/call, params present but not an object, an array included, or a params._meta MCP does not define (not an object; progressToken neither a string nor an integer); data.code BATCH_TOO_LARGE: a batch of more than ${MAX_BATCH_SIZE} messages, or with more messages than the rate limit of its caller, or more calls of one tool than its share, which no window could take: not retryable, counted as one request, send smaller batches); -32602: invalid params, with the request's id, naming them: initialize without protocolVersion, capabilities or clientInfo with name and version. A tools/call with malformed params (its _meta included) is not a 400: it is the -32602 tool error (200, result.isError)`,
+    `-32700: the body is empty or is not JSON, or an object in it names a member twice (data.code INVALID_JSON, id null), or nests deeper than 64 levels (JSON_TOO_DEEP); ${VERSION_400}; -32000: bad request (no session for a method other than initialize on a transport that needs one); -32600: invalid request, with the request's id when it has one (a message that is not JSON-RPC 2.0, sent alone: no jsonrpc "2.0", a request id that is not a string or an integer, a member JSON-RPC does not define, a method beside a result or an error, a response's result or error of the wrong shape; an empty batch, a batch on protocol revision 2025-06-18 or later, initialize in a batch, initialize on a session already open (send it without Mcp-Session-Id to start a new one); on a method other than tools/call, params present but not an object, an array included, or a params._meta MCP does not define (not an object; progressToken neither a string nor an integer); data.code BATCH_TOO_LARGE: a batch of more than ${MAX_BATCH_SIZE} messages, or with more messages than the rate limit of its caller, or more calls of one tool than its share, which no window could take: not retryable, counted as one request, send smaller batches); -32602: invalid params, with the request's id, naming them: initialize without protocolVersion, capabilities or clientInfo with name and version. A tools/call with malformed params (its _meta included) is not a 400: it is the -32602 tool error (200, result.isError)`,
   ),
   403: REFUSED_HOST,
   404: NO_SESSION,
@@ -540,6 +540,21 @@ function mcpHandler(deps: HandlerDeps): Handler {
       const data = 'data' in refusal ? (refusal.data as Record<string, unknown>) : {};
       return rpcRefusal(reply, refusal.status, refusal.code, refusal.message, refusal.id, data);
     }
+    // A batch served (its revision has batches) with messages at fault: each of those is answered
+    // with its own -32600 and the others are served (JSON-RPC 2.0 §6), not the batch refused whole.
+    const faults = method === 'POST' ? batchMemberFaults(request.body) : [];
+    if (faults.length > 0) {
+      const answers = faults.map((fault) => ({
+        jsonrpc: '2.0',
+        id: fault.id,
+        error: { code: MCP_INVALID_REQUEST, message: fault.message },
+      }));
+      const taken = new Set(faults.map((fault) => fault.index));
+      const rest = (request.body as unknown[]).filter((_, index) => !taken.has(index));
+      if (rest.length === 0) return batchAnswer(reply, answers, sessionId);
+      request.body = rest;
+      answerAlso(request, answers);
+    }
     // A key presented but not served (unknown, revoked, or not checkable right now): every request
     // is refused with the JSON-RPC error a tools/call gets, initialize and tools/list included.
     if (method === 'POST' && request.callerRefused !== null) {
@@ -645,12 +660,22 @@ async function refusedKeyAnswer(
   if (ids.length === 0) return null;
   const { code, message, data } = await refusedKeyError(options, refused);
   const answers = ids.map((id) => ({ jsonrpc: '2.0', id, error: { code, message, data } }));
+  if (!Array.isArray(body)) return batchAnswer(reply, answers[0]!, sessionId);
+  return batchAnswer(reply, [...answers, ...answeredAlso(request)], sessionId);
+}
+
+/** A 200 JSON answer the route gives itself: one JSON-RPC answer, or a batch's array of them. */
+function batchAnswer(
+  reply: FastifyReply,
+  answers: object | readonly object[],
+  sessionId: string | undefined,
+): FastifyReply {
   if (sessionId !== undefined) reply.header('mcp-session-id', sessionId);
   return reply
     .code(200)
     .header('cache-control', REFUSAL_CACHE_CONTROL)
     .type(JSON_UTF8)
-    .send(JSON.stringify(Array.isArray(body) ? answers : answers[0]));
+    .send(JSON.stringify(answers));
 }
 
 /**

@@ -322,6 +322,9 @@ async function* readItems(
   let rowsRead = 0;
   // Lines read as rows (malformed ones too) since the last trailer line.
   let sinceTrailer = 0;
+  // The last row read whole, which a trailer line's cursor is at or past; whether the line read is a trailer.
+  let lastRow: HistoryRow | null = null;
+  let trailerLine = false;
   /**
    * Whether a line can only be a row's, cut short when unreadable: one after a row or after the CSV
    * header, or an NDJSON line opening as a JSON object. Before that, an unreadable line is a file in
@@ -406,9 +409,24 @@ async function* readItems(
     }
     // The trailer line of a served NDJSON export carries the cursor, not a row.
     if ('cursor' in record && !('verdict_id' in record)) {
+      trailerLine = true;
       const trailer = HistoryTrailer.safeParse(record);
       if (trailer.success) onTrailer?.({ line: lineNumber, says: trailer.data.rows, held: sinceTrailer });
       sinceTrailer = 0;
+      // Its cursor is at or past every row before it (past the rows the filters skipped too): one
+      // before them is edited, and after= with it would serve those rows again.
+      const at = trailer.success ? decodeCursor(trailer.data.cursor) : null;
+      if (
+        at !== null &&
+        lastRow !== null &&
+        (at.position < lastRow.position ||
+          (at.position === lastRow.position && !tagMatches(at, lastRow.verdict_id)))
+      ) {
+        throw unreadable(
+          `line ${lineNumber}`,
+          `trailer line: its cursor ${JSON.stringify(trailer.data!.cursor)} names position ${at.position}, not at or past the row before it (position ${lastRow.position}, verdict ${lastRow.verdict_id}): after= with it would resume the export elsewhere`,
+        );
+      }
       return null;
     }
     return toRow(record, `line ${lineNumber}`);
@@ -420,18 +438,21 @@ async function* readItems(
     const line = lineNumber === 1 && read.startsWith('\uFEFF') ? read.slice(1) : read;
     if (line.trim() === '') continue;
     let row: HistoryRow | null;
+    trailerLine = false;
     try {
       row = readLine(line);
     } catch (err) {
       // A file in another format: no line after it reads as a row either.
       if (!goOn || !(err instanceof MalformedRowError) || (!rowLine(line) && err.fields.length === 0))
         throw err;
-      sinceTrailer++;
+      // A trailer line is no row its answer held.
+      if (!trailerLine) sinceTrailer++;
       yield err;
       continue;
     }
     if (row === null) continue;
     sinceTrailer++;
+    lastRow = row;
     yield row;
     rowsRead++;
   }

@@ -303,3 +303,54 @@ describe('a row whose cursor is not its own', () => {
     expect(await readAll(ndjson('no-cursor', bare))).toEqual([commitment]);
   });
 });
+
+// The trailer line of an NDJSON answer (trailer=true) says where to resume: at or past every row
+// before it. One edited back would serve those rows again; the rows' hashes say nothing of it.
+describe('an NDJSON trailer line whose cursor is before the row above it', () => {
+  const trailer = (cursor: string, rows: number) => `${JSON.stringify({ cursor, rows })}\n`;
+  const lines = (...parts: string[]) => {
+    const path = join(dir, `trailer-${parts.length}-${Math.random().toString(36).slice(2)}.ndjson`);
+    writeFileSync(path, parts.join(''));
+    return path;
+  };
+  const row = (r: HistoryRow) => `${JSON.stringify(r)}\n`;
+
+  it('is malformed, named by its line; one at or past it (the filters skipped rows) reads', async () => {
+    const back = lines(row(commitment), row(second), trailer(encodeCursor(2, verdictId), 2));
+    await expect(readAll(back)).rejects.toThrow(
+      `line 3: malformed trailer line: its cursor ${JSON.stringify(encodeCursor(2, verdictId))} names position 2, not at or past the row before it (position 3`,
+    );
+    // The row's own position under another verdict's id: not the row it says.
+    const foreign = lines(row(second), trailer(encodeCursor(3, '41ba029a-4321-5e69-8be7-000000000000'), 1));
+    await expect(readAll(foreign)).rejects.toThrow('line 2: malformed trailer line');
+    // At its last row, or past it: read, as is a trailer of an answer of no row.
+    const at = lines(
+      row(commitment),
+      trailer(encodeCursor(2, verdictId), 1),
+      trailer(encodeCursor(2, verdictId), 0),
+    );
+    expect(await readAll(at)).toEqual([commitment]);
+    const past = lines(row(commitment), trailer(encodeCursor(9, '41ba029a-4321-5e69-8be7-000000000009'), 1));
+    expect(await readAll(past)).toEqual([commitment]);
+    // Read past: the rows after it still read, and the next trailer counts only its own rows.
+    const counts: { says: number; held: number }[] = [];
+    const items: (HistoryRow | string)[] = [];
+    const on = (c: { says: number; held: number }) => counts.push({ says: c.says, held: c.held });
+    for await (const item of readExportPastMalformed(
+      lines(
+        row(commitment),
+        trailer(encodeCursor(1, verdictId), 1),
+        row(second),
+        trailer(encodeCursor(3, verdictId), 1),
+      ),
+      undefined,
+      on,
+    ))
+      items.push(item instanceof MalformedRowError ? item.where : item);
+    expect(items).toEqual([commitment, 'line 2', second]);
+    expect(counts).toEqual([
+      { says: 1, held: 1 },
+      { says: 1, held: 1 },
+    ]);
+  });
+});

@@ -13,7 +13,7 @@ import { knowledgeModule } from './knowledge/module.ts';
 import { setupX402, type X402Setup } from './payments/setup.ts';
 import { paymentsSlice } from './payments/slice.ts';
 import { projectionsComponent } from './projections/component.ts';
-import type { Metrics } from './shared/metrics.ts';
+import { type Metrics, serveMcpSessions } from './shared/metrics.ts';
 import { webhooksSlice } from './webhooks/component.ts';
 
 export interface SliceContext {
@@ -90,7 +90,7 @@ export async function composeSlices(ctx: SliceContext): Promise<ComposedSlices> 
         ? {
             onRateLimited: (tier: string, via: 'http' | 'mcp') =>
               metrics.rateLimitRefusals.inc({ tier, channel: via }),
-            onMcpSessionCount: (open: number) => metrics.mcpSessionsOpen.set(open),
+            onMcpSessionCount: serveMcpSessions(metrics),
           }
         : {}),
       feed: engine.feed,

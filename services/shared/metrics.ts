@@ -108,10 +108,14 @@ export function createMetrics() {
       labelNames: ['tier', 'channel'] as const,
       registers: [registry],
     }),
+    /**
+     * Registered by the process that serves MCP (the api role: serveMcpSessions), not here: a role
+     * serving no MCP exports no series of it, rather than a 0 that reads as "no sessions open".
+     */
     mcpSessionsOpen: new Gauge({
       name: 'mcp_sessions_open',
       help: 'MCP sessions open in this process',
-      registers: [registry],
+      registers: [],
     }),
     appendsPending: scrapedGauge(
       registry,
@@ -156,3 +160,11 @@ export function createMetrics() {
 }
 
 export type Metrics = ReturnType<typeof createMetrics>;
+
+/** Exports `mcp_sessions_open` on this process's /metrics (once it serves MCP); the setter of its count. */
+export function serveMcpSessions(metrics: Metrics): (open: number) => void {
+  const gauge = metrics.mcpSessionsOpen;
+  if (metrics.registry.getSingleMetric('mcp_sessions_open') === undefined)
+    metrics.registry.registerMetric(gauge);
+  return (open) => gauge.set(open);
+}

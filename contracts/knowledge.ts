@@ -255,7 +255,7 @@ export type SourceType = z.infer<typeof SourceType>;
 
 /** What a result's or citation's source_url is, as README says it. */
 const SOURCE_URL =
-  'Where the passage opens: a document section (/knowledge/<file>#<heading>), a route (/readyz, /openapi.json) or a tool call (mcp://tool/…); the service’s own addresses are absolute when the server knows its public URL (PUBLIC_BASE_URL), else paths on the service';
+  'Where the passage opens: a document section (/knowledge/<file>#<heading>, live.md for a live regime) or a route (/readyz, /openapi.json), absolute: under the server’s public URL (PUBLIC_BASE_URL), else under the origin the request came to';
 
 export const SearchResult = z.object({
   id: z.string(),

@@ -7,8 +7,11 @@ import type { FastifyRequest } from 'fastify';
  */
 export function publicOrigin(configured: string | undefined): (request: FastifyRequest) => string {
   const fixed = configured?.replace(/\/+$/, '');
-  return fixed === undefined ? (request) => `${request.protocol}://${request.host}` : () => fixed;
+  return fixed === undefined ? requestOrigin : () => fixed;
 }
+
+/** The origin the request came to: its scheme and Host (X-Forwarded-Proto and -Host behind a trusted proxy). */
+export const requestOrigin = (request: FastifyRequest): string => `${request.protocol}://${request.host}`;
 
 /**
  * The Cache-Control of an answer that names publicOrigin's origin, reusable for `maxAgeS`:

@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Config } from '../../contracts/config.ts';
 import type { SourceType } from '../../contracts/knowledge.ts';
+import { LIVE_DOCUMENT } from './facts.ts';
 import { contractPassages, errorPassages, pricingPassages } from './generated.ts';
 import { headingAnchor, markdownPassages, type Passage, plainInline } from './passages.ts';
 
@@ -73,7 +74,8 @@ export async function knowledgeCorpus(config: Config, root = REPO_ROOT): Promise
     const markdown = await readFile(join(root, path), 'utf8');
     const h1 = /^#\s+(.*)$/m.exec(markdown)?.[1];
     const name = servedName(path);
-    if (corpus.documents.has(name)) throw new Error(`two documents served as ${SOURCES_PATH}/${name}`);
+    if (corpus.documents.has(name) || name === LIVE_DOCUMENT)
+      throw new Error(`two documents served as ${SOURCES_PATH}/${name}`);
     corpus.documents.set(name, markdown);
     corpus.passages.push(
       ...markdownPassages(markdown, {

@@ -6,7 +6,16 @@ import {
   type Timeframe,
 } from '../../contracts/market.ts';
 import { defineProjection, type Projection } from '../../projections/projection.ts';
-import type { Passage } from './passages.ts';
+import { headingAnchor, type Passage } from './passages.ts';
+
+/**
+ * The live regimes as a document of the index (GET /knowledge/live.md), a section per market: a
+ * regime passage's source_url opens there over HTTP, at its heading, as every document's does.
+ */
+export const LIVE_DOCUMENT = 'live.md';
+const LIVE_TITLE = 'Latest market regimes';
+const LIVE_PREFACE =
+  'Folded from the event log by the knowledge-facts projection: the latest regime of each market with a verdict, as the index holds it. The MCP tool get_market_regime (coin, exchange), or POST /x402/get_market_regime, answers a reading live.';
 
 /**
  * Live facts the knowledge tools can quote: the latest regime per market, the track record per
@@ -119,7 +128,22 @@ export const knowledgeFactsProjection: Projection<KnowledgeFacts> = defineProjec
 
 const iso = (ms: number) => new Date(ms).toISOString().replace('.000Z', 'Z');
 
-/** The facts as passages: one per coin and venue, and one about the venues served. */
+/**
+ * The live document (LIVE_DOCUMENT): the passages of livePassages that open in it, each a section
+ * under its title, the text as indexed.
+ */
+export function liveDocument(passages: readonly Passage[]): string {
+  const sections = passages
+    .filter((p) => p.source_url.startsWith(`/knowledge/${LIVE_DOCUMENT}#`))
+    .map((p) => `## ${p.title}\n\n${p.text}\n`);
+  const body = sections.length > 0 ? sections.join('\n') : 'No verdict has been recorded yet.\n';
+  return `# ${LIVE_TITLE}\n\n${LIVE_PREFACE}\n\n${body}`;
+}
+
+/**
+ * The facts as passages: one per coin and venue (its source_url a section of LIVE_DOCUMENT), and
+ * one about the venues served.
+ */
 export function livePassages(facts: KnowledgeFacts, venues: { configured: readonly string[] }): Passage[] {
   const byCoin = new Map<string, MarketFact[]>();
   for (const fact of Object.values(facts.markets)) {
@@ -128,17 +152,20 @@ export function livePassages(facts: KnowledgeFacts, venues: { configured: readon
   }
   const passages: Passage[] = [];
   const served = new Map<string, { coins: Set<string>; timeframes: Set<string>; feeds: Set<string> }>();
+  const anchors = new Map<string, number>();
+  headingAnchor(LIVE_TITLE, anchors);
   for (const [key, list] of [...byCoin.entries()].sort(([a], [b]) => a.localeCompare(b))) {
     const { exchange, coin } = list[0]!;
     list.sort((a, b) => a.timeframe.localeCompare(b.timeframe, 'en', { numeric: true }));
     const readings = list.map(
       (f) => `on ${f.timeframe} the regime is ${f.regime} since ${iso(f.since)} (${f.feed} data)`,
     );
+    const title = `Latest market regime of ${coin} on ${exchange}`;
     passages.push({
       id: `live#regime-${key}`,
       source_type: 'live',
-      source_url: `mcp://tool/get_market_regime?coin=${coin}&exchange=${exchange}`,
-      title: `Latest market regime of ${coin} on ${exchange}`,
+      source_url: `/knowledge/${LIVE_DOCUMENT}#${headingAnchor(title, anchors)}`,
+      title,
       text: `Latest regime of ${coin} on ${exchange}: ${readings.join('; ')}.`,
     });
     const venue = served.get(exchange) ?? { coins: new Set(), timeframes: new Set(), feeds: new Set() };

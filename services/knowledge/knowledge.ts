@@ -12,7 +12,7 @@ import { OperationError } from '../engine/operation-errors.ts';
 import type { Caller } from '../metering/caller.ts';
 import { answerQuestion } from './chat.ts';
 import type { ChatQuota } from './chat-quota.ts';
-import { type KnowledgeFacts, livePassages } from './facts.ts';
+import { type KnowledgeFacts, LIVE_DOCUMENT, liveDocument, livePassages } from './facts.ts';
 import type { ChatProvider } from './providers.ts';
 import type { KnowledgeIndex } from './search-index.ts';
 
@@ -49,6 +49,8 @@ export interface ChatServed extends ChatAnswer {
  */
 export class Knowledge {
   private indexedAt = -1;
+  /** LIVE_DOCUMENT as of the facts indexed (refresh). */
+  private live = liveDocument([]);
   private readonly answers = new Map<string, SearchAnswer>();
   private answersOf = '';
 
@@ -72,11 +74,13 @@ export class Knowledge {
 
   /**
    * A passage's source_url as answered: a path on the service (/knowledge/README.md#…, /readyz)
-   * under PUBLIC_BASE_URL when it is set, so that it opens where the answer is read (an MCP client
-   * has no base to resolve a path against); a path without it. mcp://tool/… stays as it is.
+   * under PUBLIC_BASE_URL when it is set, else under `origin`, the origin the request came to
+   * (publicOrigin: its scheme and Host), so that it opens where the answer is read: an MCP client
+   * has no base to resolve a path against. A path only when neither is known (a caller in process).
    */
-  private located(url: string): string {
-    return this.base !== undefined && url.startsWith('/') ? `${this.base}${url}` : url;
+  private located(url: string, origin: string | undefined): string {
+    const base = this.base ?? origin;
+    return base !== undefined && url.startsWith('/') ? `${base}${url}` : url;
   }
 
   get index(): KnowledgeIndex {
@@ -85,20 +89,30 @@ export class Knowledge {
 
   /** A document of the corpus by its served name (a citation's source_url), as indexed; undefined if none. */
   document(name: string): string | undefined {
-    return this.deps.documents.get(name);
+    if (name !== LIVE_DOCUMENT) return this.deps.documents.get(name);
+    this.refresh();
+    return this.live;
   }
 
   refresh(): void {
     const { facts, index, config } = this.deps;
     if (facts.checkpoint === this.indexedAt) return;
     this.indexedAt = facts.checkpoint;
-    index.replaceGroup('live#', livePassages(facts.state, { configured: config.LIVE_EXCHANGES }));
+    const passages = livePassages(facts.state, { configured: config.LIVE_EXCHANGES });
+    index.replaceGroup('live#', passages);
+    this.live = liveDocument(passages);
   }
 
-  /** A weak validator: the body also carries the caller's `_service`, the passages are what it names. */
-  etag(query: string, limit: number): string {
+  /**
+   * A weak validator: the body also carries the caller's `_service`, the passages are what it
+   * names, at the origin its source_urls name (`origin`, without PUBLIC_BASE_URL).
+   */
+  etag(query: string, limit: number, origin?: string): string {
     this.refresh();
-    const request = createHash('sha256').update(`${limit}\u0000${query}`).digest('hex').slice(0, 16);
+    const request = createHash('sha256')
+      .update(`${limit}\u0000${query}\u0000${this.base ?? origin ?? ''}`)
+      .digest('hex')
+      .slice(0, 16);
     return `W/"${this.deps.index.digest}-${request}"`;
   }
 
@@ -106,7 +120,7 @@ export class Knowledge {
    * Answers are cached per corpus digest: the same query gives the same bytes until the corpus
    * changes (the contract lets any cache keep them 300 s), and agents repeat their questions.
    */
-  search(query: string, limit: number): SearchAnswer {
+  search(query: string, limit: number, origin?: string): SearchAnswer {
     this.refresh();
     const { index } = this.deps;
     if (this.answersOf !== index.digest) {
@@ -114,18 +128,19 @@ export class Knowledge {
       this.answersOf = index.digest;
     }
     const key = `${limit}\u0000${query}`;
-    const cached = this.answers.get(key);
-    if (cached) return cached;
-    // Looked up as searchable() folds it (full-width letters, escape sequences); echoed as sent.
-    const { total, results } = index.search(searchable(query), limit);
-    const answer = {
-      query,
-      total_results: total,
-      results: results.map((r) => ({ ...r, source_url: this.located(r.source_url) })),
+    let answer = this.answers.get(key);
+    if (answer === undefined) {
+      // Looked up as searchable() folds it (full-width letters, escape sequences); echoed as sent.
+      const { total, results } = index.search(searchable(query), limit);
+      answer = { query, total_results: total, results };
+      if (this.answers.size >= ANSWER_CACHE_SIZE) this.answers.delete(this.answers.keys().next().value!);
+      this.answers.set(key, answer);
+    }
+    // Kept as paths, located per answer: the origin may be the request's.
+    return {
+      ...answer,
+      results: answer.results.map((r) => ({ ...r, source_url: this.located(r.source_url, origin) })),
     };
-    if (this.answers.size >= ANSWER_CACHE_SIZE) this.answers.delete(this.answers.keys().next().value!);
-    this.answers.set(key, answer);
-    return answer;
   }
 
   /**
@@ -136,6 +151,7 @@ export class Knowledge {
     caller: Caller,
     input: { question: string; model: string },
     requestId: string,
+    origin?: string,
   ): Promise<{ body: ChatServed; month: string }> {
     this.refresh();
     const { chatQuota, logger } = this.deps;
@@ -166,7 +182,10 @@ export class Knowledge {
       const answer = {
         ...outcome.answer,
         question: input.question,
-        citations: outcome.answer.citations.map((c) => ({ ...c, source_url: this.located(c.source_url) })),
+        citations: outcome.answer.citations.map((c) => ({
+          ...c,
+          source_url: this.located(c.source_url, origin),
+        })),
       };
       return { body: { ...answer, _service: { chat_quota: quota } }, month: taken.month };
     } catch (err) {

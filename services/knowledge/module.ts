@@ -87,6 +87,7 @@ export function knowledgeModule(deps: {
     channel: deps.channel,
     models: config.CHAT_MODELS,
     logger,
+    publicBaseUrl: config.PUBLIC_BASE_URL,
   });
   const plugin: FastifyPluginAsync = async (app, options) => {
     await httpRoutes(app, options);

@@ -21,6 +21,7 @@ import {
 import { openToAnyOrigin } from '../api/cors.ts';
 import { apiErrorBody, errorHandler, type FieldCodes } from '../api/errors.ts';
 import { declared, refusal } from '../api/openapi.ts';
+import { originCacheControl, publicOrigin } from '../api/public-origin.ts';
 import { OperationError } from '../engine/operation-errors.ts';
 import { callerHook, decorateCaller, type KeyedAccess } from '../metering/caller.ts';
 import { QuotaUnavailableError, serveMetered } from '../metering/metered-call.ts';
@@ -28,7 +29,8 @@ import type { ServiceMeta } from '../metering/service-meta.ts';
 import { quotaRetryAfter, refusingResetsAt } from '../metering/snapshot.ts';
 import { ChatQuotaExhaustedError, type Knowledge } from './knowledge.ts';
 
-const SEARCH_CACHE = 'public, max-age=300';
+/** The documents' Cache-Control: they name no origin. */
+const SOURCE_CACHE = 'public, max-age=300';
 
 /** The MCP tools the routes are by another name: metered as them, and rate-limited in their share. */
 const SEARCH_TOOL = 'search_knowledge';
@@ -200,7 +202,7 @@ export function sourceRoutes(knowledge: () => Promise<Knowledge>): FastifyPlugin
         throw new ServiceError('NOT_FOUND', { detail: 'no document of the index by that name' });
       return reply
         .header('content-type', 'text/markdown; charset=utf-8')
-        .header('cache-control', SEARCH_CACHE)
+        .header('cache-control', SOURCE_CACHE)
         .send(text);
     });
   };
@@ -231,6 +233,8 @@ interface KnowledgeDeps {
   channel: () => KeyedAccess;
   models: readonly string[];
   logger: Logger;
+  /** PUBLIC_BASE_URL: the origin source_urls name; without it, the request's (publicOrigin). */
+  publicBaseUrl: string | undefined;
 }
 
 /** `_service` of a refusal answered before the caller was known (a header sent twice). */
@@ -294,6 +298,9 @@ function knowledgeAccess(deps: KnowledgeDeps) {
  */
 export function knowledgeRoutes(deps: KnowledgeDeps): FastifyPluginAsync {
   const { requireKey, metered } = knowledgeAccess(deps);
+  const originOf = publicOrigin(deps.publicBaseUrl);
+  // A search answer names the origin of its source_urls: shared only when PUBLIC_BASE_URL fixes it.
+  const searchCache = originCacheControl(deps.publicBaseUrl, 300);
   return async (plain) => {
     const app = plain.withTypeProvider<ZodTypeProvider>();
     // Any page may search and chat with a key.
@@ -305,12 +312,13 @@ export function knowledgeRoutes(deps: KnowledgeDeps): FastifyPluginAsync {
     app.post('/api/search', { ...searchRoute(), preValidation: requireKey }, async (request, reply) => {
       const { query, limit } = request.body;
       const knowledge = await deps.knowledge();
-      const etag = knowledge.etag(query, limit);
+      const origin = originOf(request);
+      const etag = knowledge.etag(query, limit, origin);
       // A 304 carries the Vary of the 200 it stands for (RFC 9110 15.4.5), or a cache could reuse it across keys.
-      const cacheable = { etag, 'cache-control': SEARCH_CACHE, vary: 'authorization' };
+      const cacheable = { etag, 'cache-control': searchCache, vary: 'authorization' };
       // Nothing is served: no call is counted.
       if (matches(request.headers['if-none-match'], etag)) return reply.code(304).headers(cacheable).send();
-      const answer = knowledge.search(query, limit);
+      const answer = knowledge.search(query, limit, origin);
       const call = { tool: SEARCH_TOOL, requestId: randomUUID() };
       const { value, service } = await metered(request, call, async () => answer);
       reply.headers(cacheable);
@@ -334,7 +342,7 @@ export function knowledgeRoutes(deps: KnowledgeDeps): FastifyPluginAsync {
           request,
           { tool: CHAT_TOOL, requestId },
           async () => {
-            const served = await knowledge.chat(caller, request.body, requestId);
+            const served = await knowledge.chat(caller, request.body, requestId, originOf(request));
             taken = served.month;
             return served;
           },

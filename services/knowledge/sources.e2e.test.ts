@@ -11,6 +11,17 @@ import { REPO_ROOT } from './corpus.ts';
 import type { KnowledgeModule } from './module.ts';
 import { headingAnchors } from './passages.ts';
 
+/** An MCP client (the SDK's) of the service at `url`, with `key`. */
+async function mcpClient(url: string, key: string): Promise<Client> {
+  const client = new Client({ name: 'sources', version: '1.0.0' });
+  await client.connect(
+    new StreamableHTTPClientTransport(new URL(`${url}/mcp`), {
+      requestInit: { headers: { authorization: `Bearer ${key}` } },
+    }),
+  );
+  return client;
+}
+
 /**
  * A citation's source_url, clicked: it opens on the running service (GET /knowledge/{file}, the
  * document as indexed, at a heading of it), and that route serves the index's documents only.
@@ -39,7 +50,20 @@ describe('GET /knowledge/{file}: where search results and citations open', () =>
   }
 
   it('every source_url of search results and citations opens, at a heading of the document', async () => {
-    const urls = new Set<string>();
+    // A live regime in the index (a trade call records its verdict): its source_url is served too.
+    const client = await mcpClient(service.url, key);
+    try {
+      const call = await client.callTool({
+        name: 'get_trade_call',
+        arguments: { coin: 'BTC', timeframe: '1h' },
+      });
+      expect(call.isError).toBeFalsy();
+    } finally {
+      await client.close();
+    }
+    const module = service.components.find((c) => c.name === 'knowledge') as KnowledgeModule;
+    await module.facts.waitFor(await service.adapters.eventStore.headPosition());
+    const absolute = new Set<string>();
     for (const query of [
       'market regime squeeze',
       'webhook signature secret',
@@ -49,9 +73,10 @@ describe('GET /knowledge/{file}: where search results and citations open', () =>
       'walk-forward evaluation months',
       'track record hit rate venues',
       'HTTP routes authenticate',
+      'latest market regime of BTC',
     ]) {
       const answer = SearchAnswer.parse(await post('search', { query, limit: 50 }));
-      for (const r of answer.results) urls.add(r.source_url);
+      for (const r of answer.results) absolute.add(r.source_url);
     }
     for (const question of [
       'What does INVALID_MODEL mean?',
@@ -60,19 +85,30 @@ describe('GET /knowledge/{file}: where search results and citations open', () =>
     ]) {
       const answer = ChatAnswer.parse(await post('chat', { question }));
       expect(answer.citations.length, question).toBeGreaterThan(0);
-      for (const c of answer.citations) urls.add(c.source_url);
+      for (const c of answer.citations) absolute.add(c.source_url);
     }
+    // Without PUBLIC_BASE_URL, under the origin the request came to; an HTTP URL each, no mcp://.
+    expect([...absolute].filter((u) => !u.startsWith(`${service.url}/`))).toEqual([]);
+    const urls = new Set([...absolute].map((u) => u.slice(service.url.length)));
     // GitHub's anchor of the heading: the underscores of a code kept.
     expect(urls).toContain('/knowledge/errors.md#error-code-invalid_model');
+    // The live regime opens in the live document, at its market's heading.
+    expect(urls).toContain('/knowledge/live.md#latest-market-regime-of-btc-on-binance_spot');
     const served = [...urls].filter((u) => u.startsWith('/knowledge/'));
     const files = new Set(served.map((u) => u.split('#')[0]));
-    for (const file of ['README.md', 'methodology.md', 'webhooks.md', 'errors.md', 'tools.md', 'pricing.md'])
+    for (const file of [
+      'README.md',
+      'methodology.md',
+      'webhooks.md',
+      'errors.md',
+      'tools.md',
+      'pricing.md',
+      'live.md',
+    ])
       expect(files, file).toContain(`/knowledge/${file}`);
-    // Anything else is the OpenAPI document, a live fact's route, or a live fact's MCP tool call.
+    // Anything else is the OpenAPI document or a live fact's route.
     expect(
-      [...urls].filter(
-        (u) => !/^(\/knowledge\/|\/openapi\.json|\/api\/track-record|\/readyz|mcp:\/\/tool\/)/.test(u),
-      ),
+      [...urls].filter((u) => !/^(\/knowledge\/|\/openapi\.json|\/api\/track-record|\/readyz)/.test(u)),
     ).toEqual([]);
     const texts = new Map<string, string>();
     for (const file of files) {
@@ -93,10 +129,104 @@ describe('GET /knowledge/{file}: where search results and citations open', () =>
     }
     // The text the index is built from, byte for byte.
     expect(texts.get('/knowledge/README.md')).toBe(readFileSync(join(REPO_ROOT, 'README.md'), 'utf8'));
+    expect(texts.get('/knowledge/live.md')).toContain(
+      module.knowledge.index.get('live#regime-BINANCE_SPOT:BTC')!.text,
+    );
     expect(texts.get('/knowledge/webhooks.md')).toBe(
       readFileSync(join(REPO_ROOT, 'services/webhooks/README.md'), 'utf8'),
     );
   });
+
+  it('names the origin the request came to, over HTTP and MCP alike; a search answer is private then', async () => {
+    const search = await fetch(`${service.url}/api/search`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+      body: JSON.stringify({ query: 'webhook signature secret', limit: 5 }),
+    });
+    expect(search.status).toBe(200);
+    // Another Host is another answer: no shared cache keeps it, and its ETag differs.
+    expect(search.headers.get('cache-control')).toBe('private, max-age=300');
+    const http = SearchAnswer.parse(await search.json()).results.map((r) => r.source_url);
+    expect(http.length).toBeGreaterThan(0);
+    for (const url of http) expect(url.startsWith(`${service.url}/knowledge/`), url).toBe(true);
+    const { port } = new URL(service.url);
+    const elsewhere = await postRaw(
+      '/api/search',
+      { query: 'webhook signature secret', limit: 5 },
+      `localhost:${port}`,
+    );
+    expect(elsewhere.status).toBe(200);
+    const named = (JSON.parse(elsewhere.text) as { results: { source_url: string }[] }).results;
+    expect(named.map((r) => r.source_url)).toEqual(
+      http.map((u) => u.replace(service.url, `http://localhost:${port}`)),
+    );
+    expect(elsewhere.etag).not.toBe(search.headers.get('etag'));
+    const client = await mcpClient(service.url, key);
+    try {
+      const found = await client.callTool({
+        name: 'search_knowledge',
+        arguments: { query: 'INVALID_MODEL' },
+      });
+      const chat = await client.callTool({
+        name: 'chat_knowledge',
+        arguments: { question: 'How is a webhook signed?' },
+      });
+      const answer = ChatAnswer.parse(chat.structuredContent);
+      expect(answer.citations.length).toBeGreaterThan(0);
+      const urls = [
+        ...SearchAnswer.parse(found.structuredContent).results.map((r) => r.source_url),
+        ...answer.citations.map((c) => c.source_url),
+      ];
+      expect(urls.filter((u) => !u.startsWith(`${service.url}/`))).toEqual([]);
+      for (const url of new Set(urls.map((u) => u.split('#')[0]!))) {
+        const opened = await fetch(url);
+        await opened.arrayBuffer();
+        expect(opened.status, url).toBe(200);
+      }
+    } finally {
+      await client.close();
+    }
+  });
+
+  /** POST `body` to `path` naming `host` in the Host header (fetch will not set it). */
+  function postRaw(
+    path: string,
+    body: object,
+    host: string,
+  ): Promise<{ status: number; text: string; etag: string | undefined }> {
+    const { hostname, port } = new URL(service.url);
+    const bytes = JSON.stringify(body);
+    return new Promise((resolve, reject) => {
+      request(
+        {
+          host: hostname,
+          port,
+          path,
+          method: 'POST',
+          headers: {
+            host,
+            'content-type': 'application/json',
+            'content-length': Buffer.byteLength(bytes),
+            authorization: `Bearer ${key}`,
+          },
+        },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () =>
+            resolve({
+              status: res.statusCode!,
+              text: Buffer.concat(chunks).toString('utf8'),
+              etag: res.headers.etag,
+            }),
+          );
+          res.on('error', reject);
+        },
+      )
+        .on('error', reject)
+        .end(bytes);
+    });
+  }
 
   /** GET `path` as sent, unnormalised (fetch would resolve `..` before sending it). */
   function getRaw(path: string): Promise<{ status: number; text: string }> {
@@ -171,7 +301,7 @@ describe('source_url under PUBLIC_BASE_URL', () => {
     await service?.stop();
   });
 
-  it('is absolute under it in search results and citations, HTTP and MCP; a tool call stays mcp://', async () => {
+  it('is absolute under it in search results and citations, HTTP and MCP', async () => {
     const urls: string[] = [];
     const res = await fetch(`${service.url}/api/search`, {
       method: 'POST',
@@ -180,12 +310,7 @@ describe('source_url under PUBLIC_BASE_URL', () => {
     });
     expect(res.status).toBe(200);
     urls.push(...SearchAnswer.parse(await res.json()).results.map((r) => r.source_url));
-    const client = new Client({ name: 'sources-public', version: '1.0.0' });
-    await client.connect(
-      new StreamableHTTPClientTransport(new URL(`${service.url}/mcp`), {
-        requestInit: { headers: { authorization: `Bearer ${key}` } },
-      }),
-    );
+    const client = await mcpClient(service.url, key);
     try {
       const search = await client.callTool({
         name: 'search_knowledge',
@@ -203,7 +328,7 @@ describe('source_url under PUBLIC_BASE_URL', () => {
       await client.close();
     }
     expect(urls.some((u) => u.startsWith(`${BASE}/knowledge/`))).toBe(true);
-    expect(urls.filter((u) => !u.startsWith(`${BASE}/`) && !u.startsWith('mcp://tool/'))).toEqual([]);
+    expect(urls.filter((u) => !u.startsWith(`${BASE}/`))).toEqual([]);
     // Each opens on the service at the path after the base.
     for (const url of new Set(
       urls.filter((u) => u.startsWith(`${BASE}/knowledge/`)).map((u) => u.split('#')[0]!),

@@ -43,11 +43,11 @@ export function knowledgeTools(
     input: SearchKnowledgeInput,
     output: SearchAnswer,
     example: { query: 'how is confidence computed', limit: 5 },
-    run: (args) =>
+    run: (args, ctx) =>
       guarded(async () => {
         const checked = checkSearch(args);
         if (!checked.ok) refuse(checked.code, checked.message);
-        return { ...(await knowledge()).search(checked.value.query, checked.value.limit) };
+        return { ...(await knowledge()).search(checked.value.query, checked.value.limit, ctx.origin) };
       }),
   };
   const chat: ToolDefinition<typeof ChatKnowledgeInput> = {
@@ -65,7 +65,7 @@ export function knowledgeTools(
         const { caller, requestId } = ctx;
         if (caller === undefined) throw new Error('chat_knowledge needs the caller');
         const served = await knowledge();
-        const { body, month } = await served.chat(caller, checked.value, requestId);
+        const { body, month } = await served.chat(caller, checked.value, requestId, ctx.origin);
         // The answer may still be thrown away (the call quota's debit refuses it): the unit comes back then.
         return releaseIfDiscarded({ ...body }, () => served.release(caller, month, requestId));
       }),

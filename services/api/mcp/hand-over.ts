@@ -4,6 +4,7 @@ import type { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/se
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Caller } from '../../metering/caller.ts';
 import { JSON_UTF8 } from '../../shared/media-types.ts';
+import { requestOrigin } from '../public-origin.ts';
 
 /**
  * Hands the raw request to an SDK transport (a session's or a one-shot one): the headers Fastify
@@ -62,8 +63,8 @@ function jsonWithCharset(res: ServerResponse): void {
 }
 
 /**
- * The caller as the SDK's auth info: its tool handlers read the client address and the caller the
- * caller hook resolved (or the key it refused) from it.
+ * The caller as the SDK's auth info: its tool handlers read the client address, the origin the
+ * request came to and the caller the caller hook resolved (or the key it refused) from it.
  */
 export function authInfo(request: FastifyRequest, caller: Caller | undefined): AuthInfo {
   const known = caller ?? request.caller ?? undefined;
@@ -74,6 +75,7 @@ export function authInfo(request: FastifyRequest, caller: Caller | undefined): A
     scopes: [],
     extra: {
       clientAddress: request.ip,
+      origin: requestOrigin(request),
       ...(known ? { caller: known } : {}),
       ...(refused ? { refused } : {}),
     },

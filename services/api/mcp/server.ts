@@ -105,9 +105,11 @@ export function createMcpServer(deps: ToolCallDeps, instructions = SERVER_INSTRU
     // A caller authenticated by the route (an OAuth token on /mcp/signin) is not identified again from headers.
     const caller = extra.authInfo?.extra?.caller as Caller | undefined;
     const refused = extra.authInfo?.extra?.refused as CallerRejectedError | undefined;
+    const origin = extra.authInfo?.extra?.origin as string | undefined;
     return callTool(deps, {
       name: request.params.name,
       args: request.params.arguments,
+      ...(origin === undefined ? {} : { origin }),
       ...(payment === undefined ? {} : { payment }),
       ...(caller ? { caller } : {}),
       ...(refused ? { refused } : {}),

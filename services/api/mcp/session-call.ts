@@ -1,5 +1,6 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { JSON_UTF8 } from '../../shared/media-types.ts';
+import { requestOrigin } from '../public-origin.ts';
 import { escapeJson, joinBytes } from './answer-json.ts';
 import { isPlainObject } from './json-shape.ts';
 import { metaIssue } from './params-check.ts';
@@ -244,6 +245,7 @@ export async function answerToolCall(
       caller,
       refused,
       requestId: request.id,
+      origin: requestOrigin(request),
       cancelled: channel.kind === 'session' ? channel.cancelled : undefined,
     });
     body = answerBytes(result, call.id, channel.kind === 'modern');

@@ -70,10 +70,12 @@ function createModernServer(sdk: ModernSdk, deps: ToolCallDeps, instructions: st
     const payment = request.params._meta?.[MCP_PAYMENT_META];
     const caller = ctx.http?.authInfo?.extra?.caller as Caller | undefined;
     const refused = ctx.http?.authInfo?.extra?.refused as CallerRejectedError | undefined;
+    const origin = ctx.http?.authInfo?.extra?.origin as string | undefined;
     try {
       return (await callTool(deps, {
         name: request.params.name,
         args: request.params.arguments,
+        ...(origin === undefined ? {} : { origin }),
         ...(payment === undefined ? {} : { payment }),
         ...(caller ? { caller } : {}),
         ...(refused ? { refused } : {}),

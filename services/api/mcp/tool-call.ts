@@ -96,6 +96,8 @@ export interface ToolCallRequest {
    * when the channel has one, so the access line and the call share it. Else one is made here.
    */
   requestId?: string;
+  /** The origin the call came to (requestOrigin), passed to the tool (ToolContext.origin). */
+  origin?: string;
   /**
    * Whether the client cancelled this call (notifications/cancelled on its session): asked before
    * the tool runs and before the debit, so a cancelled call is not counted.
@@ -234,7 +236,7 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
       deps.quota,
       caller,
       { tool: tool.name },
-      () => tool.run(parsed.data, { requestId, caller }),
+      () => tool.run(parsed.data, { requestId, caller, origin: request.origin }),
       request.cancelled,
     );
   } catch (err) {

@@ -9,6 +9,12 @@ export interface ToolContext {
   requestId: string;
   /** Who is calling: tools with a budget of their own (the chat quota) count against it. */
   caller?: Caller;
+  /**
+   * The origin the call came to (requestOrigin: scheme and Host), where the channel has one: a tool
+   * naming the service's own addresses (the knowledge tools' source_url) names them under it when
+   * PUBLIC_BASE_URL is unset.
+   */
+  origin?: string;
 }
 
 /**

@@ -365,14 +365,37 @@ function blame(open: OutOfOrder, next: number | null): { at: RowRef; reason: str
   return later ? { at: prev.at, reason: RECORDED_LATER } : { at: open.row, reason: RECORDED_EARLIER };
 }
 
+/** The verdict's content columns: a revealed row shows them all (its hash covers them), a commitment none. */
+const CONTENT_COLUMNS = [
+  'call',
+  'confidence',
+  'score',
+  'regime',
+  'price',
+  'candle_close_time',
+  'feed',
+  'engine_version',
+  'trigger',
+  'inputs_json',
+] as const satisfies readonly (keyof HistoryRow)[];
+
 /**
  * The row's stamps outside the hash, against what determines them: the stream is the one its
  * market names (a whole stream renamed breaks no link, and its /verify link would name another
- * stream), reveal_at is the candle close plus the reveal delay, outcome_id derives from the
- * verdict id, and an outcome is recorded after its verdict. The reason one is wrong, or null.
+ * stream), revealed agrees with the content shown, reveal_at is the candle close plus the reveal
+ * delay, outcome_id derives from the verdict id, and an outcome is recorded after its verdict. The
+ * reason one is wrong, or null.
  */
 function recordTimes(row: HistoryRow): string | null {
   if (row.stream !== verdictStream(row)) return 'stream is not the one its exchange, coin and timeframe name';
+  // revealed decides whether the hash is checked against the content: it must be what the row shows.
+  if (row.revealed && row.call === null)
+    return 'revealed without its call: a revealed row shows its content, which its hash covers';
+  if (!row.revealed) {
+    const shown = CONTENT_COLUMNS.filter((k) => row[k] !== null);
+    if (shown.length > 0)
+      return `a commitment (revealed false) showing ${shown.join(', ')}: before its reveal a row shows none of its content, and no hash is checked against what it shows`;
+  }
   if (!Number.isFinite(Date.parse(row.recorded_at))) return 'recorded_at is not a time';
   if (
     row.candle_close_time !== null &&

@@ -198,6 +198,21 @@ describe('outcomes in the chain', () => {
       (r) => ({ ...r, outcome_position: r.position + 1 }),
       'outcome_position is not after the previous outcome of this stream',
     ],
+    // revealed says whether the hash covers the content: a revealed row without its call was
+    // walked as a commitment (not rehashed) and left the scored calls; a commitment showing
+    // content showed columns no hash covers.
+    [
+      'the call of a revealed row emptied',
+      () => middle((r) => r.call !== 'HOLD'),
+      (r) => ({ ...r, call: null }),
+      'revealed without its call',
+    ],
+    [
+      'a revealed row passed off as a commitment, its call turned and its outcome left out',
+      () => middle((r) => r.call !== 'HOLD'),
+      (r) => ({ ...r, ...NO_OUTCOME, revealed: false, call: r.call === 'BUY' ? 'SELL' : 'BUY' }),
+      'a commitment (revealed false) showing call, confidence',
+    ],
   ];
   for (const [name, pick, change, reason] of cases) {
     it(`fails verify and names the row: ${name} (NDJSON, CSV, Parquet)`, async () => {

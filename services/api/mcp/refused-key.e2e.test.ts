@@ -1,3 +1,8 @@
+import {
+  Client as ModernClient,
+  StreamableHTTPClientTransport as ModernTransport,
+  ProtocolError,
+} from '@modelcontextprotocol/client';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
@@ -80,6 +85,29 @@ describe('a refused key on /mcp', () => {
       body: JSON.stringify({ jsonrpc: '2.0', id: 'l', method: 'tools/list' }),
     });
     expect(await res.json()).toMatchObject({ id: 'l', error: { code: -32003 } });
+  });
+
+  it('the 2.x client pinned to 2026-07-28 connects (server/discover) and is refused -32003 at tools/list', async () => {
+    const { key } = await server.issue('pro', 'modern');
+    const client = new ModernClient(
+      { name: 'modern', version: '2.0.0' },
+      { versionNegotiation: { mode: { pin: '2026-07-28' } } },
+    );
+    await client.connect(
+      new ModernTransport(new URL(`${server.url}/mcp`), {
+        requestInit: { headers: { authorization: `Bearer ${neverIssued(key)}` } },
+      }),
+    );
+    try {
+      const error = await client.listTools().then(
+        () => null,
+        (err: unknown) => err,
+      );
+      expect(error).toBeInstanceOf(ProtocolError);
+      expect((error as ProtocolError).code).toBe(-32003);
+    } finally {
+      await client.close();
+    }
   });
 
   it('a key not applied (no Bearer) is served as anonymous, as the contract says (5.3)', async () => {

@@ -1258,6 +1258,42 @@ function placedNames(question: string): string[] {
 }
 
 /**
+ * Words that end what a "how do I" acts on: a preposition, a conjunction, a clause's start
+ * ("how do I check *nobody* tampered with it" acts on a clause, not a noun).
+ */
+const OBJECT_END = new Set(
+  (
+    'in on at to for from with without using into onto via by of after before when if so and or while once ' +
+    'until than as that which where whether what how why who nobody someone anyone everyone nothing'
+  ).split(' '),
+);
+
+/** Verbs whose complement is no object ("get told", "be notified", "stay in sync"). */
+const LINKING_VERBS = new Set(['get', 'be', 'become', 'stay', 'go']);
+
+/**
+ * The noun a "how do I <act> …" question acts on, as a term: the last word of what follows the
+ * act, up to a preposition (a trailing "using Flask" included), a conjunction or the end ("revoke
+ * token approvals in my wallet": approval). Null for another question, or when nothing follows.
+ */
+function actedOn(question: string): string | null {
+  const m = /\bhow (?:do|can|should|would) (?:i|we|you) (\p{L}+)\s+([^?.!]*)/iu.exec(question);
+  // "How do I get told when …", "be notified": what follows such a verb says how, acting on nothing.
+  if (!m || LINKING_VERBS.has(m[1]!.toLowerCase())) return null;
+  let last: string | null = null;
+  for (const w of words(m[2]!)) {
+    if (OBJECT_END.has(w.toLowerCase())) break;
+    // A determiner before the noun phrase is passed over; a stop word after it ends it ("it", "my").
+    if (termOf(w) === null) {
+      if (last === null) continue;
+      break;
+    }
+    last = w;
+  }
+  return last === null ? null : termOf(last);
+}
+
+/**
  * Answers from the retrieved passages. `weight` gives a term's weight (its rarity in the
  * corpus); without it every term weighs the same.
  */
@@ -1299,6 +1335,11 @@ export function extractiveAnswer(
   // when the chosen unit carries the rest of it well (below).
   const unknownName = namesUnknown(raw, asked, rarity, unknownWeight);
   if (unknownName === 'subject') return dontKnow;
+  // "How do I revoke token approvals in my wallet": what the act is done to is a thing the
+  // documentation never names (its noun, the last word before a preposition or the end), so no
+  // passage says how; its other words (revoke, token, wallet) meet passages about this service's.
+  const actObject = actedOn(raw);
+  if (actObject !== null && weight !== undefined && weight(actObject) >= unknownWeight) return dontKnow;
   // A word the documentation never uses still counts against an answer, at half its weight: a
   // question about sorting in Python is not answered by a sentence that sorts test points.
   const known = all - unknown + UNKNOWN_PENALTY * unknown;

@@ -829,6 +829,29 @@ describe('extractive answers', () => {
       expect(ask(question), question).toEqual({ answer: DONT_KNOW, citations: [], grounded: false });
   });
 
+  it('does not know how to act on a thing the documentation never names; knows how to act on one it names', () => {
+    const ask = askOf([
+      [
+        'keys',
+        'Using it › API keys',
+        'A wallet gets one free key by signing in with Ethereum; an operator can revoke a key with npm run keys.',
+      ],
+      [
+        'verify',
+        'Using it › Verify',
+        'To check that nobody tampered with an exported history, run npm run history -- verify on it.',
+      ],
+    ]);
+    expect(ask('How do I revoke a key?').answer).toContain('revoke a key');
+    // What the act is done to ends at a clause ("nobody tampered …"), not at its last word.
+    expect(ask('How do I check nobody tampered with the history?').answer).toContain('history -- verify');
+    for (const question of [
+      'How do I revoke token approvals in my Ethereum wallet?',
+      'How can I revoke the approvals of my wallet?',
+    ])
+      expect(ask(question), question).toEqual({ answer: DONT_KNOW, citations: [], grounded: false });
+  });
+
   it('answers a question naming an unknown tool only in a trailing "in Python" / "with Express", and not one about an unknown name', () => {
     const ask = askOf([
       [

@@ -318,11 +318,13 @@ describe('npm run keys (the real CLI on an LMDB store)', () => {
     await cli('create', '--plan', 'free', '--owner', 'ops');
     const noPlan = await refused('create', '--owner', 'ops');
     expect(noPlan.code).toBe(2);
-    expect(noPlan.stderr).toMatch(/^--plan <plan> is required: one of free, starter, pro\n\nusage: /);
+    expect(noPlan.stderr).toMatch(
+      /^--plan <plan> is required: one of free, starter, pro\nfor the usage: node --import tsx services\/operator\/cli\.ts --help\n$/,
+    );
     const swapped = await refused('payments', '--from', '2026-12-01', '--to', '2026-11-01');
     expect(swapped.code).toBe(2);
     expect(swapped.stderr).toMatch(
-      /^--from must be before --to \(--to is exclusive; got --from 2026-12-01 --to 2026-11-01\)\n\nusage: /,
+      /^--from must be before --to \(--to is exclusive; got --from 2026-12-01 --to 2026-11-01\)\nfor the usage: node --import tsx services\/operator\/cli\.ts --help\n$/,
     );
   });
 
@@ -357,11 +359,13 @@ describe('npm run keys (the real CLI on an LMDB store)', () => {
     const list = await refused('list', '--all', 'extra');
     expect(list.code).toBe(2);
     expect(list.stderr).toMatch(
-      /^unexpected argument "extra" \(list takes no argument but its options\)\n\nusage: /,
+      /^unexpected argument "extra" \(list takes no argument but its options\)\nfor the usage: node --import tsx services\/operator\/cli\.ts --help\n$/,
     );
     const owners = await refused('create', '--plan', 'free', '--owner', 'a', '--owner', 'b');
     expect(owners.code).toBe(2);
-    expect(owners.stderr).toMatch(/^--owner given 2 times \("a", "b"\): it takes one value\n\nusage: /);
+    expect(owners.stderr).toMatch(
+      /^--owner given 2 times \("a", "b"\): it takes one value\nfor the usage: node --import tsx services\/operator\/cli\.ts --help\n$/,
+    );
     // Refused before the store is opened: a create on a DATA_DIR holding no log makes none.
     const fresh = join(dir, 'fresh-create');
     const create = await exec(
@@ -422,7 +426,7 @@ describe('npm run keys (the real CLI on an LMDB store)', () => {
         // Nothing opened: no log (LMDB's events/data.mdb and lock.mdb) made by a typo.
         expect(readdirSync(empty), `${argv.join(' ')} with PUBLIC_BASE_URL=${publicUrl}`).toEqual([]);
         expect(out.stderr, argv.join(' ')).toMatch(
-          new RegExp(`^unknown command ${word}: the commands are ${commands}\\n\\nusage: `),
+          new RegExp(`^unknown command ${word}: the commands are ${commands}\\nfor the usage: .* --help\\n$`),
         );
       }
     }

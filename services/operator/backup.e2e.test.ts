@@ -158,10 +158,13 @@ describe('npm run backup', () => {
     await stop(again2.run);
   }, 240_000);
 
-  it('refuses an option it does not take by its name, exit 2, with the usage', async () => {
+  it('refuses an option it does not take by its name, exit 2, with where the usage is', async () => {
     const refused = await backup(join(root, 'no-data'), '--bogus');
     expect(refused.code).toBe(2);
-    expect(refused.stderr.split('\n')[0]).toBe('backup does not take --bogus');
-    expect(refused.stderr).toContain('usage: ');
+    expect(refused.stderr.split('\n')).toEqual([
+      'backup does not take --bogus',
+      expect.stringMatching(/^for the usage: .* --help$/),
+      '',
+    ]);
   });
 });

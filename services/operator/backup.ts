@@ -10,7 +10,7 @@ import { commandLineConfig } from '../shared/cli-config.ts';
 import { failureText } from '../shared/cli-failure.ts';
 import { parseArgsRefusal } from '../shared/command-line.ts';
 import { exitFlushed, usageIfAsked } from '../shared/exit-flushed.ts';
-import { invocation } from '../shared/invocation.ts';
+import { invocation, usageHint } from '../shared/invocation.ts';
 
 export const USAGE = `usage: ${invocation('backup')} DEST
 
@@ -82,7 +82,7 @@ try {
   code = usage || refused ? 2 : 1;
   process.stderr.write(
     usage
-      ? `${(err as Error).message}\n\n${USAGE}\n`
+      ? `${(err as Error).message}\n${usageHint('backup')}\n`
       : refused
         ? `${err.message}\n`
         : // An expected failure (a DEST this user may not write) in one line; a bug with its stack.

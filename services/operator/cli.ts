@@ -6,6 +6,7 @@ import { openAdapters } from '../adapters.ts';
 import { commandLineConfig, settingOrExit } from '../shared/cli-config.ts';
 import { commandLineLogger, failureText, openedOrExit } from '../shared/cli-failure.ts';
 import { exitFlushed, usageIfAsked } from '../shared/exit-flushed.ts';
+import { usageHint } from '../shared/invocation.ts';
 import { type SecretBox, secretBoxFromConfig } from '../webhooks/secret-box.ts';
 import {
   type CommandLine,
@@ -31,7 +32,8 @@ const line: CommandLine = await (async () => {
   try {
     return parseCommandLine(argv);
   } catch (err) {
-    console.error(`${(err as Error).message}\n\n${USAGE}`);
+    // The error and where the usage is: the usage under it would bury the line saying what was wrong.
+    console.error(`${(err as Error).message}\n${usageHint('keys')}`);
     return exitFlushed(2);
   }
 })();
@@ -77,7 +79,7 @@ try {
     // What it did on stdout; what it left undone (and why the exit is 1) on stderr.
     console.log(err.output);
     console.error(err.message);
-  } else if (err instanceof UsageError) console.error(`${err.message}\n\n${USAGE}`);
+  } else if (err instanceof UsageError) console.error(`${err.message}\n${usageHint('keys')}`);
   // An expected failure (the cache down, another rebuild first) in one line; a bug with its stack.
   else console.error(failureText(err));
 } finally {

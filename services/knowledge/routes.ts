@@ -178,7 +178,7 @@ function chatRoute(models: readonly string[]) {
 const SOURCE_ROUTE = declared({
   summary: 'A document the knowledge index is built from, as markdown: where a citation’s source_url opens',
   description:
-    'The same text the index holds: README.md, the documents of docs/ by their file name (methodology.md…), the webhook guide as webhooks.md, and the generated tools.md, errors.md and pricing.md. A source_url’s fragment names a heading of the document as GitHub anchors it: lower case, punctuation but _ and - dropped, a hyphen for each space (-1, -2 for a repeated heading).',
+    'The same text the index holds: README.md, the documents of docs/ by their file name (methodology.md…), the webhook guide as webhooks.md, the generated tools.md, errors.md and pricing.md, and live.md, the live regimes as indexed. A source_url’s fragment names a heading of the document as GitHub anchors it: lower case, punctuation but _ and - dropped, a hyphen for each space (-1, -2 for a repeated heading).',
   tags: ['knowledge'],
   sends: ['Cache-Control'],
   params: z.object({ file: z.string().describe('README.md, methodology.md, webhooks.md, errors.md…') }),

@@ -169,12 +169,14 @@ export const ERRORS = {
     message: 'question is longer than {max} characters after trimming',
   },
   INVALID_MODEL: { status: 400, retryable: false, message: 'model must be one of {allowed}' },
+  // A day or month of calls (or of chats) used up: not retryable, as quota_exhausted is over MCP;
+  // Retry-After (over MCP the chat quota's resets_at) says when the window serves again.
   QUOTA_EXHAUSTED: {
     status: 429,
-    retryable: true,
+    retryable: false,
     message: 'the {window} call quota of this key is used up (resets {resets})',
   },
-  CHAT_QUOTA_EXHAUSTED: { status: 429, retryable: true, message: '{detail}' },
+  CHAT_QUOTA_EXHAUSTED: { status: 429, retryable: false, message: '{detail}' },
   // The labelled history (/api/verdicts, /api/track-record).
   INVALID_LIMIT: { status: 400, retryable: false, message: 'limit must be an integer from 1 to {max}' },
   INVALID_EXCHANGE: { status: 400, retryable: false, message: '{issue}' },

@@ -568,7 +568,8 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
     expect(statuses.filter((s) => s === 429)).toHaveLength(20);
     const refused = answers.find((a) => a.res.status === 429)!;
     expect(refused.body.code).toBe('CHAT_QUOTA_EXHAUSTED');
-    expect(refused.body.retryable).toBe(true);
+    // Not retryable (/api sends retryable only when true): the month's end is no wait to retry through.
+    expect(refused.body.retryable).toBeUndefined();
     const retryAfter = Number(refused.res.headers.get('retry-after'));
     // The month's end as the server saw the time, somewhere between sending and the last answer.
     const toMonthEnd = (at: number) => Math.ceil((quotaPeriod(at).monthResetsAt - at) / 1000);
@@ -598,13 +599,13 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
     }
     const more = await post('/api/chat', { question: 'how is confidence computed' }, bearer(key.key));
     expect(more.res.status).toBe(429);
-    // Over MCP the same refusal says the same: retryable, as the catalog has CHAT_QUOTA_EXHAUSTED.
+    // Over MCP the same refusal says the same: not retryable, as the catalog has CHAT_QUOTA_EXHAUSTED.
     const viaMcp = await (await mcp(key.key)).callTool({
       name: 'chat_knowledge',
       arguments: { question: 'how is confidence computed' },
     });
     expect(viaMcp.isError).toBe(true);
-    expect(viaMcp.structuredContent).toMatchObject({ code: 'CHAT_QUOTA_EXHAUSTED', retryable: true });
+    expect(viaMcp.structuredContent).toMatchObject({ code: 'CHAT_QUOTA_EXHAUSTED', retryable: false });
     // Searches do not use the chat quota.
     expect((await post('/api/search', { query: 'squeeze' }, bearer(key.key))).res.status).toBe(200);
   });
@@ -617,18 +618,19 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
     ).toBe(200);
     expect((await post('/api/search', { query: 'webhooks' }, bearer(key.key))).res.status).toBe(200);
     const search = await post('/api/search', { query: 'webhooks' }, bearer(key.key));
-    // retryable as on every /api answer that may be retried (the catalog's), here once the window resets.
+    // Not retryable (/api sends retryable only when true), as MCP's quota_exhausted: a day or a month
+    // is no wait to retry through; Retry-After says when the window serves again.
     expect({ status: search.res.status, code: search.body.code, retryable: search.body.retryable }).toEqual({
       status: 429,
       code: 'QUOTA_EXHAUSTED',
-      retryable: true,
+      retryable: undefined,
     });
     expect(Number(search.res.headers.get('retry-after'))).toBeGreaterThan(0);
     const chat = await post('/api/chat', { question: 'what does squeeze mean' }, bearer(key.key));
     expect({ status: chat.res.status, code: chat.body.code, retryable: chat.body.retryable }).toEqual({
       status: 429,
       code: 'QUOTA_EXHAUSTED',
-      retryable: true,
+      retryable: undefined,
     });
     // The refused chat did not take a unit of the chat quota.
     const redis = new Redis(REDIS_URL);

@@ -128,7 +128,7 @@ describe('callTool refusals', () => {
       ...depsFor([
         // A fault of unknown cause: internal_error here, INTERNAL_ERROR (500) on HTTP.
         failing('buggy_tool', () => new TypeError('x is undefined')),
-        // A refusal the feature words itself, retryable in the catalog (once the month resets).
+        // A refusal the feature words itself, not retryable in the catalog (a month is no wait to retry through).
         failing('chat_tool', () => new OperationError({ code: 'CHAT_QUOTA_EXHAUSTED', message: 'used up' })),
       ]),
       // The fault is logged, as it is on HTTP.
@@ -138,7 +138,7 @@ describe('callTool refusals', () => {
     expect(bug).toMatchObject({ code: 'internal_error', retryable: ERRORS.INTERNAL_ERROR.retryable });
     expect(ERRORS.internal_error.retryable).toBe(ERRORS.INTERNAL_ERROR.retryable);
     const quota = structured(await callTool(deps, request('chat_tool', { n: 1 })));
-    expect(quota).toMatchObject({ code: 'CHAT_QUOTA_EXHAUSTED', retryable: true });
+    expect(quota).toMatchObject({ code: 'CHAT_QUOTA_EXHAUSTED', retryable: false });
   });
 
   it('a quota used up with nothing to pay with is not retryable, and says when its window resets', async () => {

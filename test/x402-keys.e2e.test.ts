@@ -130,6 +130,25 @@ describe('keys that must not be served', () => {
       'this key was revoked',
     );
   });
+
+  it('a refused key on a body refused before the key is checked: _service.auth is the refusal’s, no tier', async () => {
+    const issued = await stack.issue('starter');
+    const revoked = await revokeKey(stack.store, `apikey-${issued.keyId}`, issued.keyId, 'leaked');
+    await stack.keyed.registry.waitFor(revoked);
+    // Over X402_BODY_LIMIT_BYTES (8 KiB): refused as the body is read, before the route's key check.
+    const res = await post(
+      '/x402/get_trade_call',
+      { coin: 'BTC', pad: 'x'.repeat(16 * 1024) },
+      { authorization: `Bearer ${issued.key}` },
+    );
+    expect(res.status).toBe(413);
+    const body = (await res.json()) as { _service: unknown };
+    expect(ServiceMeta.parse(body._service).auth).toEqual({
+      outcome: 'UNKNOWN',
+      presented: true,
+      detail: 'this key was revoked',
+    });
+  });
 });
 
 describe('anonymous callers fall through to payment, and _service.auth says why', () => {

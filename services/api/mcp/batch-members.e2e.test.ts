@@ -41,10 +41,12 @@ describe('a JSON-RPC batch on a revision that has batches (2025-03-26)', () => {
 
   it('answers each member on its own: the good ones served, each bad one its own -32600', async () => {
     const session = await open();
-    for (const headers of [{ 'mcp-session-id': session }, { 'mcp-protocol-version': '2025-03-26' }] as Record<
-      string,
-      string
-    >[]) {
+    // A session, a one-shot naming its revision, and a one-shot naming none (read as 2025-03-26).
+    for (const headers of [
+      { 'mcp-session-id': session },
+      { 'mcp-protocol-version': '2025-03-26' },
+      {},
+    ] as Record<string, string>[]) {
       const answer = await post(
         [
           { jsonrpc: '2.0', id: 1, method: 'ping' },

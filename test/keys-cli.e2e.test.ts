@@ -102,6 +102,31 @@ describe('operator key commands', () => {
     await expect(run('plan', keyId, 'pro')).rejects.toThrow('is revoked');
   });
 
+  it('revokes a key once when revokes of it run at the same time: each succeeds, one appends', async () => {
+    // Each reads the key unrevoked and decides at one revision; a plan change races them, started
+    // before them and after them.
+    for (const planFirst of [true, false]) {
+      const keyId = /id: +(\S+)/.exec(await run('create', '--plan', 'pro', '--owner', 'carol'))![1]!;
+      const revoke = (reason: string) => run('revoke', keyId, '--reason', reason);
+      const plan = () => run('plan', keyId, 'free');
+      const [planned, ...revoked] = await Promise.allSettled(
+        planFirst
+          ? [plan(), revoke('leaked'), revoke('left')]
+          : [revoke('leaked'), revoke('left'), plan()].reverse(), // started in this order, the plan listed first
+      );
+      expect(revoked.map((r) => r.status)).toEqual(['fulfilled', 'fulfilled']);
+      const said = revoked.map((r) => (r as PromiseFulfilledResult<string>).value);
+      expect(said.filter((line) => line.startsWith(`${keyId}: revoked (`))).toHaveLength(1);
+      expect(said.filter((line) => line.startsWith(`${keyId}: was already revoked (at `))).toHaveLength(1);
+      // The plan change is made before the revocation or refused as revoked: no conflict error.
+      if (planned!.status === 'rejected') expect(String(planned!.reason)).toContain('is revoked');
+      const events = (await store.readAll()).filter(
+        (e) => e.type === 'ApiKeyRevoked' && (e.data as { keyId: string }).keyId === keyId,
+      );
+      expect(events).toHaveLength(1);
+    }
+  });
+
   it('refuses an option that takes a value given twice, naming it, on every such option', async () => {
     const out = await run('create', '--plan', 'free', '--owner', 'dave');
     const keyId = /id: +(\S+)/.exec(out)![1]!;

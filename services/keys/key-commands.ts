@@ -10,11 +10,25 @@ import { generateApiKey } from './key-material.ts';
  * (WrongExpectedRevisionError) instead of being overwritten.
  */
 
-async function execute(store: EventStore, stream: string, command: KeyCommand): Promise<number> {
-  const { position } = await handleCommand(store, stream, keyDecider, command);
+async function execute(
+  store: EventStore,
+  stream: string,
+  command: KeyCommand,
+  options: { retry?: number } = {},
+): Promise<number> {
+  const { position } = await handleCommand(store, stream, keyDecider, command, options);
   // Every key command decides at least one event or throws, so something was written.
   return position as number;
 }
+
+/**
+ * A plan change or revocation that lost the append to another change of the key is decided again
+ * on the key as it then stands: a revocation racing another answers key_revoked (which the
+ * operator's revoke reports as already revoked), a plan change racing a revocation is refused as
+ * revoked, and either applies over a plan change. An issue is not retried: its stream must not
+ * exist (one key per wallet).
+ */
+const CHANGE_RETRIES = 3;
 
 export interface IssuedKey {
   key: string;
@@ -63,7 +77,7 @@ export async function changeKeyPlan(
   keyId: string,
   to: Plan,
 ): Promise<number> {
-  return execute(store, stream, { kind: 'changePlan', keyId, to });
+  return execute(store, stream, { kind: 'changePlan', keyId, to }, { retry: CHANGE_RETRIES });
 }
 
 export async function revokeKey(
@@ -72,7 +86,7 @@ export async function revokeKey(
   keyId: string,
   reason: string,
 ): Promise<number> {
-  return execute(store, stream, { kind: 'revoke', keyId, reason });
+  return execute(store, stream, { kind: 'revoke', keyId, reason }, { retry: CHANGE_RETRIES });
 }
 
 export { KeyRuleError };

@@ -1662,6 +1662,23 @@ export function extractiveAnswer(
     const at = asked.findIndex(({ term }) => term === name);
     if (at >= 0 && rarity[at]! < unknownWeight && ![...asked[at]!.meets].some(named)) return dontKnow;
   }
+  // "What is the maker fee for spot trading on Binance": a unit that names, as words of its own,
+  // nothing of the question but the place it is set in (a placed name) and words of trading at
+  // large, while the question names more that the documentation knows (fee, spot), says nothing
+  // of what is asked, though the parts of its codes (BINANCE_SPOT, scan_trade_calls) or its title
+  // meet the rest.
+  const placed = new Set(placedNames(raw));
+  if (placed.size > 0) {
+    const plainQuoted = new Set(
+      words(best.quotes.join(' '))
+        .map((w) => termOf(w))
+        .filter((t): t is string => t !== null),
+    );
+    const plainWord = (i: number) => ofTrading(asked[i]!.term) || placed.has(asked[i]!.term);
+    const knownAt = asked.map((_, i) => i).filter((i) => rarity[i]! < unknownWeight);
+    const saidAt = knownAt.filter((i) => [...asked[i]!.meets].some((t) => plainQuoted.has(t)));
+    if (saidAt.every(plainWord) && knownAt.some((i) => !plainWord(i))) return dontKnow;
+  }
   // "… the webhook signature in Python?": the question, but for the tool named, is this service's
   // when the chosen unit carries TOOL_REST of what the documentation's words weigh in it.
   if (unknownName === 'tool' && best.coverage * known < TOOL_REST * (all - unknown)) return dontKnow;

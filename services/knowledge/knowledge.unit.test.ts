@@ -829,6 +829,44 @@ describe('extractive answers', () => {
       expect(ask(question), question).toEqual({ answer: DONT_KNOW, citations: [], grounded: false });
   });
 
+  it('does not take a unit naming only where the question is set, its other words met in codes, as an answer', () => {
+    const ask = askOf([
+      [
+        'digest',
+        'Webhooks › Digest',
+        'A digest lists the calls of the markets BINANCE ranks on the schedule; scan_trade_calls refuses BINANCE_SPOT 2h, a timeframe off the schedule, with the same words.',
+      ],
+      [
+        'fees',
+        'Pricing › Fees',
+        'Each call is charged its price per call; the fee of the plan is paid monthly.',
+      ],
+      [
+        'hurdle',
+        'Methodology › Hurdle',
+        'A call beats the fee of 10 bps at the horizon or it is no hit; the fee is taken off each return.',
+      ],
+      ['candles', 'Replay › Venues', 'BYBIT has funding but no candles in the replay.'],
+      [
+        'venues',
+        'Service › Venues',
+        'Spot and perpetual venues are served; a trade call reads either, and trading stays with you.',
+      ],
+      [
+        'plans',
+        'Pricing › Plans',
+        'Plans differ in their monthly quota and their price; the free plan has no fee.',
+      ],
+    ]);
+    // The place and what is asked of it, both named: answered.
+    expect(ask('Does the replay have candles on Bybit?').answer).toContain('funding but no candles');
+    expect(ask('What is the maker fee for spot trading on Binance?')).toEqual({
+      answer: DONT_KNOW,
+      citations: [],
+      grounded: false,
+    });
+  });
+
   it('does not know how to act on a thing the documentation never names; knows how to act on one it names', () => {
     const ask = askOf([
       [

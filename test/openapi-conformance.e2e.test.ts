@@ -813,6 +813,14 @@ describe('the OpenAPI document describes every real answer', () => {
     });
   });
 
+  it("says /mcp answers a refused key's every request with its JSON-RPC error, initialize included", () => {
+    const answered = doc.paths['/mcp']!.post!.responses['200']!.description;
+    for (const code of ['unknown_key', 'key_unverifiable'] as const) {
+      expect(answered).toContain(`${ERRORS[code].rpc} (data.code ${code}`);
+    }
+    expect(answered).toMatch(/initialize/);
+  });
+
   it('webhook management, happy and refused', async () => {
     await conform({ method: 'GET', template: '/api/webhooks', status: 200 });
     await conform({ method: 'GET', template: '/api/webhooks', status: 401, auth: false });

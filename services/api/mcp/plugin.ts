@@ -158,10 +158,16 @@ const NO_SESSION = rpcError(
 const VERSION_400 =
   '-32000: MCP-Protocol-Version names a revision not served here (the message lists those that are), disagrees with the one the session negotiated at initialize, or is sent more than once';
 
+/** A refused key's JSON-RPC error as the POST's 200 names it: its number, code and `retryable`. */
+function refusedKeyText(code: 'unknown_key' | 'key_unverifiable'): string {
+  const { rpc, retryable } = ERRORS[code];
+  return `${rpc} (data.code ${code}, retryable ${retryable}, data._service)`;
+}
+
 /** POST: every JSON-RPC message; answered as JSON (never a stream). */
 const POST_RESPONSES: Record<number, ResponseDoc> = {
   200: {
-    description: `JSON-RPC response (a batch's: an array, whatever its length, where a message of the batch that is not JSON-RPC 2.0 or has malformed params is answered on its own with -32600 and the others are served). A tool that fails answers result.isError with structuredContent.code, one of: ${codesText(TOOL_RESULT_CODES)}`,
+    description: `JSON-RPC response (a batch's: an array, whatever its length, where a message of the batch that is not JSON-RPC 2.0 or has malformed params is answered on its own with -32600 and the others are served). A Bearer key that is unknown or revoked is answered on every request, initialize included (server/discover aside), with the JSON-RPC error ${refusedKeyText('unknown_key')}, or ${refusedKeyText('key_unverifiable')} when it cannot be checked right now; a key not applied (another header, no Bearer) is served as anonymous. A tool that fails answers result.isError with structuredContent.code, one of: ${codesText(TOOL_RESULT_CODES)}`,
     schema: { oneOf: [{ type: 'object' }, { type: 'array', items: { type: 'object' } }] },
     headers: { 'Mcp-Session-Id': RESPONSE_HEADERS['Mcp-Session-Id'] },
   },

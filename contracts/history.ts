@@ -341,9 +341,17 @@ export const TrackRecordBrief = z.object({
   confidenceBucket: z.string(),
   calls: z.number().int(),
   hits: z.number().int(),
-  hitRate: z.number().nullable(),
-  interval: z.object({ low: z.number(), high: z.number() }).nullable(),
-  randomHitRate: z.number().nullable(),
+  hitRate: z.number().nullable().describe('hits ÷ calls. Null when calls is 0.'),
+  interval: z
+    .object({ low: z.number(), high: z.number() })
+    .nullable()
+    .describe('The 95 % Wilson interval of hitRate. Null when calls is 0.'),
+  randomHitRate: z
+    .number()
+    .nullable()
+    .describe(
+      "The hit rate of random calls at the same BUY:SELL mix over the same candles, on this exchange and timeframe's resolved calls of every confidence bucket in the window. Null when it has none.",
+    ),
   /**
    * Which feed the line's resolved verdicts came from (as the full record's `feed`): a call on
    * live venues may carry a line built from the replay. Optional for clients of earlier answers.

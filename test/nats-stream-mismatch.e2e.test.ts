@@ -30,11 +30,11 @@ afterAll(async () => {
   await nc.close();
 });
 
-async function dispatcher(stream: string): Promise<ServiceProcess> {
+async function dispatcher(stream: string, subjectPrefix = prefix): Promise<ServiceProcess> {
   const dataDir = await mkdtemp(join(tmpdir(), 'nats-mismatch-'));
   dirs.push(dataDir);
   const r = runServiceProcess(
-    { DATA_DIR: dataDir, BUS: 'nats', NATS_URL, NATS_STREAM: stream, NATS_SUBJECT_PREFIX: prefix },
+    { DATA_DIR: dataDir, BUS: 'nats', NATS_URL, NATS_STREAM: stream, NATS_SUBJECT_PREFIX: subjectPrefix },
     ['--role', 'dispatcher'],
   );
   running.push(r);
@@ -42,7 +42,7 @@ async function dispatcher(stream: string): Promise<ServiceProcess> {
 }
 
 describe('a role whose NATS_STREAM differs from its deployment', () => {
-  it('is refused at its start, naming the stream that holds the subjects', async () => {
+  it('is refused at its start, naming the stream that holds the subjects; on that stream with another NATS_SUBJECT_PREFIX, naming that setting', async () => {
     const first = await dispatcher(streams[0]!);
     await expect
       .poll(() => first.lines.find((l) => l.msg === 'service started'), { timeout: 90_000, interval: 100 })
@@ -55,5 +55,16 @@ describe('a role whose NATS_STREAM differs from its deployment', () => {
     );
     expect(told).toContain(`set NATS_STREAM=${streams[0]}`);
     expect(told).not.toContain('(NATS_URL) cannot be used');
+
+    // The deployment's NATS_STREAM with another NATS_SUBJECT_PREFIX: the stream exists without
+    // this role's subjects, and the refusal names the setting, not NATS_URL.
+    const otherPrefix = await dispatcher(streams[0]!, `${prefix}x`);
+    expect(await otherPrefix.exit).not.toBe(0);
+    const toldPrefix = JSON.stringify(otherPrefix.lines) + otherPrefix.stderr;
+    expect(toldPrefix).toContain(
+      `stream ${streams[0]} (NATS_STREAM) exists without subject ${prefix}x.> (has ${prefix}.>)`,
+    );
+    expect(toldPrefix).toContain('correct NATS_SUBJECT_PREFIX');
+    expect(toldPrefix).not.toContain('(NATS_URL) cannot be used');
   }, 180_000);
 });

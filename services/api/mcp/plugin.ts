@@ -152,7 +152,7 @@ const MCP_BODY = {
 
 const REFUSED_HOST = rpcError('-32000: Host or Origin not allowed (DNS-rebinding guard)');
 const NO_SESSION = rpcError(
-  '-32001, data.code SESSION_NOT_FOUND: session not found (closed, expired, or opened by another caller: then the message says it was opened with another credential); send initialize without Mcp-Session-Id',
+  '-32001, data.code SESSION_NOT_FOUND: session not found (closed, expired, or opened by another caller: then the message says it was opened with another credential, or, opened and asked for without a key, from another client address); send initialize without Mcp-Session-Id',
   ['code'],
 );
 const VERSION_400 =
@@ -513,7 +513,7 @@ function mcpHandler(deps: HandlerDeps): Handler {
         owner: sessionOwner(request),
         credential: () => credentialOf(request),
       });
-      if (transport === undefined) return sessionNotFound(reply, sessions.has(sessionId));
+      if (transport === undefined) return sessionNotFound(reply, sessions.openedWith(sessionId), request);
     }
     // The revision the request speaks and the answers it takes, read as HTTP defines them, before
     // any transport (whose checks compared substrings and trusted the header over the session).
@@ -686,16 +686,25 @@ function batchAnswer(
 
 /**
  * 404 -32001 (data.code SESSION_NOT_FOUND) for an Mcp-Session-Id this caller cannot use: none open
- * (closed, expired, or the api restarted), or one opened with another credential (another key, an
- * unknown one, or none where it was opened with one), which says so: a host that changed its key
- * learns why its session is gone. Either way the remedy is the same (initialize without the id),
- * as MCP asks of a client on a 404; nothing of the session is shown or usable by the caller.
+ * (closed, expired, or the api restarted), or one another caller opened, which the message says:
+ * another credential (another key, an unknown one, or none where it was opened with one), or, for
+ * a session opened and asked for with none, another client address (an anonymous session is its
+ * address's). A host that changed its key or its network learns why its session is gone. Either
+ * way the remedy is the same (initialize without the id), as MCP asks of a client on a 404;
+ * nothing of the session is shown or usable by the caller. `openedWith`: SessionTable.openedWith.
  */
-function sessionNotFound(reply: FastifyReply, another: boolean): Promise<FastifyReply> {
+function sessionNotFound(
+  reply: FastifyReply,
+  openedWith: string | null | undefined,
+  request: FastifyRequest,
+): Promise<FastifyReply> {
   const code = 'SESSION_NOT_FOUND';
-  const message = another
-    ? 'Session not found for this caller: it was opened with another credential (another API key, or none); send initialize without Mcp-Session-Id to open a session with this one, or send the credential that opened it'
-    : ERRORS[code].message;
+  const message =
+    openedWith === undefined
+      ? ERRORS[code].message
+      : openedWith === null && credentialOf(request) === null
+        ? "Session not found for this caller: it was opened without a key from another client address (an anonymous session is its address's); send initialize without Mcp-Session-Id to open a session from this one"
+        : 'Session not found for this caller: it was opened with another credential (another API key, or none); send initialize without Mcp-Session-Id to open a session with this one, or send the credential that opened it';
   return rpcRefusal(reply, ERRORS[code].status, ERRORS[code].rpc, message, undefined, { code });
 }
 

@@ -65,3 +65,43 @@ describe('a session asked for with another key', () => {
     expect(asA.status).toBe(200);
   });
 });
+
+describe('an anonymous session asked for from another address', () => {
+  let server: Server;
+  beforeAll(async () => {
+    // The address is X-Forwarded-For's, as behind a load balancer: two clients on one loopback.
+    server = await startKeyedServer({ cache: new MemoryCache(), env: { TRUST_PROXY: '127.0.0.1' } });
+  });
+  afterAll(async () => {
+    await server?.close();
+  });
+
+  it('is 404 -32001 naming the address, not a credential (none was sent either time)', async () => {
+    const init = await fetch(`${server.url}/mcp`, {
+      method: 'POST',
+      headers: { ...MCP_HEADERS, 'x-forwarded-for': '203.0.113.5' },
+      body: JSON.stringify(mcpInitialize('anon', 0)),
+    });
+    await init.text();
+    const session = init.headers.get('mcp-session-id')!;
+    const moved = await fetch(`${server.url}/mcp`, {
+      method: 'POST',
+      headers: { ...MCP_HEADERS, 'x-forwarded-for': '198.51.100.7', 'mcp-session-id': session },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 3, method: 'tools/list' }),
+    });
+    expect(moved.status).toBe(404);
+    const body = (await moved.json()) as { error: { code: number; message: string; data: unknown } };
+    expect(body.error.code).toBe(-32001);
+    expect(body.error.data).toMatchObject({ code: 'SESSION_NOT_FOUND' });
+    expect(body.error.message).toMatch(/another (client )?address/);
+    expect(body.error.message).not.toMatch(/credential/);
+    expect(body.error.message).toMatch(/initialize/);
+    // From the address that opened it, it is served.
+    const home = await fetch(`${server.url}/mcp`, {
+      method: 'POST',
+      headers: { ...MCP_HEADERS, 'x-forwarded-for': '203.0.113.5', 'mcp-session-id': session },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 4, method: 'tools/list' }),
+    });
+    expect(home.status).toBe(200);
+  });
+});

@@ -154,9 +154,12 @@ export class SessionTable {
     return session.transport;
   }
 
-  /** Whether a session of this id is open, whoever opened it (touch answers only its opener). */
-  has(id: string): boolean {
-    return this.sessions.has(id);
+  /**
+   * The credential digest a session of this id was opened with, whoever opened it (touch answers
+   * only its opener): null when it was opened with none, undefined when no such session is open.
+   */
+  openedWith(id: string): string | null | undefined {
+    return this.sessions.get(id)?.credential;
   }
 
   private uncount({ owner, pool }: Session): void {

@@ -244,8 +244,10 @@ describe('the units of a forecast, wherever it is sent', () => {
           expect(at(object, 'properties', field).description, `${event} ${field}`).toBe(said(field));
         }
       }
-      expect(at(data('scan_digest'), 'calls', 'items', 'properties', 'expected_move_pct').description).toBe(
-        said('expected_move_pct'),
+      // A digest row says the forecast's words, then when it is null (a verdict recorded without one).
+      const digestMove = at(data('scan_digest'), 'calls', 'items', 'properties', 'expected_move_pct');
+      expect(digestMove.description).toBe(
+        `${said('expected_move_pct')} Null when the row's verdict was recorded without a volatility forecast.`,
       );
     }
   });

@@ -333,8 +333,12 @@ export const TrackRecordResponse = z.object({
 });
 export type TrackRecordResponse = z.infer<typeof TrackRecordResponse>;
 
-/** What a trade call and a trade_call webhook carry: how often calls like it were right. */
-export const TrackRecordBrief = z.object({
+/**
+ * How often calls like a trade call were right, as the trade_call webhook payload carries it: the
+ * payload's published versions pin this shape (contracts/webhook-schemas.unit.test.ts), so a field
+ * is added to TrackRecordBrief, not here.
+ */
+export const TrackRecordBriefPayload = z.object({
   window: TrackRecordWindow,
   exchange: Exchange,
   timeframe: Timeframe,
@@ -357,5 +361,26 @@ export const TrackRecordBrief = z.object({
    * live venues may carry a line built from the replay. Optional for clients of earlier answers.
    */
   feed: TrackRecordFeed.optional(),
+});
+export type TrackRecordBriefPayload = z.infer<typeof TrackRecordBriefPayload>;
+
+/**
+ * What a trade call carries (get_trade_call, over MCP and /x402): the payload's line, with the
+ * HOLDs its exchange and timeframe resolved and, when it counts no call, why.
+ */
+export const TrackRecordBrief = TrackRecordBriefPayload.extend({
+  holds: z
+    .number()
+    .int()
+    .optional()
+    .describe(
+      'HOLD verdicts of this exchange and timeframe (every confidence) resolved in the window: a HOLD is no call, so calls, hits and both hit rates count none of them. Optional for clients of earlier answers.',
+    ),
+  note: z
+    .string()
+    .optional()
+    .describe(
+      'Why calls is 0, in words: no verdict of this exchange and timeframe resolved in the window, every one resolved a HOLD, or its calls in other confidence buckets. Absent when calls is above 0.',
+    ),
 });
 export type TrackRecordBrief = z.infer<typeof TrackRecordBrief>;

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { VolatilityDecile, WebhookEventType } from './events.ts';
-import { TrackRecordBrief } from './history.ts';
+import { TrackRecordBriefPayload } from './history.ts';
 import { Call, Coin, Exchange, FeedKind, Regime, Timeframe } from './market.ts';
 import { VerdictMeaning, VolatilityForecastSchema } from './signals.ts';
 
@@ -386,8 +386,11 @@ export const TradeCallData = z.object({
   lean: PayloadLean,
   /** What `confidence` means for this call, in words. */
   confidence_meaning: VerdictMeaning.shape.confidence_meaning,
-  /** How often calls of this exchange, timeframe and confidence bucket were right (revealed ones). */
-  track_record: TrackRecordBrief.optional(),
+  /**
+   * How often calls of this exchange, timeframe and confidence bucket were right (revealed ones):
+   * the line without the trade call's `holds` and `note`, which the published versions pin out.
+   */
+  track_record: TrackRecordBriefPayload.optional(),
 });
 
 /** The hash of the verdict behind a regime or risk shift. */

@@ -1,7 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import { newEventId } from '../../contracts/event-id.ts';
 import type { EventData } from '../../contracts/events.ts';
-import { FEE_BPS, HORIZON_CANDLES, REVEAL_AFTER_CANDLES, TrackRecordBrief } from '../../contracts/history.ts';
+import {
+  FEE_BPS,
+  HORIZON_CANDLES,
+  REVEAL_AFTER_CANDLES,
+  TrackRecordBrief,
+  TrackRecordBriefPayload,
+} from '../../contracts/history.ts';
 import type { Candle } from '../../contracts/market.ts';
 import { TradeCallData } from '../../contracts/webhooks.ts';
 import { REVEAL_AFTER_CANDLES as VERIFY_REVEAL } from '../api/verify/plugin.ts';
@@ -434,8 +440,55 @@ describe('track record', () => {
       // Built from replayed verdicts, and says so as the full record does.
       feed: 'replay',
     });
+    expect(brief.holds).toBe(1);
+    expect(brief.note).toBeUndefined();
     const none = trackRecordBrief(state, { exchange: 'OKX', timeframe: '1h', confidence: 47 }, T0);
-    expect(none).toMatchObject({ calls: 0, hitRate: null, interval: null, feed: 'none' });
+    expect(none).toMatchObject({ calls: 0, hitRate: null, interval: null, feed: 'none', holds: 0 });
+    expect(none.note).toBe(
+      'No verdict of OKX 1h resolved in the 90d window: a verdict resolves 24 candles after its candle closes.',
+    );
+  });
+
+  it('says why a brief counts no call: HOLDs resolved, or calls in other buckets', () => {
+    const holds: TrackRecordState = {};
+    for (let i = 1; i <= 279; i++) {
+      addPoint(holds, point({ call: 'HOLD', result: 'no-call', netCentiBps: null, confidence: 54 }), i);
+    }
+    const onlyHolds = TrackRecordBrief.parse(
+      trackRecordBrief(holds, { exchange: 'BINANCE', timeframe: '1h', confidence: 54 }, T0 + HOUR),
+    );
+    expect(onlyHolds).toMatchObject({
+      calls: 0,
+      hitRate: null,
+      randomHitRate: null,
+      feed: 'replay',
+      holds: 279,
+    });
+    expect(onlyHolds.note).toBe(
+      'No BUY or SELL call of BINANCE 1h resolved in the 90d window: its 279 resolved verdicts were all HOLDs (no call, counted in no hit rate).',
+    );
+    // Calls of the market in other buckets: said, with its HOLDs beside them.
+    const other = trackRecordBrief(
+      state,
+      { exchange: 'BINANCE', timeframe: '1h', confidence: 95 },
+      T0 + HOUR,
+    );
+    expect(other).toMatchObject({ calls: 0, holds: 1 });
+    expect(other.note).toBe(
+      'No call of BINANCE 1h at confidence 90-100 resolved in the 90d window: its 4 resolved calls fell in other confidence buckets, beside 1 HOLD (no call, counted in no hit rate).',
+    );
+    // Every one of a market's verdicts in a looped lap: counted in no figure, and said so.
+    const looped: TrackRecordState = {};
+    addPoint(looped, point({ replayLap: 1 }), 1);
+    const lap = trackRecordBrief(
+      looped,
+      { exchange: 'BINANCE', timeframe: '1h', confidence: 60 },
+      T0 + HOUR,
+      'all',
+    );
+    expect(lap.note).toBe(
+      'No verdict of BINANCE 1h is counted in the record: its one resolved verdict came due in a looped replay lap, which no figure counts.',
+    );
   });
 
   it('rides along on trade_call webhooks when the history slice supplies it', () => {
@@ -454,6 +507,16 @@ describe('track record', () => {
     expect(TradeCallData.parse(withLine.data)).toMatchObject({
       track_record: { confidenceBucket: '50-59', calls: 1 },
     });
+    // The payload's published versions pin the line's shape (closed to other keys): the brief's
+    // holds and note stay on the trade call and out of the payload.
+    const carried = (data: unknown) => (data as { track_record: Record<string, unknown> }).track_record;
+    expect(Object.keys(carried(withLine.data)).sort()).toEqual(
+      Object.keys(TrackRecordBriefPayload.shape).sort(),
+    );
+    const noCall = trackRecordBrief(state, { exchange: 'OKX', timeframe: '1h', confidence: 55 }, T0);
+    expect(noCall.note).toBeDefined();
+    const payload = carried(tradeCallEnvelope({ ...input, trackRecord: noCall }).data);
+    expect('holds' in payload || 'note' in payload).toBe(false);
     expect('track_record' in tradeCallEnvelope(input).data).toBe(false);
   });
 });

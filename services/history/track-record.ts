@@ -676,5 +676,34 @@ export function trackRecordBrief(
     interval: r.interval,
     randomHitRate: lineOf(call.exchange, call.timeframe, market).random.hitRate,
     feed: feedOf(market).feed,
+    holds: market.holds,
+    ...(calls === 0 ? { note: noCallNote(market, `${call.exchange} ${call.timeframe}`, index, window) } : {}),
   };
+}
+
+/**
+ * Why a brief counts no call, from its exchange and timeframe's cells in the window (`market`):
+ * none resolved, each resolved one a HOLD (no call: no hit rate counts it), or its calls in
+ * other confidence buckets.
+ */
+function noCallNote(market: Cell, name: string, bucket: number, window: TrackRecordWindow): string {
+  const within = window === 'all' ? 'in the record' : `in the ${window} window`;
+  const holds = `${market.holds} HOLD${market.holds === 1 ? '' : 's'} (no call, counted in no hit rate)`;
+  if (market.calls > 0) {
+    return (
+      `No call of ${name} at confidence ${bucketLabel(bucket)} resolved ${within}: its ` +
+      `${market.calls} resolved call${market.calls === 1 ? '' : 's'} fell in other confidence buckets` +
+      `${market.holds > 0 ? `, beside ${holds}` : ''}.`
+    );
+  }
+  if (market.holds > 0) {
+    const all = market.holds === 1 ? 'resolved verdict was a HOLD' : 'resolved verdicts were all HOLDs';
+    return `No BUY or SELL call of ${name} resolved ${within}: its ${market.holds} ${all} (no call, counted in no hit rate).`;
+  }
+  if (market.looped > 0) {
+    const each =
+      market.looped === 1 ? 'its one resolved verdict' : `each of its ${market.looped} resolved verdicts`;
+    return `No verdict of ${name} is counted ${within}: ${each} came due in a looped replay lap, which no figure counts.`;
+  }
+  return `No verdict of ${name} resolved ${within}: a verdict resolves ${OUTCOME_AFTER_CANDLES} candles after its candle closes.`;
 }

@@ -1,7 +1,7 @@
 import type { z } from 'zod';
 import { deterministicId } from '../../contracts/deterministic-id.ts';
 import type { EventData } from '../../contracts/events.ts';
-import type { TrackRecordBrief } from '../../contracts/history.ts';
+import type { TrackRecordBrief, TrackRecordBriefPayload } from '../../contracts/history.ts';
 import type { ScanTradeCallsOutput } from '../../contracts/tools.ts';
 import { EVENT_VERSIONS } from '../../contracts/webhook-schemas.ts';
 import type { Cadence, ScanDigestDataV1, WebhookEnvelope } from '../../contracts/webhooks.ts';
@@ -59,6 +59,14 @@ export function digestPeriodOf(subscriptionId: string, eventId: string): number 
   return eventId.startsWith(prefix) ? Date.parse(eventId.slice(prefix.length)) : null;
 }
 
+/**
+ * A trade call's track-record line as the payload carries it: the published versions pin its
+ * shape (closed to other keys), so the trade call's `holds` and `note` stay out.
+ */
+function payloadLine({ holds: _holds, note: _note, ...line }: TrackRecordBrief): TrackRecordBriefPayload {
+  return line;
+}
+
 export function tradeCallEnvelope(input: {
   deliveryId: string;
   createdAt: string;
@@ -96,7 +104,7 @@ export function tradeCallEnvelope(input: {
           }
         : null,
       ...recordedMeaning(v, defaultCalibration),
-      ...(input.trackRecord ? { track_record: input.trackRecord } : {}),
+      ...(input.trackRecord ? { track_record: payloadLine(input.trackRecord) } : {}),
     },
   };
 }

@@ -177,6 +177,9 @@ export const ERRORS = {
     message: 'the {window} call quota of this key is used up (resets {resets})',
   },
   CHAT_QUOTA_EXHAUSTED: { status: 429, retryable: false, message: '{detail}' },
+  // A live key whose call (or chat) quota cannot be counted right now (the quota store out of
+  // reach): nothing served, nothing counted. The key was verified; KEY_UNVERIFIABLE is the key's.
+  QUOTA_UNAVAILABLE: { status: 503, retryable: true, message: '{detail}' },
   // The labelled history (/api/verdicts, /api/track-record).
   INVALID_LIMIT: { status: 400, retryable: false, message: 'limit must be an integer from 1 to {max}' },
   INVALID_EXCHANGE: { status: 400, retryable: false, message: '{issue}' },

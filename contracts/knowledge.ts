@@ -61,7 +61,11 @@ export const KNOWLEDGE_ERRORS = {
   },
   KEY_UNVERIFIABLE: {
     status: ERRORS.KEY_UNVERIFIABLE.status,
-    meaning: 'the API key or its quota could not be checked right now; retry shortly',
+    meaning: 'the API key could not be verified right now; retry shortly',
+  },
+  QUOTA_UNAVAILABLE: {
+    status: ERRORS.QUOTA_UNAVAILABLE.status,
+    meaning: 'the API key was verified but its quota could not be counted; retry shortly',
   },
   INTERNAL_ERROR: {
     status: ERRORS.INTERNAL_ERROR.status,

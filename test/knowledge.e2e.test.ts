@@ -867,7 +867,7 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
         bearer(key.key),
       );
       expect(chat.res.status).toBeGreaterThanOrEqual(500);
-      expect(chat.body.code).toBe('KEY_UNVERIFIABLE');
+      expect(chat.body.code).toBe('QUOTA_UNAVAILABLE');
       expect(await chatUnits(key.hash)).toEqual({
         cached: 0,
         taken: 2,

@@ -237,7 +237,8 @@ const ANSWERED: Record<KnowledgeErrorCode, string> = {
   CHAT_QUOTA_EXHAUSTED: ON_CHAT,
   UNAUTHORIZED: `${ON_BOTH} (over MCP a caller without a key is served on the free limits, and an unknown key is JSON-RPC error -32003)`,
   QUOTA_EXHAUSTED: `${ON_BOTH} (over MCP the knowledge tools answer quota_exhausted, as every tool does)`,
-  KEY_UNVERIFIABLE: `${ON_BOTH} (over MCP, JSON-RPC error -32004)`,
+  KEY_UNVERIFIABLE: `${ON_BOTH} (over MCP, JSON-RPC error -32004 with data.code key_unverifiable)`,
+  QUOTA_UNAVAILABLE: `${ON_BOTH} (over MCP, JSON-RPC error -32004 with data.code quota_unavailable, as every tool answers)`,
   INTERNAL_ERROR: `${ON_BOTH} (and comes back as result.isError over MCP)`,
 };
 

@@ -63,7 +63,10 @@ const shared = {
   401: refusal(['UNAUTHORIZED'], 'A live API key is required'),
   429: refusal(['QUOTA_EXHAUSTED'], 'The plan’s call quota, with Retry-After'),
   500: refusal(['INTERNAL_ERROR'], 'Nothing is charged'),
-  503: refusal(['KEY_UNVERIFIABLE'], 'The key or its quota could not be checked; retry'),
+  503: refusal(
+    ['KEY_UNVERIFIABLE', 'QUOTA_UNAVAILABLE'],
+    'With Retry-After; nothing is counted. KEY_UNVERIFIABLE: the key could not be verified; QUOTA_UNAVAILABLE: the key is live but its quota could not be counted',
+  ),
 };
 
 /**
@@ -217,10 +220,9 @@ function failure(err: unknown, logger: Logger): ServiceError {
       ...(err.failure.service ? { meta: err.failure.service } : {}),
     });
   }
+  // The key was verified (the auth hook): only its call or chat quota cannot be counted.
   if (err instanceof CacheUnavailableError || err instanceof QuotaUnavailableError) {
-    return refused('KEY_UNVERIFIABLE', 'the quota could not be checked right now; retry shortly', {
-      'retry-after': '1',
-    });
+    return refused('QUOTA_UNAVAILABLE', undefined, { 'retry-after': '1' });
   }
   if (!(err instanceof OperationError && err.failure.code === 'INTERNAL_ERROR')) {
     logger.error({ err }, 'knowledge request failed');

@@ -8,7 +8,7 @@ import { verifyWebhook } from '../contracts/webhook-verify.ts';
 import { DELIVERY_CREATED_AT, ENVELOPE_CREATED_AT, WebhookEnvelope } from '../contracts/webhooks.ts';
 import { sequenceStream } from '../services/webhooks/delivery-log-fold.ts';
 import { requireNats } from './nats-server.ts';
-import { appendVerdict, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
+import { appendVerdict, startWebhookStack, until, type WebhookStack } from './webhooks-harness.ts';
 import { type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
 
 const reachable = await requireNats();
@@ -464,5 +464,62 @@ describe.runIf(reachable)('a disable by the failed-deliveries rule', () => {
       status: 'disabled',
       disabled_reason: '3 consecutive deliveries failed every attempt',
     });
+  });
+});
+
+describe.runIf(reachable)('the failed-deliveries rule counts deliveries, not re-sends', () => {
+  let stack: WebhookStack;
+  let receiver: Receiver | undefined;
+
+  beforeAll(async () => {
+    stack = await startWebhookStack({
+      env: { WEBHOOK_RETRY_SCHEDULE: '0', WEBHOOK_DISABLE_AFTER_FAILED_DELIVERIES: '3' },
+      settings: { tls: { ca: tls.cert } },
+    });
+  });
+  afterAll(async () => {
+    await stack?.close();
+    await receiver?.close();
+  });
+
+  it('does not disable a subscription whose one failed delivery was resent and failed again', async () => {
+    receiver = await startReceiver(tls);
+    const r = receiver;
+    r.behave = () => ({ status: 500 });
+    const key = await stack.issue();
+    const created = await stack.request('POST', '/api/webhooks', key, {
+      url: r.url,
+      events: ['trade_call'],
+      assets: ['RSND'],
+    });
+    expect(created.status).toBe(201);
+    const id = created.body.id as string;
+    const listed = async () =>
+      ((await stack.request('GET', '/api/webhooks?status=all', key)).body.webhooks as { id: string }[]).find(
+        (w) => w.id === id,
+      );
+    await appendVerdict(stack.store, { coin: 'RSND', call: 'BUY', confidence: 60 });
+    await r.waitFor(1);
+    const first = r.received[0]!.headers['x-service-delivery']!;
+    await until(
+      () => stack.api.runner.state.subscriptions.subs[id]?.failedDeliveries ?? 0,
+      (n) => n === 1,
+    );
+    // The same delivery failing twice more (its resends): one delivery in a row, not three. A
+    // resend answers once its outcome, and the disable it calls for, are recorded.
+    for (let i = 0; i < 2; i++) {
+      const resent = await stack.request('POST', `/api/webhooks/${id}/deliveries/${first}/resend`, key);
+      expect(resent).toMatchObject({ status: 200, body: { delivery_id: first, delivered: false } });
+    }
+    expect(r.received).toHaveLength(3);
+    expect(await listed()).toMatchObject({ status: 'active', disabled_reason: null });
+    // Two more deliveries failing make three in a row.
+    for (let i = 0; i < 2; i++)
+      await appendVerdict(stack.store, { coin: 'RSND', call: 'SELL', confidence: 61 + i });
+    const disabled = await until(
+      listed,
+      (w) => (w as { status?: string } | undefined)?.status === 'disabled',
+    );
+    expect(disabled).toMatchObject({ disabled_reason: '3 consecutive deliveries failed every attempt' });
   });
 });

@@ -34,8 +34,18 @@ export interface SubscriptionRecord extends Omit<CreatedData, 'secret' | 'subscr
    */
   enabledSince?: string;
   enabledSincePosition?: number;
-  /** Deliveries in a row that failed every attempt since the last success. */
+  /**
+   * Distinct deliveries in a row that failed every attempt since the last success (or a disabled
+   * subscription's re-enable): a delivery re-sent (a resend, a recovery) that fails again is
+   * counted once in the run.
+   */
   failedDeliveries: number;
+  /**
+   * The ids of the deliveries `failedDeliveries` counts (absent while it is 0). The count rule
+   * disables an active subscription when it reaches WEBHOOK_DISABLE_AFTER_FAILED_DELIVERIES, so
+   * the list holds about that many ids (and the deliveries in flight beside them).
+   */
+  failedDeliveryIds?: string[];
   /**
    * `failedDeliveries` as the first 410 Gone since the last success (or re-enable) left it, that
    * one counted: what its disable records. Deliveries in flight beside it, failing after it in
@@ -236,9 +246,7 @@ export function applySubscriptionEvent(state: SubscriptionState, event: DomainEv
           // not disable it again at once. An enable of an active one (a recover_since) re-sends
           // what failed and keeps its failing run: nothing has succeeded, so `failing_since`
           // stays, and so do the disable rules' counts (calling enable does not put them off).
-          sub.failedDeliveries = 0;
-          delete sub.failedDeliveriesAtGone;
-          sub.failingSince = null;
+          endFailingRun(sub);
         }
         sub.status = 'active';
         sub.disabledAt = null;
@@ -249,9 +257,7 @@ export function applySubscriptionEvent(state: SubscriptionState, event: DomainEv
     case 'DeliverySucceeded': {
       const sub = findSubscription(state, event.data.subscriptionId);
       if (sub) {
-        sub.failedDeliveries = 0;
-        delete sub.failedDeliveriesAtGone;
-        sub.failingSince = null;
+        endFailingRun(sub);
         sub.lastSuccessAt = event.recordedAt;
       }
       break;
@@ -264,8 +270,14 @@ export function applySubscriptionEvent(state: SubscriptionState, event: DomainEv
         // the endpoint.
         if (!event.data.held) sub.failingSince ??= event.recordedAt;
         // One held for its disabled subscription is not a failed delivery: a re-enable sends it.
+        // A delivery already counted in this run (re-sent by a resend or a recovery, failing
+        // again) is not counted a second time: the rule is of deliveries, not of attempts.
         if (event.data.nextAttemptAt === null && event.data.error !== SUBSCRIPTION_DISABLED) {
-          sub.failedDeliveries++;
+          const counted = sub.failedDeliveryIds ?? [];
+          if (!counted.includes(event.data.deliveryId)) {
+            sub.failedDeliveryIds = [...counted, event.data.deliveryId];
+            sub.failedDeliveries++;
+          }
           if (!event.data.held && classifyFailure(event.data.status) === 'gone') {
             sub.failedDeliveriesAtGone ??= sub.failedDeliveries;
           }
@@ -275,6 +287,14 @@ export function applySubscriptionEvent(state: SubscriptionState, event: DomainEv
     }
   }
   return state;
+}
+
+/** A success, or a disabled subscription's re-enable: its failing run and counts start over. */
+function endFailingRun(sub: SubscriptionRecord): void {
+  sub.failedDeliveries = 0;
+  delete sub.failedDeliveryIds;
+  delete sub.failedDeliveriesAtGone;
+  sub.failingSince = null;
 }
 
 function revokedAtOf(state: SubscriptionState, keyId: string): string | undefined {

@@ -80,10 +80,11 @@ describe('the subscription fold of delivery outcomes', () => {
   });
 
   it('keeps the failed deliveries in a row at the first 410 Gone, that one counted, until a success', () => {
+    let n = 0;
     const last = (status: number | null) =>
       ({
         ...failed(false),
-        data: { ...(failed(false).data as object), nextAttemptAt: null, status },
+        data: { ...(failed(false).data as object), deliveryId: `d-${++n}`, nextAttemptAt: null, status },
       }) as DomainEvent;
     const fold = (events: DomainEvent[], from = state()) => events.reduce(applySubscriptionEvent, from);
     const gone = fold([last(500), last(null), last(410), last(410), last(500)]);
@@ -94,6 +95,33 @@ describe('the subscription fold of delivery outcomes', () => {
       failedDeliveries: 1,
       failedDeliveriesAtGone: 1,
     });
+  });
+  it('counts a delivery once per failing run, however often a resend or a recovery fails it', () => {
+    const last = (deliveryId: string, attempt: number, status: number | null = 500) =>
+      ({
+        ...failed(false),
+        data: { ...(failed(false).data as object), deliveryId, attempt, nextAttemptAt: null, status },
+      }) as DomainEvent;
+    const fold = (events: DomainEvent[], from = state()) => events.reduce(applySubscriptionEvent, from);
+    const enable = event('SubscriptionReEnabled', { subscriptionId: 's-1', recoverSince: at }, later);
+    // d-1 failed, then failed again when resent twice and when an enable of the active
+    // subscription (recover_since) re-sent it: one delivery in a row, not four.
+    const resent = fold([last('d-1', 1), last('d-1', 2), last('d-1', 3), enable, last('d-1', 4)]);
+    expect(resent.subs['s-1']).toMatchObject({ failedDeliveries: 1, failingSince: at });
+    // Another delivery is the second in a row, and d-1 resent beside it counts no more.
+    // (The fold changes the state it is given: each branch folds a copy.)
+    expect(fold([last('d-2', 1), last('d-1', 5)], structuredClone(resent)).subs['s-1']).toMatchObject({
+      failedDeliveries: 2,
+    });
+    // A 410 to a resend of a delivery already counted records the run as it stands.
+    expect(fold([last('d-1', 5, 410)], structuredClone(resent)).subs['s-1']).toMatchObject({
+      failedDeliveries: 1,
+      failedDeliveriesAtGone: 1,
+    });
+    // A success ends the run: the same delivery failing in the next run is counted in it.
+    const success = event('DeliverySucceeded', { deliveryId: 'd-3', subscriptionId: 's-1' });
+    const healed = fold([success], structuredClone(resent));
+    expect(fold([last('d-1', 5)], healed).subs['s-1']).toMatchObject({ failedDeliveries: 1 });
   });
 });
 

@@ -43,8 +43,11 @@ export function webhookProjectionWith(retention: number): Projection<WebhookStat
     // re-enable made it active again (enabledSince), which a snapshot folded before lacks.
     // 10: failingSince is when the failed attempt was made (failingFromAttempt), not when its
     // failure was recorded. 11: an enable of an active subscription keeps its failing_since and
-    // failed deliveries in a row (only a disabled one's re-enable starts them over).
-    version: 11,
+    // failed deliveries in a row (only a disabled one's re-enable starts them over). 12: the
+    // failed deliveries in a row are distinct deliveries (failedDeliveryIds): a resend or a
+    // recovery failing a delivery already counted does not count it again, as a snapshot
+    // folded before did.
+    version: 12,
     eventTypes: [
       ...SUBSCRIPTION_EVENT_TYPES,
       'DeliveryAttempted',

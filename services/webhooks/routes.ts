@@ -32,11 +32,7 @@ import { emptyBodyIsNoBody, noBodyOrObject } from '../api/json-body.ts';
 import { declared, documented, type ResponseDoc, type RouteDoc, refusal } from '../api/openapi.ts';
 import { callerHook, decorateCaller, keyRefusal, withAnswerService } from '../metering/caller.ts';
 import { checkWebhookUrl } from '../shared/ssrf/url-policy.ts';
-import {
-  deliveriesAfter as deliveriesAfterSeq,
-  deliveryToResend,
-  latestDeliveries as latestDeliveryLog,
-} from './delivery-log-query.ts';
+import { deliveriesAfter, deliveryToResend, latestDeliveries } from './delivery-log-query.ts';
 import type { DeliveryWorker } from './delivery-worker.ts';
 import type { DigestCoverage } from './digest-coverage.ts';
 import { EndpointQueues } from './endpoint-queues.ts';
@@ -390,9 +386,6 @@ function webhookActions(deps: WebhookRoutesDeps) {
     update: (keyId: string, id: string, patch: UpdateWebhookRequest) => update(deps, keyId, id, patch),
     pause: (keyId: string, id: string) => pause(deps, keyId, id),
     sendSample: (sub: SubscriptionRecord) => sendSample(deps, sub),
-    deliveriesAfter: (sub: SubscriptionRecord, afterSeq: number, limit: number) =>
-      deliveriesAfter(deps, sub, afterSeq, limit),
-    latestDeliveries: (sub: SubscriptionRecord, limit: number) => latestDeliveries(deps, sub, limit),
     resend: (sub: SubscriptionRecord, deliveryId: string) => resend(deps, sub, deliveryId),
   };
 }
@@ -543,19 +536,6 @@ async function sendSample(deps: WebhookRoutesDeps, sub: SubscriptionRecord) {
   return resultView(envelope.delivery_id, result);
 }
 
-async function deliveriesAfter(
-  deps: WebhookRoutesDeps,
-  sub: SubscriptionRecord,
-  afterSeq: number,
-  limit: number,
-) {
-  return { subscription: toView(sub), ...(await deliveriesAfterSeq(deps, sub.id, afterSeq, limit)) };
-}
-
-async function latestDeliveries(deps: WebhookRoutesDeps, sub: SubscriptionRecord, limit: number) {
-  return { subscription: toView(sub), deliveries: await latestDeliveryLog(deps, sub.id, limit) };
-}
-
 async function resend(deps: WebhookRoutesDeps, sub: SubscriptionRecord, deliveryId: string) {
   const record = await deliveryToResend(deps, deliveryId);
   if (!record || record.subscriptionId !== sub.id) {
@@ -587,8 +567,7 @@ function keyOf(request: FastifyRequest): string {
  */
 export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
   const { store, runner, settings } = deps;
-  const { owned, settled, create, update, pause, sendSample, deliveriesAfter, latestDeliveries, resend } =
-    webhookActions(deps);
+  const { owned, settled, create, update, pause, sendSample, resend } = webhookActions(deps);
   const testSends = new TestSendBudget();
   const testsInFlight = new TestSendsInFlight();
   return async (plain) => {
@@ -682,12 +661,11 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
         const { params, query } = request;
         const apiKeyId = keyOf(request);
         const sub = owned(apiKeyId, params.id);
-        return served(
-          request,
+        const page =
           query.after_seq === undefined
-            ? latestDeliveries(sub, query.limit)
-            : deliveriesAfter(sub, query.after_seq, query.limit),
-        );
+            ? { deliveries: await latestDeliveries(deps, sub.id, query.limit) }
+            : await deliveriesAfter(deps, sub.id, query.after_seq, query.limit);
+        return served(request, { subscription: toView(sub), ...page });
       },
     );
     app.post(

@@ -170,7 +170,7 @@ export const ERRORS = {
   },
   INVALID_MODEL: { status: 400, retryable: false, message: 'model must be one of {allowed}' },
   // A day or month of calls (or of chats) used up: not retryable, as quota_exhausted is over MCP;
-  // Retry-After (over MCP the chat quota's resets_at) says when the window serves again.
+  // Retry-After (over MCP resets_at and retry_after_ms) says when the window serves again.
   QUOTA_EXHAUSTED: {
     status: 429,
     retryable: false,

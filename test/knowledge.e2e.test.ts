@@ -757,6 +757,10 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
       ._service.chat_quota;
     expect(chatQuota).toMatchObject({ used: 1, total: 1, remaining: 0 });
     expect(typeof chatQuota.resets_at).toBe('string');
+    // When it serves again, in the fields quota_exhausted says it with: resets_at, retry_after_ms.
+    const { resets_at, retry_after_ms } = second.structuredContent as Record<string, unknown>;
+    expect(resets_at).toBe(chatQuota.resets_at);
+    expect(retry_after_ms).toBeGreaterThan(0);
   });
 
   /**

@@ -21,6 +21,11 @@ export interface OperationFailure {
    * on every channel: HTTP's body and MCP's structuredContent alike.
    */
   service?: Record<string, unknown>;
+  /**
+   * When a refusal for a window (the chat quota's month) serves again, ISO 8601: MCP's tool error
+   * says it as quota_exhausted does, `resets_at` and `retry_after_ms`; HTTP's 429 in Retry-After.
+   */
+  resetsAt?: string;
 }
 
 /** Whether the same request may pass later, refused with `code`: the catalog's word for it. */

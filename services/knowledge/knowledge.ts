@@ -26,6 +26,7 @@ export class ChatQuotaExhaustedError extends OperationError {
       code: 'CHAT_QUOTA_EXHAUSTED',
       message: `the chat quota of this month is used up (${chatQuota.total} chats); it resets at ${chatQuota.resets_at}`,
       service: { chat_quota: chatQuota },
+      resetsAt: chatQuota.resets_at,
     });
   }
 }

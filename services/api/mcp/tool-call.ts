@@ -296,7 +296,11 @@ function quotaResets(
   quota: ServiceMeta['quota'],
   window: Parameters<typeof refusingResetsAt>[1],
 ): { resets_at?: string; retry_after_ms?: number } {
-  const resets = refusingResetsAt(quota, window);
+  return resetsFields(refusingResetsAt(quota, window));
+}
+
+/** `resets_at` and `retry_after_ms` of a refusal that serves again at `resets`; nothing when unknown. */
+function resetsFields(resets: string | undefined): { resets_at?: string; retry_after_ms?: number } {
   if (resets === undefined) return {};
   return { resets_at: resets, retry_after_ms: Math.max(0, Date.parse(resets) - Date.now()) };
 }
@@ -387,6 +391,8 @@ function failedCall(
   return toolError(`${code}: ${failure.message}`, {
     code: failure.code,
     ...(failure.issues ? { issues: failure.issues } : {}),
+    // A window's refusal (CHAT_QUOTA_EXHAUSTED) says when it serves again as quota_exhausted does.
+    ...resetsFields(failure.resetsAt),
     // The failure's own figures (the chat quota of CHAT_QUOTA_EXHAUSTED), as HTTP's answer has them.
     _service: failure.service ? { ...failure.service, ...service } : service,
   });

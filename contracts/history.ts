@@ -106,6 +106,23 @@ export const HistoryRow = z.object({
 });
 export type HistoryRow = z.infer<typeof HistoryRow>;
 export const HISTORY_COLUMNS = Object.keys(HistoryRow.shape) as (keyof HistoryRow)[];
+/**
+ * The verdict's content columns: a revealed row shows them all (its hash covers them), a
+ * commitment none. The verdict's other columns are its commitment: the chain fields, and the
+ * market its stream name states.
+ */
+export const HISTORY_CONTENT_COLUMNS = [
+  'call',
+  'confidence',
+  'score',
+  'regime',
+  'price',
+  'candle_close_time',
+  'feed',
+  'engine_version',
+  'trigger',
+  'inputs_json',
+] as const satisfies readonly (keyof HistoryRow)[];
 
 export const HISTORY_FORMATS = ['ndjson', 'csv', 'parquet'] as const;
 export const HistoryFormat = z.enum(HISTORY_FORMATS);

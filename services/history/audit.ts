@@ -1,5 +1,6 @@
 import { deterministicId } from '../../contracts/deterministic-id.ts';
 import {
+  HISTORY_CONTENT_COLUMNS,
   type HistoryRow,
   replayLapOf,
   revealTime,
@@ -365,20 +366,6 @@ function blame(open: OutOfOrder, next: number | null): { at: RowRef; reason: str
   return later ? { at: prev.at, reason: RECORDED_LATER } : { at: open.row, reason: RECORDED_EARLIER };
 }
 
-/** The verdict's content columns: a revealed row shows them all (its hash covers them), a commitment none. */
-const CONTENT_COLUMNS = [
-  'call',
-  'confidence',
-  'score',
-  'regime',
-  'price',
-  'candle_close_time',
-  'feed',
-  'engine_version',
-  'trigger',
-  'inputs_json',
-] as const satisfies readonly (keyof HistoryRow)[];
-
 /**
  * The row's stamps outside the hash, against what determines them: the stream is the one its
  * market names (a whole stream renamed breaks no link, and its /verify link would name another
@@ -392,7 +379,7 @@ function recordTimes(row: HistoryRow): string | null {
   if (row.revealed && row.call === null)
     return 'revealed without its call: a revealed row shows its content, which its hash covers';
   if (!row.revealed) {
-    const shown = CONTENT_COLUMNS.filter((k) => row[k] !== null);
+    const shown = HISTORY_CONTENT_COLUMNS.filter((k) => row[k] !== null);
     if (shown.length > 0)
       return `a commitment (revealed false) showing ${shown.join(', ')}: before its reveal a row shows none of its content, and no hash is checked against what it shows`;
   }

@@ -211,7 +211,8 @@ describe('outcomes in the chain', () => {
       'a revealed row passed off as a commitment, its call turned and its outcome left out',
       () => middle((r) => r.call !== 'HOLD'),
       (r) => ({ ...r, ...NO_OUTCOME, revealed: false, call: r.call === 'BUY' ? 'SELL' : 'BUY' }),
-      'a commitment (revealed false) showing call, confidence',
+      // Every content column by name: the audit and the Parquet writer read them from one list.
+      'a commitment (revealed false) showing call, confidence, score, regime, price, candle_close_time, feed, engine_version, trigger, inputs_json:',
     ],
   ];
   for (const [name, pick, change, reason] of cases) {

@@ -1,4 +1,4 @@
-import { HISTORY_COLUMNS, type HistoryRow } from '../../contracts/history.ts';
+import { HISTORY_COLUMNS, HISTORY_CONTENT_COLUMNS, type HistoryRow } from '../../contracts/history.ts';
 import { encodeCursor } from './cursor.ts';
 import {
   F_ID,
@@ -40,19 +40,8 @@ type Source =
   | { from: 'outcome'; kind: 'utf8' | 'float64' | 'int64'; k: number }
   | { from: 'position' | 'revealed' | 'cursor' };
 
-/** Columns a commitment shows: the chain fields, and the market the stream name already states. */
-const COMMITMENT: ReadonlySet<keyof HistoryRow> = new Set([
-  'verdict_id',
-  'stream',
-  'revision',
-  'recorded_at',
-  'exchange',
-  'coin',
-  'timeframe',
-  'hash',
-  'prev_hash',
-  'reveal_at',
-]);
+/** A verdict column outside the content (HISTORY_CONTENT_COLUMNS) is its commitment's, which every row shows. */
+const CONTENT: ReadonlySet<keyof HistoryRow> = new Set(HISTORY_CONTENT_COLUMNS);
 const NUMBER_KIND: Partial<Record<keyof HistoryRow, 'int64' | 'int32' | 'float64' | 'timestamp'>> = {
   revision: 'int64',
   confidence: 'int32',
@@ -78,7 +67,7 @@ const SOURCES: Source[] = HISTORY_COLUMNS.map((name): Source => {
   if (name === 'position') return { from: 'position' };
   if (name === 'revealed') return { from: 'revealed' };
   if (name === 'cursor') return { from: 'cursor' };
-  const content = !COMMITMENT.has(name);
+  const content = CONTENT.has(name);
   // A time the record holds as a number (the reveal time) is read as one, not parsed from its text.
   const vn = VERDICT_NUMBER_OF[name];
   if (vn) {

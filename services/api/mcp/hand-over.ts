@@ -64,11 +64,11 @@ function jsonWithCharset(res: ServerResponse): void {
 
 /**
  * The caller as the SDK's auth info: its tool handlers read the client address, the origin the
- * request came to and the caller the caller hook resolved (or the key it refused) from it.
+ * request came to and the caller the caller hook resolved from it (a refused key never gets here:
+ * the route answers it first).
  */
 export function authInfo(request: FastifyRequest, caller: Caller | undefined): AuthInfo {
   const known = caller ?? request.caller ?? undefined;
-  const refused = request.callerRefused ?? undefined;
   return {
     token: '',
     clientId: 'mcp',
@@ -77,7 +77,6 @@ export function authInfo(request: FastifyRequest, caller: Caller | undefined): A
       clientAddress: request.ip,
       origin: requestOrigin(request),
       ...(known ? { caller: known } : {}),
-      ...(refused ? { refused } : {}),
     },
   };
 }

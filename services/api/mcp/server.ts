@@ -8,7 +8,7 @@ import {
 } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import { SERVICE_VERSION } from '../../../contracts/service-version.ts';
-import type { Caller, CallerRejectedError } from '../../metering/caller.ts';
+import type { Caller } from '../../metering/caller.ts';
 import { MCP_INVALID_PARAMS } from './error-codes.ts';
 import { isPlainObject, kindOf } from './json-shape.ts';
 import { RESOURCE_TEMPLATES, RESOURCES, readResource } from './resources.ts';
@@ -104,7 +104,6 @@ export function createMcpServer(deps: ToolCallDeps, instructions = SERVER_INSTRU
     const payment = request.params._meta?.[MCP_PAYMENT_META];
     // A caller authenticated by the route (an OAuth token on /mcp/signin) is not identified again from headers.
     const caller = extra.authInfo?.extra?.caller as Caller | undefined;
-    const refused = extra.authInfo?.extra?.refused as CallerRejectedError | undefined;
     const origin = extra.authInfo?.extra?.origin as string | undefined;
     return callTool(deps, {
       name: request.params.name,
@@ -112,7 +111,6 @@ export function createMcpServer(deps: ToolCallDeps, instructions = SERVER_INSTRU
       ...(origin === undefined ? {} : { origin }),
       ...(payment === undefined ? {} : { payment }),
       ...(caller ? { caller } : {}),
-      ...(refused ? { refused } : {}),
     });
   });
   return server;

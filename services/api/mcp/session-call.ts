@@ -232,7 +232,6 @@ export async function answerToolCall(
   let body: Buffer;
   // Identified by the caller hook in front of the route: not resolved a second time.
   const caller = request.caller ?? undefined;
-  const refused = request.callerRefused ?? undefined;
   try {
     // One shape for every call (undefined where absent, as callTool reads it), not spread per call;
     // the request's id (a UUID made per request) rather than a second one made for the call.
@@ -243,7 +242,6 @@ export async function answerToolCall(
       meta: call.meta,
       payment: call.payment,
       caller,
-      refused,
       requestId: request.id,
       origin: requestOrigin(request),
       cancelled: channel.kind === 'session' ? channel.cancelled : undefined,

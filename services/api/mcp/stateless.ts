@@ -2,7 +2,7 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import type { CacheHint, McpHttpHandler, Server, ServerContext } from '@modelcontextprotocol/server';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import type { Caller, CallerRejectedError } from '../../metering/caller.ts';
+import type { Caller } from '../../metering/caller.ts';
 import { authInfo, handOver } from './hand-over.ts';
 import { RESOURCE_TEMPLATES, RESOURCES, readResource } from './resources.ts';
 import {
@@ -69,7 +69,6 @@ function createModernServer(sdk: ModernSdk, deps: ToolCallDeps, instructions: st
   server.setRequestHandler('tools/call', async (request, ctx: ServerContext) => {
     const payment = request.params._meta?.[MCP_PAYMENT_META];
     const caller = ctx.http?.authInfo?.extra?.caller as Caller | undefined;
-    const refused = ctx.http?.authInfo?.extra?.refused as CallerRejectedError | undefined;
     const origin = ctx.http?.authInfo?.extra?.origin as string | undefined;
     try {
       return (await callTool(deps, {
@@ -78,7 +77,6 @@ function createModernServer(sdk: ModernSdk, deps: ToolCallDeps, instructions: st
         ...(origin === undefined ? {} : { origin }),
         ...(payment === undefined ? {} : { payment }),
         ...(caller ? { caller } : {}),
-        ...(refused ? { refused } : {}),
       })) as never;
     } catch (err) {
       // -32003/-32004 stay JSON-RPC errors on this generation too, message as written.

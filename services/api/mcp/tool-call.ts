@@ -87,10 +87,10 @@ export interface ToolCallRequest {
   payment?: unknown;
   /**
    * Who the caller hook in front of the route identified (`request.caller`, or the OAuth token's
-   * caller on the sign-in path), or the key it refused (`request.callerRefused`): one of the two.
+   * caller on the sign-in path). A key it refused never comes here: the route answers every
+   * request carrying one with refusedKeyError before any dispatch (plugin.ts).
    */
   caller?: Caller;
-  refused?: CallerRejectedError;
   /**
    * The id the call is known by (its debit, the events it records); the HTTP request's own id
    * when the channel has one, so the access line and the call share it. Else one is made here.
@@ -178,13 +178,11 @@ const MCP_PAYMENT_RESPONSE_META = 'x402/payment-response';
 const MCP_PAYMENT_REPLAYED_META = 'x402/payment-replayed';
 
 /**
- * One tools/call, channel rules included: the caller is identified first (an unknown key is a
- * JSON-RPC error -32003, an unverifiable one -32004: thrown as ChannelError), then the arguments
- * (-32602 as a tool result with isError), then the metered run. Every result carries `_service`.
+ * One tools/call of an identified caller (a refused key was answered by the route), channel rules
+ * included: the arguments (-32602 as a tool result with isError), then the metered run. Every
+ * result carries `_service`.
  */
 export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Promise<CallToolResult> {
-  const refused = request.refused;
-  if (refused) throw await refusedKeyError(deps, refused);
   if (request.caller === undefined)
     throw new Error('tools/call without a caller: the caller hook (callerPlugin) runs before every route');
   const caller: Caller = request.caller;

@@ -6,7 +6,7 @@ import { anonymousCaller, toolCallDeps } from '../../../test/tool-call-harness.t
 import { OperationError } from '../../engine/operation-errors.ts';
 import { CallerRejectedError } from '../../metering/caller.ts';
 import type { QuotaMeter } from '../../metering/quota-meter.ts';
-import { ChannelError, callTool } from './tool-call.ts';
+import { ChannelError, callTool, refusedKeyError } from './tool-call.ts';
 import type { ToolDefinition } from './tool-registry.ts';
 
 const meters: QuotaMeter[] = [];
@@ -163,9 +163,7 @@ describe('callTool refusals', () => {
     ] as const;
     for (const [reason, rpc, code, retryable] of refusals) {
       const refused = new CallerRejectedError(reason, 'the key', 'refused', '10.0.0.2');
-      const thrown = await callTool(deps, { name: 'free_tool', args: { n: 1 }, refused }).catch(
-        (e: unknown) => e,
-      );
+      const thrown = await refusedKeyError(deps, refused);
       expect(thrown, code).toBeInstanceOf(ChannelError);
       expect((thrown as ChannelError).code, code).toBe(rpc);
       expect((thrown as ChannelError).data, code).toMatchObject({ code, retryable });

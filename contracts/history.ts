@@ -391,13 +391,13 @@ export const TrackRecordBrief = TrackRecordBriefPayload.extend({
     .int()
     .optional()
     .describe(
-      'HOLD verdicts of this exchange and timeframe (every confidence) resolved in the window: a HOLD is no call, so calls, hits and both hit rates count none of them. Optional for clients of earlier answers.',
+      'HOLD verdicts of this exchange and timeframe (every confidence) resolved in the window, those of looped replay laps aside: a HOLD is no call, so calls, hits and both hit rates count none of them.',
     ),
   note: z
     .string()
     .optional()
     .describe(
-      'Why calls is 0, in words: no verdict of this exchange and timeframe resolved in the window, every one resolved a HOLD, or its calls in other confidence buckets. Absent when calls is above 0.',
+      'Why calls is 0, in words: no verdict of this exchange and timeframe resolved in the window, every one resolved a HOLD, its calls in other confidence buckets, or every one due in a looped replay lap (which no figure counts; named apart beside the others). Absent when calls is above 0.',
     ),
 });
 export type TrackRecordBrief = z.infer<typeof TrackRecordBrief>;

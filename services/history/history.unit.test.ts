@@ -489,6 +489,22 @@ describe('track record', () => {
     expect(lap.note).toBe(
       'No verdict of BINANCE 1h is counted in the record: its one resolved verdict came due in a looped replay lap, which no figure counts.',
     );
+    // HOLDs or calls beside verdicts of a looped lap (a BUY among them): the lap's are not said
+    // to be HOLDs, nor to be in other buckets, and are named apart.
+    addPoint(holds, point({ replayLap: 1, confidence: 54 }), 280);
+    addPoint(holds, point({ replayLap: 2, confidence: 54 }), 281);
+    expect(
+      trackRecordBrief(holds, { exchange: 'BINANCE', timeframe: '1h', confidence: 54 }, T0 + HOUR).note,
+    ).toBe(
+      'No BUY or SELL call of BINANCE 1h is counted in the 90d window: its 279 resolved verdicts outside looped replay laps were all HOLDs (no call, counted in no hit rate), and 2 verdicts came due in a looped replay lap, which no figure counts.',
+    );
+    const lapped = structuredClone(state);
+    addPoint(lapped, point({ replayLap: 1, confidence: 95 }), 9);
+    expect(
+      trackRecordBrief(lapped, { exchange: 'BINANCE', timeframe: '1h', confidence: 95 }, T0 + HOUR).note,
+    ).toBe(
+      'No call of BINANCE 1h at confidence 90-100 is counted in the 90d window: its 4 resolved calls outside looped replay laps fell in other confidence buckets, beside 1 HOLD (no call, counted in no hit rate), and 1 verdict came due in a looped replay lap, which no figure counts.',
+    );
   });
 
   it('rides along on trade_call webhooks when the history slice supplies it', () => {

@@ -683,24 +683,35 @@ export function trackRecordBrief(
 
 /**
  * Why a brief counts no call, from its exchange and timeframe's cells in the window (`market`):
- * none resolved, each resolved one a HOLD (no call: no hit rate counts it), or its calls in
- * other confidence buckets.
+ * none resolved, each resolved one a HOLD (no call: no hit rate counts it), its calls in other
+ * confidence buckets, or each one due in a looped replay lap. Verdicts of a looped lap beside
+ * counted ones are named apart: their calls are not known, so they are not said to be HOLDs or
+ * in other buckets.
  */
 function noCallNote(market: Cell, name: string, bucket: number, window: TrackRecordWindow): string {
   const within = window === 'all' ? 'in the record' : `in the ${window} window`;
   const holds = `${market.holds} HOLD${market.holds === 1 ? '' : 's'} (no call, counted in no hit rate)`;
+  const lapped = market.looped > 0;
+  const verb = lapped ? 'is counted' : 'resolved';
+  const outside = lapped ? ' outside looped replay laps' : '';
+  const laps = lapped
+    ? `, and ${market.looped} verdict${market.looped === 1 ? '' : 's'} came due in a looped replay lap, which no figure counts`
+    : '';
   if (market.calls > 0) {
     return (
-      `No call of ${name} at confidence ${bucketLabel(bucket)} resolved ${within}: its ` +
-      `${market.calls} resolved call${market.calls === 1 ? '' : 's'} fell in other confidence buckets` +
-      `${market.holds > 0 ? `, beside ${holds}` : ''}.`
+      `No call of ${name} at confidence ${bucketLabel(bucket)} ${verb} ${within}: its ` +
+      `${market.calls} resolved call${market.calls === 1 ? '' : 's'}${outside} fell in other confidence buckets` +
+      `${market.holds > 0 ? `, beside ${holds}` : ''}${laps}.`
     );
   }
   if (market.holds > 0) {
-    const all = market.holds === 1 ? 'resolved verdict was a HOLD' : 'resolved verdicts were all HOLDs';
-    return `No BUY or SELL call of ${name} resolved ${within}: its ${market.holds} ${all} (no call, counted in no hit rate).`;
+    const all =
+      market.holds === 1
+        ? `resolved verdict${outside} was a HOLD`
+        : `resolved verdicts${outside} were all HOLDs`;
+    return `No BUY or SELL call of ${name} ${verb} ${within}: its ${market.holds} ${all} (no call, counted in no hit rate)${laps}.`;
   }
-  if (market.looped > 0) {
+  if (lapped) {
     const each =
       market.looped === 1 ? 'its one resolved verdict' : `each of its ${market.looped} resolved verdicts`;
     return `No verdict of ${name} is counted ${within}: ${each} came due in a looped replay lap, which no figure counts.`;

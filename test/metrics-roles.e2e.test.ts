@@ -1,27 +1,16 @@
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { runServiceProcess, type ServiceProcess } from './service-process.ts';
+import { serviceProcesses } from './service-process.ts';
 
 /**
  * A role exports the series of what it serves: `mcp_sessions_open` only where MCP is served (the
  * api role). On a role that serves no MCP a gauge at 0 would read as "no sessions open" on a
  * dashboard summing the deployment, and as a series an alert could be written against for nothing.
  */
-const running: ServiceProcess[] = [];
-const dirs: string[] = [];
-afterAll(async () => {
-  for (const r of running) if (r.child.exitCode === null) r.child.kill('SIGTERM');
-  await Promise.all(running.map((r) => r.exit));
-  await Promise.all(dirs.map((d) => rm(d, { recursive: true, force: true })));
-});
+const processes = serviceProcesses('metrics-roles-');
+afterAll(() => processes.stopAll());
 
 async function metricsOf(args: string[]): Promise<string> {
-  const dataDir = await mkdtemp(join(tmpdir(), 'metrics-roles-'));
-  dirs.push(dataDir);
-  const r = runServiceProcess({ DATA_DIR: dataDir }, args);
-  running.push(r);
+  const r = await processes.start({}, args);
   await expect
     .poll(() => r.lines.find((l) => l.msg === 'service started'), { timeout: 90_000, interval: 100 })
     .toBeTruthy();

@@ -1,11 +1,8 @@
 import { randomUUID } from 'node:crypto';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import { afterAll, describe, expect, it } from 'vitest';
-import { runServiceProcess, type ServiceProcess } from './service-process.ts';
+import { type ServiceProcess, serviceProcesses } from './service-process.ts';
 
 /**
  * Roles of one deployment on NATS_STREAMs that differ (one role's setting mistyped or left at its
@@ -17,28 +14,21 @@ const NATS_URL = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
 const id = randomUUID().slice(0, 8);
 const prefix = `mismatch${id}`;
 const streams = [`MISMATCH_A_${id}`, `MISMATCH_B_${id}`];
-const running: ServiceProcess[] = [];
-const dirs: string[] = [];
+const processes = serviceProcesses('nats-mismatch-');
 
 afterAll(async () => {
-  for (const r of running) if (r.child.exitCode === null) r.child.kill('SIGTERM');
-  await Promise.all(running.map((r) => r.exit));
-  await Promise.all(dirs.map((d) => rm(d, { recursive: true, force: true })));
+  await processes.stopAll();
   const nc = await connect({ servers: NATS_URL.replace(/^nats:\/\//, '') });
   const jsm = await jetstreamManager(nc);
   for (const stream of streams) await jsm.streams.delete(stream).catch(() => false);
   await nc.close();
 });
 
-async function dispatcher(stream: string, subjectPrefix = prefix): Promise<ServiceProcess> {
-  const dataDir = await mkdtemp(join(tmpdir(), 'nats-mismatch-'));
-  dirs.push(dataDir);
-  const r = runServiceProcess(
-    { DATA_DIR: dataDir, BUS: 'nats', NATS_URL, NATS_STREAM: stream, NATS_SUBJECT_PREFIX: subjectPrefix },
-    ['--role', 'dispatcher'],
-  );
-  running.push(r);
-  return r;
+function dispatcher(stream: string, subjectPrefix = prefix): Promise<ServiceProcess> {
+  return processes.start({ BUS: 'nats', NATS_URL, NATS_STREAM: stream, NATS_SUBJECT_PREFIX: subjectPrefix }, [
+    '--role',
+    'dispatcher',
+  ]);
 }
 
 describe('a role whose NATS_STREAM differs from its deployment', () => {

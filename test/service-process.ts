@@ -1,4 +1,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
 const ROOT = new URL('..', import.meta.url).pathname;
 
@@ -53,4 +56,31 @@ export function runServiceProcess(env: Record<string, string>, args: string[] = 
     result.stderr += chunk.toString();
   });
   return result;
+}
+
+/**
+ * The service processes one test file starts, each on a data dir of its own (made under the OS's
+ * temp dir, named from `prefix`): `stopAll`, for the file's afterAll, stops the ones still running
+ * (SIGTERM), waits for every exit and removes the dirs.
+ */
+export function serviceProcesses(prefix: string): {
+  start(env: Record<string, string>, args?: string[]): Promise<ServiceProcess>;
+  stopAll(): Promise<void>;
+} {
+  const running: ServiceProcess[] = [];
+  const dirs: string[] = [];
+  return {
+    async start(env, args = []) {
+      const dataDir = await mkdtemp(join(tmpdir(), prefix));
+      dirs.push(dataDir);
+      const r = runServiceProcess({ DATA_DIR: dataDir, ...env }, args);
+      running.push(r);
+      return r;
+    },
+    async stopAll() {
+      for (const r of running) if (r.child.exitCode === null) r.child.kill('SIGTERM');
+      await Promise.all(running.map((r) => r.exit));
+      await Promise.all(dirs.map((d) => rm(d, { recursive: true, force: true })));
+    },
+  };
 }

@@ -1,13 +1,10 @@
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import { newEvent } from '../../contracts/events.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
 import { recordHistory } from '../../test/history-harness.ts';
-import { runServiceProcess, type ServiceProcess } from '../../test/service-process.ts';
+import { serviceProcesses } from '../../test/service-process.ts';
 import { pendingOutcomesProjection } from './projections.ts';
 import { OutcomeResolver, outcomesCheck } from './resolver.ts';
 
@@ -16,21 +13,13 @@ import { OutcomeResolver, outcomesCheck } from './resolver.ts';
  * are due and the pending-outcomes view holds them back: a resolver with nothing due waits for
  * nothing, and an operator reading `waitingForView: true` would look for a lagging view that is not.
  */
-const running: ServiceProcess[] = [];
-const dirs: string[] = [];
-afterAll(async () => {
-  for (const r of running) if (r.child.exitCode === null) r.child.kill('SIGTERM');
-  await Promise.all(running.map((r) => r.exit));
-  await Promise.all(dirs.map((d) => rm(d, { recursive: true, force: true })));
-});
+const processes = serviceProcesses('outcomes-waiting-');
+afterAll(() => processes.stopAll());
 
 describe('processor:history-outcomes with nothing due', () => {
   it('does not say waitingForView on the /readyz of a real process', async () => {
-    const dataDir = await mkdtemp(join(tmpdir(), 'outcomes-waiting-'));
-    dirs.push(dataDir);
     // The roles that resolve outcomes, with no engine: the log holds no verdict, so none is due.
-    const r = runServiceProcess({ DATA_DIR: dataDir }, ['--role', 'projections,dispatcher']);
-    running.push(r);
+    const r = await processes.start({}, ['--role', 'projections,dispatcher']);
     await expect
       .poll(() => r.lines.find((l) => l.msg === 'service started'), { timeout: 90_000, interval: 100 })
       .toBeTruthy();

@@ -60,6 +60,7 @@ describe('npm start under a supervisor', () => {
     process.kill(servicePid, 'SIGCONT');
     expect(await run.exit).toBe(0);
     await expect.poll(() => alive(servicePid), { timeout: 30_000, interval: 200 }).toBe(false);
+    await run.closed;
     expect(run.messages()).toContain('shutting down');
     expect(run.messages()).toContain('service stopped');
     expect(run.messages()).not.toContain('second signal: exiting at once');
@@ -72,6 +73,7 @@ describe('npm start under a supervisor', () => {
     // own copy on, so one key press reaches the service twice.
     process.kill(-run.pgid, 'SIGINT');
     await expect.poll(() => alive(servicePid), { timeout: 30_000, interval: 200 }).toBe(false);
+    await run.closed;
     expect(run.messages()).toContain('shutting down');
     expect(run.messages()).toContain('service stopped');
     expect(run.messages()).not.toContain('second signal: exiting at once');
@@ -101,6 +103,7 @@ describe('npm start under a supervisor', () => {
     expect(alive(servicePid), 'the copy did not end the drain').toBe(true);
     process.kill(servicePid, 'SIGTERM');
     await expect.poll(() => alive(servicePid), { timeout: 30_000, interval: 200 }).toBe(false);
+    await run.closed;
     expect(run.messages()).toContain('second signal: exiting at once');
     expect(run.messages()).not.toContain('service stopped');
   }, 240_000);
@@ -124,6 +127,7 @@ describe('npm start under a supervisor', () => {
     process.kill(run.pgid, 'SIGTERM');
     expect(await run.exit).toBe(0);
     await expect.poll(() => alive(servicePid), { timeout: 30_000, interval: 200 }).toBe(false);
+    await run.closed;
     // Nothing of npm or the service is left (the exit's short-lived watchdog may still be).
     expect(groupMembers(run.pgid).filter((p) => /services\/main\.ts|^npm/.test(p.cmd))).toEqual([]);
     expect(run.messages()).toContain('shutting down');

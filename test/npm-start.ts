@@ -50,7 +50,10 @@ export function startNpm(cwd: string, env: Record<string, string>) {
     }
   });
   const exit = new Promise<number | null>((resolve) => npm.once('exit', (code) => resolve(code)));
-  return { npm, pgid: npm.pid!, lines, exit, messages: () => lines.map((l) => l.msg) };
+  // Every line read: npm's output (the service writes to it too) has closed. A check made as soon
+  // as the service is gone can run before the read of the lines it wrote last, on a loaded host.
+  const closed = new Promise<void>((resolve) => npm.once('close', () => resolve()));
+  return { npm, pgid: npm.pid!, lines, exit, closed, messages: () => lines.map((l) => l.msg) };
 }
 
 /** The Node process running services/main.ts in a group (not a shell npm runs it with). */

@@ -40,6 +40,12 @@ const instant = z.union(
 );
 const port = decimal.pipe(z.number().int().min(0).max(65_535));
 const positiveInt = decimal.pipe(z.number().int().positive());
+/**
+ * The highest WEBHOOK_DISABLE_AFTER_FAILED_DELIVERIES taken: the subscription fold keeps the id of
+ * each failed delivery it counts (so a re-sent one is counted once) up to this many, which bounds
+ * a failing subscription's record whatever the setting.
+ */
+export const MAX_DISABLE_AFTER_FAILED_DELIVERIES = 1_000;
 const nonNegativeInt = decimal.pipe(z.number().int().min(0));
 /**
  * A wait the service hands to a timer (setTimeout, setInterval) or to PostgreSQL's
@@ -864,7 +870,18 @@ export const ConfigSchema = z
     /** A receiver's Retry-After is honoured up to this many ms (the retry's wait is a timer's). */
     WEBHOOK_RETRY_AFTER_MAX_MS: timerMs.default(3_600_000),
     /** A subscription is disabled after this many consecutive deliveries failed every attempt... */
-    WEBHOOK_DISABLE_AFTER_FAILED_DELIVERIES: positiveInt.default(5),
+    WEBHOOK_DISABLE_AFTER_FAILED_DELIVERIES: decimal
+      .pipe(
+        z
+          .number()
+          .int()
+          .positive()
+          .max(
+            MAX_DISABLE_AFTER_FAILED_DELIVERIES,
+            `at most ${MAX_DISABLE_AFTER_FAILED_DELIVERIES}, the most failed deliveries in a row a subscription's record counts`,
+          ),
+      )
+      .default(5),
     /** ...or after failing without a single success for this long (5 days). */
     WEBHOOK_DISABLE_AFTER_MS: positiveInt.default(5 * 24 * 3_600_000),
     /** Requests in flight per endpoint (an API key's origin); more wait in that endpoint's own queue. */

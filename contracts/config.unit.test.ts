@@ -8,6 +8,7 @@ import {
   ConfigError,
   DEVELOPMENT_WEBHOOK_MASTER_KEY,
   loadConfig,
+  MAX_DISABLE_AFTER_FAILED_DELIVERIES,
   publicBaseUrl,
   readDotEnv,
   refuseRoleSettings,
@@ -211,6 +212,17 @@ describe('loadConfig', () => {
         }
       }
     }
+  });
+
+  it('refuses a failed-deliveries disable threshold past the most the subscription fold counts', () => {
+    // The fold keeps the id of each delivery it counts (a re-sent one is counted once), up to
+    // this many: a higher threshold would never be reached.
+    const name = 'WEBHOOK_DISABLE_AFTER_FAILED_DELIVERIES';
+    const largest = MAX_DISABLE_AFTER_FAILED_DELIVERIES;
+    expect(loadConfig({ [name]: String(largest) })[name]).toBe(largest);
+    expect(() => loadConfig({ [name]: String(largest + 1) })).toThrow(
+      `${name}: at most ${largest}, the most failed deliveries in a row a subscription's record counts`,
+    );
   });
 
   it('names the entries of a list that no request can match', () => {

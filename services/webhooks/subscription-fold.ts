@@ -1,4 +1,5 @@
 import type { z } from 'zod';
+import { MAX_DISABLE_AFTER_FAILED_DELIVERIES } from '../../contracts/config.ts';
 import type { DomainEvent, EncryptedSecret } from '../../contracts/events.ts';
 import type { WebhookView } from '../../contracts/webhooks.ts';
 import { classifyFailure } from './retry-policy.ts';
@@ -43,7 +44,10 @@ export interface SubscriptionRecord extends Omit<CreatedData, 'secret' | 'subscr
   /**
    * The ids of the deliveries `failedDeliveries` counts (absent while it is 0). The count rule
    * disables an active subscription when it reaches WEBHOOK_DISABLE_AFTER_FAILED_DELIVERIES, so
-   * the list holds about that many ids (and the deliveries in flight beside them).
+   * the list holds about that many ids (and the deliveries in flight beside them), and never more
+   * than MAX_DISABLE_AFTER_FAILED_DELIVERIES, the highest threshold the setting takes: the count
+   * stops there, having reached every threshold, however long a disabled subscription's deliveries
+   * in flight go on failing.
    */
   failedDeliveryIds?: string[];
   /**
@@ -274,7 +278,10 @@ export function applySubscriptionEvent(state: SubscriptionState, event: DomainEv
         // again) is not counted a second time: the rule is of deliveries, not of attempts.
         if (event.data.nextAttemptAt === null && event.data.error !== SUBSCRIPTION_DISABLED) {
           const counted = sub.failedDeliveryIds ?? [];
-          if (!counted.includes(event.data.deliveryId)) {
+          if (
+            counted.length < MAX_DISABLE_AFTER_FAILED_DELIVERIES &&
+            !counted.includes(event.data.deliveryId)
+          ) {
             sub.failedDeliveryIds = [...counted, event.data.deliveryId];
             sub.failedDeliveries++;
           }

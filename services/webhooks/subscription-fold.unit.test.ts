@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { MAX_DISABLE_AFTER_FAILED_DELIVERIES } from '../../contracts/config.ts';
 import type { DomainEvent } from '../../contracts/events.ts';
 import {
   applySubscriptionEvent,
@@ -96,6 +97,26 @@ describe('the subscription fold of delivery outcomes', () => {
       failedDeliveriesAtGone: 1,
     });
   });
+  it('keeps at most the highest threshold a setting takes of failed delivery ids, the count stopping there', () => {
+    const last = (deliveryId: string) =>
+      ({
+        ...failed(false),
+        data: { ...(failed(false).data as object), deliveryId, nextAttemptAt: null },
+      }) as DomainEvent;
+    let s = state();
+    const past = MAX_DISABLE_AFTER_FAILED_DELIVERIES + 50;
+    for (let i = 1; i <= past; i++) s = applySubscriptionEvent(s, last(`d-${i}`));
+    const sub = s.subs['s-1']!;
+    expect(sub.failedDeliveries).toBe(MAX_DISABLE_AFTER_FAILED_DELIVERIES);
+    expect(sub.failedDeliveryIds).toHaveLength(MAX_DISABLE_AFTER_FAILED_DELIVERIES);
+    // The count reaches every threshold a setting takes, so the disable rule fires all the same.
+    expect(sub.failedDeliveryIds!.at(-1)).toBe(`d-${MAX_DISABLE_AFTER_FAILED_DELIVERIES}`);
+    // A counted one re-sent and failing again is still counted once.
+    expect(applySubscriptionEvent(s, last('d-1')).subs['s-1']!.failedDeliveries).toBe(
+      MAX_DISABLE_AFTER_FAILED_DELIVERIES,
+    );
+  });
+
   it('counts a delivery once per failing run, however often a resend or a recovery fails it', () => {
     const last = (deliveryId: string, attempt: number, status: number | null = 500) =>
       ({

@@ -29,6 +29,21 @@ const DAY = 24 * HOUR;
 /** The shipped slice's 1h candles start here (5m and funding on 2025-09-20). */
 const HOURLY_START = Date.UTC(2025, 2, 1);
 
+/**
+ * A trade call served from a verdict the log holds for another close carries the reasoning its
+ * computation gave, in the same words from the recorded figures: every sentence the same but the
+ * first, which gives the two vote ratings the record holds rather than the votes counted.
+ */
+function expectReasoningRebuilt(rebuilt: TradeCall, recorded: TradeCall): void {
+  const afterVotes = (text: string) => text.slice(text.indexOf('). ') + 3);
+  const signed = (x: number | null | undefined) => (x! >= 0 ? '+' : '') + x!.toFixed(2);
+  expect(recorded.reasoning).toMatch(/^\d+ of \d+ moving averages/);
+  expect(rebuilt.reasoning).toBe(
+    `MA rating ${signed(recorded.indicators.ma_rating)}; oscillator rating ${signed(recorded.indicators.oscillator_rating)}. ${afterVotes(recorded.reasoning!)}`,
+  );
+  expect(afterVotes(rebuilt.reasoning!)).toContain(`HOLD: ${rebuilt.edge!.reason}.`);
+}
+
 describe('SignalEngine over the replayed real data', () => {
   let feed: ReplayFeed;
   let store: MemoryEventStore;
@@ -102,8 +117,12 @@ describe('SignalEngine over the replayed real data', () => {
     // This engine's own close is older than the one on record: it serves the record, rebuilt.
     const rebuilt = TradeCall.parse(await engine.getTradeCall({ coin: 'BTC' }));
     expect(rebuilt.verdictId).toBe(recorded.verdictId);
-    expect(rebuilt.reasoning).toBeUndefined();
     expect(rebuilt.call).toBe('HOLD');
+    expectReasoningRebuilt(rebuilt, recorded);
+    // Asked without it, the rebuilt call has none, as a computed one.
+    const bare = await engine.getTradeCall({ coin: 'BTC', includeReasoning: false });
+    expect(bare.verdictId).toBe(recorded.verdictId);
+    expect(bare.reasoning).toBeUndefined();
     expect(rebuilt.lean).toEqual(recorded.lean);
     expect(rebuilt.lean).toMatchObject({ timing_skill: true });
     expect(rebuilt.confidence_meaning).toBe(recorded.confidence_meaning);
@@ -127,6 +146,7 @@ describe('SignalEngine over the replayed real data', () => {
     expect(rebuilt.lean).toMatchObject({ measurable: false, expected_net_bps: null });
     expect(rebuilt.edge).toEqual(recorded.edge);
     expect(rebuilt.edge!.reason).toMatch(/not measurable \(90 % interval −[\d.]+ to \+[\d.]+ bps/);
+    expectReasoningRebuilt(rebuilt, recorded);
     await later.close();
   });
 

@@ -53,6 +53,7 @@ import {
   labelEvidenceText,
   type MarketState,
   recordedMeaning,
+  recordedReasoning,
   riskEvidenceText,
 } from './signals/index.ts';
 import { sizedCopy, sizeFor } from './sizing.ts';
@@ -683,6 +684,12 @@ function toTradeCall(
           reason: same ? computed.edge.reason : recordedEdgeReason(d, d.inputs.edge_measured, table),
         }
       : undefined;
+  // A verdict another replica recorded for this close is answered as the log holds it: its
+  // lean and the words for its confidence come from its recorded score and engine's table.
+  const meaning =
+    same && computed.confidence_meaning
+      ? { lean: computed.lean ?? null, confidence_meaning: computed.confidence_meaning }
+      : recordedMeaning(d, table);
   return {
     coin: d.coin,
     timeframe: d.timeframe,
@@ -694,8 +701,8 @@ function toTradeCall(
     price: d.price,
     timestamp: Math.floor(d.candleCloseTime / 1000),
     feed: d.feed,
-    // Reasoning is text about this computation; a verdict recorded by another replica has none here.
-    ...(same ? { reasoning: computed.reasoning } : {}),
+    // A verdict recorded for another close is explained in the same words from its recorded figures.
+    reasoning: same ? computed.reasoning : recordedReasoning(d, { volatility, edge, ...meaning }, table),
     indicators,
     verdictId: recorded.id,
     signalHash: d.hash,
@@ -703,11 +710,7 @@ function toTradeCall(
     engineVersion: d.engineVersion,
     ...(volatility ? { volatility } : {}),
     ...(edge ? { edge } : {}),
-    // A verdict another replica recorded for this close is answered as the log holds it: its
-    // lean and the words for its confidence come from its recorded score and engine's table.
-    ...(same && computed.confidence_meaning
-      ? { lean: computed.lean ?? null, confidence_meaning: computed.confidence_meaning }
-      : recordedMeaning(d, table)),
+    ...meaning,
   };
 }
 

@@ -40,6 +40,7 @@ export {
   ENGINE_VERSION,
   leanOf,
   recordedMeaning,
+  recordedReasoning,
   type VerdictOptions,
 } from './verdict.ts';
 export { computeVotes } from './votes.ts';

@@ -113,19 +113,28 @@ export function computeVerdict(
     reasoning:
       options.includeReasoning === false
         ? ''
-        : reasoning(
+        : reasoningText({
             call,
             confidence,
-            s,
+            score: s.score,
             holdBand,
-            regime.regime,
-            calibration,
-            cal.timeframe,
-            direction,
-            decision.emit ? null : decision.reason,
-            volatility,
+            regime: regime.regime,
+            maRating: s.votes.ma_mean,
+            oscillatorRating: s.votes.oscillator_mean,
+            counts: { ma: count(s.votes.ma), oscillators: count(s.votes.oscillators) },
+            fundingApr: s.fundingApr,
+            basis: s.basis,
+            perpLean: s.perpLean,
+            adx: r.adx,
+            plusDi: r.plusDi,
+            minusDi: r.minusDi,
+            close: r.close,
+            vol: volatility,
             lean,
-          ),
+            noEdge: decision.emit ? null : decision.reason,
+            table: calibration,
+            fit: { curveTimeframe: cal.timeframe, direction },
+          }),
   };
 }
 
@@ -270,46 +279,146 @@ const f2 = memoFormat((x) => (x >= 0 ? '+' : '') + x.toFixed(2));
 const fixed2 = memoFormat((x) => x.toFixed(2));
 const fixed0 = memoFormat((x) => x.toFixed(0));
 
-function reasoning(
-  call: Call,
-  confidence: number,
-  s: Score,
-  holdBand: number,
-  regime: string,
-  table: CalibrationTable,
-  tableTf: string,
-  direction: Direction,
-  noEdge: string | null,
-  vol: VolatilityForecast,
-  lean: Lean | null,
-): string {
-  const ma = count(s.votes.ma);
-  const osc = count(s.votes.oscillators);
-  const r = s.readings;
+/** Votes counted: how many voted buy, how many sell, and how many voted at all. */
+interface VoteCount {
+  buy: number;
+  sell: number;
+  n: number;
+}
+
+/**
+ * What the reasoning says, from a verdict just computed or from one as the log holds it (the
+ * recorded inputs are the computed verdict's indicator summary, its perp lean and its forecast).
+ */
+export interface ReasoningFacts {
+  call: Call;
+  confidence: number;
+  score: number;
+  holdBand: number;
+  regime: string;
+  maRating: number;
+  oscillatorRating: number;
+  /** The votes counted; null for a recorded verdict, whose inputs hold the two ratings only. */
+  counts: { ma: VoteCount; oscillators: VoteCount } | null;
+  fundingApr: number | null;
+  basis: number | null;
+  perpLean: number;
+  adx: number | null;
+  plusDi: number | null;
+  minusDi: number | null;
+  close: number;
+  /** Absent on a recorded verdict older than the forecast (before signals-3). */
+  vol: VolatilityForecast | undefined;
+  lean: Lean | null;
+  /** Why the cell emits no BUY/SELL; null where it does. */
+  noEdge: string | null;
+  table: CalibrationTable;
+  /**
+   * The table's fit for the cell: its curve's timeframe and direction. A verdict of another engine
+   * version has none in this table: its confidence is said by its confidence_meaning instead.
+   */
+  fit: { curveTimeframe: string; direction: Direction } | { confidenceMeaning: string };
+}
+
+/** The call explained in words: the one builder of the reasoning, for computed and recorded verdicts. */
+export function reasoningText(x: ReasoningFacts): string {
+  const { table } = x;
   // Sentences joined by single spaces, appended rather than collected and joined: no array, and
   // the rope is flattened once, by whoever reads it.
-  let text =
-    `${ma.buy} of ${ma.n} moving averages are below the close and ${ma.sell} above (MA rating ${f2(s.votes.ma_mean)}); ` +
-    `oscillators ${osc.buy} buy / ${osc.sell} sell of ${osc.n} (rating ${f2(s.votes.oscillator_mean)}).`;
-  if (s.fundingApr !== null || s.basis !== null) {
-    const funding = s.fundingApr === null ? '' : `funding ${(s.fundingApr * 100).toFixed(1)}% APR`;
-    const basis = s.basis === null ? '' : `basis ${(s.basis * 100).toFixed(2)}%`;
-    text += ` Perp context (${[funding, basis].filter(Boolean).join(', ')}) leans ${f2(s.perpLean)} (contrarian).`;
+  let text: string;
+  if (x.counts !== null) {
+    const { ma, oscillators: osc } = x.counts;
+    text =
+      `${ma.buy} of ${ma.n} moving averages are below the close and ${ma.sell} above (MA rating ${f2(x.maRating)}); ` +
+      `oscillators ${osc.buy} buy / ${osc.sell} sell of ${osc.n} (rating ${f2(x.oscillatorRating)}).`;
+  } else {
+    text = `MA rating ${f2(x.maRating)}; oscillator rating ${f2(x.oscillatorRating)}.`;
   }
-  text += ` Composite score ${f2(s.score)}; |score| ${Math.abs(s.score) < holdBand ? 'below' : 'at or above'} the HOLD band ${fixed2(holdBand)}.`;
-  if (direction === -1) {
-    text += ` On ${tableTf} the training months favoured fading the score (mean reversion over ${table.horizonCandles} candles), so the call points against it.`;
+  if (x.fundingApr !== null || x.basis !== null) {
+    const funding = x.fundingApr === null ? '' : `funding ${(x.fundingApr * 100).toFixed(1)}% APR`;
+    const basis = x.basis === null ? '' : `basis ${(x.basis * 100).toFixed(2)}%`;
+    text += ` Perp context (${[funding, basis].filter(Boolean).join(', ')}) leans ${f2(x.perpLean)} (contrarian).`;
   }
-  text += ` Regime ${regime} (ADX ${r.adx?.toFixed(1)}, +DI ${r.plusDi?.toFixed(1)} / −DI ${r.minusDi?.toFixed(1)}).`;
-  text += ` Expected move over ${vol.horizon_candles} candles ±${vol.expected_move_pct.toFixed(2)}% (one σ of the log return; forecast rank ${fixed0(vol.percentile)} of 100); ${Math.round(100 * vol.band_coverage)}% band ${atPriceScaleText(vol.band_low, r.close)}–${atPriceScaleText(vol.band_high, r.close)}.`;
+  text += ` Composite score ${f2(x.score)}; |score| ${Math.abs(x.score) < x.holdBand ? 'below' : 'at or above'} the HOLD band ${fixed2(x.holdBand)}.`;
+  const fit = 'direction' in x.fit ? x.fit : null;
+  if (fit?.direction === -1) {
+    text += ` On ${fit.curveTimeframe} the training months favoured fading the score (mean reversion over ${table.horizonCandles} candles), so the call points against it.`;
+  }
+  text += ` Regime ${x.regime} (ADX ${x.adx?.toFixed(1)}, +DI ${x.plusDi?.toFixed(1)} / −DI ${x.minusDi?.toFixed(1)}).`;
+  const vol = x.vol;
+  if (vol !== undefined) {
+    text += ` Expected move over ${vol.horizon_candles} candles ±${vol.expected_move_pct.toFixed(2)}% (one σ of the log return; forecast rank ${fixed0(vol.percentile)} of 100); ${Math.round(100 * vol.band_coverage)}% band ${atPriceScaleText(vol.band_low, x.close)}–${atPriceScaleText(vol.band_high, x.close)}.`;
+  }
   const horizon = `${table.horizonCandles} candles after a ${table.feeBps} bps fee`;
-  if (call !== 'HOLD') {
-    return `${text} Confidence ${confidence}: share of training-period ${tableTf} calls with a similar |score| whose direction beat the fee over ${horizon}.`;
-  }
+  const confidence =
+    fit === null
+      ? ` ${(x.fit as { confidenceMeaning: string }).confidenceMeaning}`
+      : x.call !== 'HOLD'
+        ? ` Confidence ${x.confidence}: share of training-period ${fit.curveTimeframe} calls with a similar |score| whose direction beat the fee over ${horizon}.`
+        : ` HOLD confidence ${x.confidence}: share of comparable leans that did not beat the fee over ${horizon}.`;
+  if (x.call !== 'HOLD') return `${text}${confidence}`;
   const leaning =
-    lean === null
+    x.lean === null
       ? ' The score leans neither way.'
-      : ` The score leans ${lean.direction}; ${leanNetWords(lean)}.`;
-  const why = noEdge ?? `|score| is inside the HOLD band`;
-  return `${text}${leaning} HOLD: ${why}. HOLD confidence ${confidence}: share of comparable leans that did not beat the fee over ${horizon}.`;
+      : ` The score leans ${x.lean.direction}; ${leanNetWords(x.lean)}.`;
+  const why = x.noEdge ?? `|score| is inside the HOLD band`;
+  return `${text}${leaning} HOLD: ${why}.${confidence}`;
+}
+
+/**
+ * The reasoning of a verdict as the log holds it (a trade call served from a verdict recorded for
+ * another close), in the words a computed one has, from its recorded figures: its inputs (the
+ * indicator summary, perp lean), its forecast, its edge and its lean and confidence_meaning
+ * (recordedMeaning). The votes were not recorded one by one: their two ratings stand for them.
+ */
+export function recordedReasoning(
+  verdict: {
+    exchange: Exchange;
+    timeframe: Timeframe;
+    call: Call;
+    confidence: number;
+    score: number;
+    regime: string;
+    price: number;
+    engineVersion: string;
+    inputs: Record<string, unknown>;
+  },
+  recorded: {
+    volatility: VolatilityForecast | undefined;
+    edge: { measured: boolean; reason: string } | undefined;
+    lean: Lean | null;
+    confidence_meaning: string;
+  },
+  table: CalibrationTable,
+): string {
+  const n = (k: string) => (typeof verdict.inputs[k] === 'number' ? (verdict.inputs[k] as number) : null);
+  const decision =
+    verdict.engineVersion === table.engineVersion
+      ? cellDecision(table, verdict.exchange, verdict.timeframe, Math.abs(verdict.score))
+      : null;
+  return reasoningText({
+    call: verdict.call,
+    confidence: verdict.confidence,
+    score: verdict.score,
+    holdBand: table.holdBand,
+    regime: verdict.regime,
+    maRating: n('ma_rating') ?? 0,
+    oscillatorRating: n('oscillator_rating') ?? 0,
+    counts: null,
+    fundingApr: n('funding_apr'),
+    basis: n('basis'),
+    perpLean: n('perp_lean') ?? 0,
+    adx: n('adx'),
+    plusDi: n('plus_di'),
+    minusDi: n('minus_di'),
+    close: verdict.price,
+    vol: recorded.volatility,
+    lean: recorded.lean,
+    noEdge: recorded.edge === undefined || recorded.edge.measured ? null : recorded.edge.reason,
+    table,
+    fit:
+      decision === null
+        ? { confidenceMeaning: recorded.confidence_meaning }
+        : { curveTimeframe: decision.curveTimeframe, direction: decision.direction },
+  });
 }

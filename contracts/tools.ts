@@ -351,11 +351,15 @@ export const ScanTradeCallsOutput = z.object({
       ),
       quoteVolume24h: QuoteVolume24h,
       verdictId: z.uuid().describe('Id of the recorded verdict, for later verification.'),
+      // No sizing per row: at topN and limit 100 the longest row measured (PEPE, 708 characters)
+      // makes a 147,118-character MCP result of the 150,000 hosts accept; the notional alone
+      // takes it to 151,118-152,718 (budgets 0.01 to 10,000,000), notional and both stop
+      // distances to 167,118-168,718, the full block to 194,318-200,518. The words say how.
       expectedMovePct: z
         .number()
         .nullable()
         .describe(
-          "Percent (not a fraction): forecast standard deviation of the log return over the verdict horizon (six candles), as get_trade_call's volatility.expected_move_pct; null without a forecast.",
+          "Percent (not a fraction): forecast standard deviation of the log return over the verdict horizon (six candles), as get_trade_call's volatility.expected_move_pct; null without a forecast. Rows carry no sizing: the notional whose one-σ move is a budget B is B ÷ (expectedMovePct / 100) USD, and get_trade_call answers it, with the stops its band implies, for its riskBudgetUsd.",
         ),
       lean: VerdictMeaning.shape.lean,
       confidence_meaning: VerdictMeaning.shape.confidence_meaning,

@@ -320,6 +320,20 @@ describe('SignalEngine over the replayed real data', () => {
     expect(scan.calls.map((c) => c.rank)).toEqual([1, 2, 3, 4, 5, 6]);
     const confidences = scan.calls.map((c) => c.confidence);
     expect(confidences).toEqual([...confidences].sort((a, b) => b - a));
+    // A row's expected move sizes as its describe() says: budget ÷ (expectedMovePct / 100) is
+    // get_trade_call's notional for that budget, to the cent.
+    for (const row of scan.calls) {
+      const sized = await engine.getTradeCall({
+        coin: row.coin,
+        timeframe: '1h',
+        exchange: 'BINANCE_SPOT',
+        riskBudgetUsd: 250,
+      });
+      expect(sized.verdictId).toBe(row.verdictId);
+      expect(sized.volatility!.sizing.notional_usd).toBe(
+        Math.round((250 / (row.expectedMovePct! / 100)) * 100) / 100,
+      );
+    }
 
     const strict = await engine.scanTradeCalls({
       timeframe: '1h',

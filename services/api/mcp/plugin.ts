@@ -164,6 +164,24 @@ function refusedKeyText(code: 'unknown_key' | 'key_unverifiable'): string {
   return `${rpc} (data.code ${code}, retryable ${retryable}, data._service)`;
 }
 
+/**
+ * A GET's or DELETE's refusal of a key presented and not served: the POST's JSON-RPC error with the
+ * catalog's status (no JSON-RPC request to answer with a 200).
+ */
+const REFUSED_KEY_STATUS: Record<number, ResponseDoc> = {
+  401: rpcError(
+    `${refusedKeyText('unknown_key')}, id null: the Bearer key is unknown or revoked; a revoked key's request on its session also ends the event stream it holds`,
+    ['code', 'retryable'],
+  ),
+  503: {
+    ...rpcError(
+      `${refusedKeyText('key_unverifiable')}, id null: the Bearer key cannot be checked right now`,
+      ['code', 'retryable'],
+    ),
+    headers: { 'Retry-After': 'seconds to wait before retrying' },
+  },
+};
+
 /** POST: every JSON-RPC message; answered as JSON (never a stream). */
 const POST_RESPONSES: Record<number, ResponseDoc> = {
   200: {
@@ -210,8 +228,11 @@ const GET_RESPONSES: Record<number, ResponseDoc> = {
   403: REFUSED_HOST,
   404: NO_SESSION,
   406: rpcError('-32000: Accept must take text/event-stream'),
-  409: rpcError('-32000: the session already has its stream open'),
+  409: rpcError(
+    '-32000: the session already has its stream open (one a session; it opens again once that one ends)',
+  ),
   429: rpcRateLimited('-32000: rate limited, with Retry-After'),
+  ...REFUSED_KEY_STATUS,
 };
 
 /** DELETE: ends the session; an empty answer. */
@@ -221,6 +242,7 @@ const DELETE_RESPONSES: Record<number, ResponseDoc> = {
   403: REFUSED_HOST,
   404: NO_SESSION,
   429: rpcRateLimited('-32000: rate limited, with Retry-After'),
+  ...REFUSED_KEY_STATUS,
 };
 
 const AUTH_TEXT =
@@ -312,6 +334,9 @@ const docOf = (docs: McpDocs, method: (typeof MCP_METHODS_ROUTED)[number]) =>
 function isInitialize(body: unknown): boolean {
   return (body as { method?: unknown } | null)?.method === 'initialize' && isInitializeRequest(body);
 }
+
+/** What a second event stream of a session is told (the SDK transport's words). */
+const ONE_STREAM = 'Conflict: Only one SSE stream is allowed per session';
 
 /** What a second initialize on an open session is told: the session stays as it is; a new one starts without its id. */
 const SESSION_ALREADY_INITIALISED =
@@ -498,6 +523,8 @@ interface HandlerDeps {
 /** Every method at the MCP path: to a session's transport, a one-shot or modern call, or the stateless SDKs. */
 function mcpHandler(deps: HandlerDeps): Handler {
   const { options, sessions, stateless } = deps;
+  /** Sessions whose event stream (GET) is open. */
+  const streaming = new WeakSet<StreamableHTTPServerTransport>();
   // Host and Origin were checked by the plugin's guard (onRequest), before the rate limit.
   return async (request, reply) => {
     const method = request.method;
@@ -562,8 +589,15 @@ function mcpHandler(deps: HandlerDeps): Handler {
       answerAlso(request, answers);
     }
     // A key presented but not served (unknown, revoked, or not checkable right now): every request
-    // is refused with the JSON-RPC error a tools/call gets, initialize and tools/list included.
-    if (method === 'POST' && request.callerRefused !== null) {
+    // is refused with the JSON-RPC error a tools/call gets, initialize and tools/list included, and
+    // a GET or DELETE of its session as well (refusedKeyStatus).
+    if (request.callerRefused !== null) {
+      // A revoked key's session keeps no event stream: the key's next request on it ends the one
+      // it holds (held by a stream alone, the session ends when it idles out).
+      if (transport !== undefined && request.callerRefused.reason === 'unknown') {
+        transport.closeStandaloneSSEStream();
+      }
+      if (method !== 'POST') return refusedKeyStatus(request, reply);
       const refused = await refusedKeyAnswer(options, request, reply, sessionId);
       if (refused !== null) return refused;
     }
@@ -626,6 +660,15 @@ function mcpHandler(deps: HandlerDeps): Handler {
       // Answered, failed or dropped by the client: the ids are free again.
       onResponseClosed(reply.raw, () => claim.release());
     }
+    if (method === 'GET') {
+      // One event stream a session (the transport's rule), refused here in the route's shape: the
+      // transport's own 409 carried neither `_service` nor Cache-Control. Free once the stream
+      // closes, whoever ends it.
+      if (streaming.has(transport)) return rpcRefusal(reply, 409, -32000, ONE_STREAM);
+      const held = transport;
+      streaming.add(held);
+      onResponseClosed(reply.raw, () => streaming.delete(held));
+    }
     return handOver(transport, request, reply, signedIn.get(request), 'mcp request failed');
   };
 }
@@ -668,6 +711,21 @@ async function refusedKeyAnswer(
   const answers = ids.map((id) => ({ jsonrpc: '2.0', id, error: { code, message, data } }));
   if (!Array.isArray(body)) return batchAnswer(reply, answers[0]!, sessionId);
   return batchAnswer(reply, [...answers, ...answeredAlso(request)], sessionId);
+}
+
+/**
+ * A GET or DELETE whose Bearer key was presented and refused: the JSON-RPC error a POST gets
+ * (-32003 unknown_key, -32004 key_unverifiable, data.code, retryable and `_service`), id null, with
+ * the catalog's status: 401 with the key's challenge (app.ts), or 503 with Retry-After. Not a 200 as
+ * on a POST, where the error answers a JSON-RPC request: these carry none, and a 200 to a GET reads
+ * as the event stream opened, a 200 to a DELETE as the session ended.
+ */
+function refusedKeyStatus(request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
+  const refused = request.callerRefused!;
+  const code = refused.reason === 'unknown' ? 'unknown_key' : 'key_unverifiable';
+  const { status, rpc, retryable } = ERRORS[code];
+  if (retryable) reply.header('retry-after', '1');
+  return rpcRefusal(reply, status, rpc, refused.message, null, { code, retryable });
 }
 
 /** A 200 JSON answer the route gives itself: one JSON-RPC answer, or a batch's array of them. */

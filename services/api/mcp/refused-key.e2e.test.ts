@@ -4,12 +4,15 @@ import {
   ProtocolError,
 } from '@modelcontextprotocol/client';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import {
+  StreamableHTTPClientTransport,
+  StreamableHTTPError,
+} from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryCache } from '../../../adapters/cache/memory.ts';
 import { startKeyedServer } from '../../../test/keyed-harness.ts';
-import { MCP_HEADERS } from '../../../test/mcp-wire.ts';
+import { MCP_HEADERS, mcpInitialize, mcpSessionHeaders } from '../../../test/mcp-wire.ts';
 import { revokeKey } from '../../keys/key-commands.ts';
 
 /**
@@ -75,6 +78,75 @@ describe('a refused key on /mcp', () => {
     const [again, next] = sdkClient(server.url, issued.key);
     expect(await rpcCodeOf(again.connect(next))).toMatchObject({ code: -32003 });
     await again.close();
+  });
+
+  it('a revoked key is refused on GET and DELETE of its session as on POST, and its open event stream ends', async () => {
+    const issued = await server.issue('pro', 'revoked-stream');
+    const bearer = { authorization: `Bearer ${issued.key}` };
+    const init = await fetch(`${server.url}/mcp`, {
+      method: 'POST',
+      headers: { ...MCP_HEADERS, ...bearer },
+      body: JSON.stringify(mcpInitialize('stream', 0)),
+    });
+    await init.text();
+    const session = init.headers.get('mcp-session-id')!;
+    const onSession = { ...mcpSessionHeaders(session), ...bearer };
+    const stream = await fetch(`${server.url}/mcp`, {
+      headers: { ...onSession, accept: 'text/event-stream' },
+    });
+    expect(stream.status).toBe(200);
+
+    const position = await revokeKey(server.store, `apikey-${issued.keyId}`, issued.keyId, 'leaked');
+    await server.channel.registry.waitFor(position);
+    const posted = await fetch(`${server.url}/mcp`, {
+      method: 'POST',
+      headers: onSession,
+      body: JSON.stringify({ jsonrpc: '2.0', id: 'p', method: 'tools/list' }),
+    });
+    expect(posted.status).toBe(200);
+    const refusal = ((await posted.json()) as { error: Record<string, unknown> }).error;
+    expect(refusal).toMatchObject({
+      code: -32003,
+      data: { code: 'unknown_key', retryable: false, _service: { auth: { outcome: 'UNKNOWN' } } },
+    });
+    // The refused request was the key's check on its session: the stream it held is ended.
+    const reader = stream.body!.getReader();
+    while (!(await reader.read()).done) {}
+
+    for (const method of ['GET', 'DELETE'] as const) {
+      const res = await fetch(`${server.url}/mcp`, {
+        method,
+        headers: method === 'GET' ? { ...onSession, accept: 'text/event-stream' } : onSession,
+      });
+      // No JSON-RPC request to answer: the catalog's status, with the key's challenge.
+      expect(res.status, method).toBe(401);
+      expect(res.headers.get('www-authenticate'), method).toMatch(/^Bearer realm=.*error="invalid_token"/);
+      expect(res.headers.get('cache-control'), method).toBe('no-store');
+      expect(res.headers.get('content-type'), method).toMatch(/^application\/json/);
+      expect(await res.json(), method).toEqual({ jsonrpc: '2.0', id: null, error: refusal });
+    }
+    // The DELETE did not end the session: the key is refused on it, not told it is gone.
+    const again = await fetch(`${server.url}/mcp`, {
+      method: 'POST',
+      headers: onSession,
+      body: JSON.stringify({ jsonrpc: '2.0', id: 'q', method: 'ping' }),
+    });
+    expect(((await again.json()) as { error: { code: number } }).error.code).toBe(-32003);
+  });
+
+  it('an SDK client whose key is revoked is refused when it ends its session (401)', async () => {
+    const issued = await server.issue('pro', 'revoked-terminate');
+    const [client, transport] = sdkClient(server.url, issued.key);
+    await client.connect(transport);
+    const position = await revokeKey(server.store, `apikey-${issued.keyId}`, issued.keyId, 'leaked');
+    await server.channel.registry.waitFor(position);
+    const ended = await transport.terminateSession().then(
+      () => null,
+      (err: unknown) => err,
+    );
+    await client.close();
+    expect(ended).toBeInstanceOf(StreamableHTTPError);
+    expect((ended as StreamableHTTPError).code).toBe(401);
   });
 
   it('a one-shot tools/list (no session) with an unknown key is refused -32003 with its id', async () => {

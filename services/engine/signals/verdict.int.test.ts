@@ -8,7 +8,14 @@ import { defaultCalibration } from './default-calibration.ts';
 import { InsufficientHistoryError } from './errors.ts';
 import { computeRegime } from './market-regime.ts';
 import { createMarketState } from './market-state.ts';
-import { callFor, computeScore, computeVerdict, ENGINE_VERSION, recordedMeaning } from './verdict.ts';
+import {
+  callFor,
+  computeScore,
+  computeVerdict,
+  ENGINE_VERSION,
+  recordedMeaning,
+  recordedReasoning,
+} from './verdict.ts';
 
 const FILE = new URL('../../../sample-data/market/candles/binance-spot/BTCUSDT-1h.csv.gz', import.meta.url)
   .pathname;
@@ -276,6 +283,42 @@ describe('composite verdict on real candles', () => {
     );
     expect(recordedMeaning({ ...record(c), engineVersion: 'signals-3' }, paid).confidence_meaning).toContain(
       `this ${c.call} beats the 10 bps round-trip fee`,
+    );
+    // The reasoning rebuilt from the record (its inputs as the engine records them: the indicator
+    // summary and the perp lean; its forecast, edge, lean and meaning) says what the computed one says, in its words, but
+    // for the votes, which the record holds as their two ratings: HOLD and BUY/SELL, both fading.
+    const inputs = (x: typeof v) => ({ ...x.indicators, perp_lean: x.perp_lean });
+    const rebuilt = (x: typeof v, table: CalibrationTable, engineVersion = ENGINE_VERSION) =>
+      recordedReasoning(
+        { ...record(x), engineVersion, regime: x.regime, price: x.price, inputs: inputs(x) },
+        {
+          volatility: x.volatility,
+          edge: x.edge,
+          ...recordedMeaning({ ...record(x), engineVersion }, table),
+        },
+        // These verdicts were computed with a HOLD band of 0; an engine's is its table's.
+        { ...table, holdBand: 0 },
+      );
+    const signed = (x: number) => (x >= 0 ? '+' : '') + x.toFixed(2);
+    const votesSaid = (x: typeof v) =>
+      `MA rating ${signed(x.votes.ma_mean)}; oscillator rating ${signed(x.votes.oscillator_mean)}.`;
+    const afterVotes = (text: string) => text.slice(text.indexOf('). ') + 2);
+    for (const [x, table] of [
+      [v, skilledUnpaid],
+      [w, wide],
+      [c, paid],
+      [o, old],
+    ] as const) {
+      expect(x.reasoning).toContain('favoured fading the score');
+      expect(rebuilt(x, table)).toBe(`${votesSaid(x)}${afterVotes(x.reasoning)}`);
+    }
+    expect(c.reasoning).toContain(`Confidence ${c.confidence}: share of training-period`);
+    // An older engine's verdict: this table's fit is not its own, so no fading sentence, and its
+    // confidence is said as confidence_meaning says it.
+    const olderText = rebuilt(v, skilledUnpaid, 'signals-3');
+    expect(olderText).not.toContain('favoured fading');
+    expect(olderText).toContain(
+      `HOLD: ${v.edge.reason}. ${v.confidence} = the number engine signals-3 gave this HOLD`,
     );
   });
 

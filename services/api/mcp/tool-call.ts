@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { Logger } from 'pino';
+import { CacheUnavailableError } from '../../../adapters/cache/port.ts';
 import { ERRORS, type ErrorCode, isErrorCode } from '../../../contracts/errors.ts';
 import type { ToolName } from '../../../contracts/tools.ts';
 import { describeFailure, invalidInput } from '../../engine/operation-errors.ts';
@@ -371,12 +372,23 @@ function malformedParams(
   return null;
 }
 
+/**
+ * A failed call as its tool error. A run that met the quota store out of reach (CacheUnavailableError:
+ * a tool's own quota, as chat_knowledge's chat quota, debited while it runs) is thrown instead as
+ * the call quota's refusal, -32004 quota_unavailable (retryable), as /api/chat answers 503
+ * QUOTA_UNAVAILABLE: the key was verified, nothing was served or counted. `service`: the call
+ * quota's figures read before the run.
+ */
 function failedCall(
   deps: ToolCallDeps,
   error: unknown,
   call: { tool: string; requestId: string },
   service: ServiceMeta,
 ): CallToolResult {
+  if (error instanceof CacheUnavailableError) {
+    const unavailable = new QuotaUnavailableError(service, { cause: error });
+    throw channelError('quota_unavailable', unavailable.message, { _service: unavailable.service });
+  }
   const failure = describeFailure(error);
   if (failure === null) {
     deps.logger.error({ err: error, ...call }, 'tool call failed');

@@ -10,7 +10,8 @@ import {
   SearchAnswer,
   SearchKnowledgeInput,
 } from '../../contracts/knowledge.ts';
-import { TOOL_SCHEMAS, type ToolName } from '../../contracts/tools.ts';
+import { TOOL_NAMES, TOOL_SCHEMAS, TOOLS, type ToolName, type ToolPrices } from '../../contracts/tools.ts';
+import { railPlan, v1NetworkName } from '../payments/rails.ts';
 import type { Passage } from './passages.ts';
 
 /**
@@ -271,40 +272,42 @@ function usd(atomic: number): string {
   return `${(atomic / 1_000_000).toFixed(atomic % 10_000 === 0 ? 2 : 6)} USD`;
 }
 
-export function pricingPassages(
-  config: Pick<
-    Config,
-    | 'X402_PRICE_GET_TRADE_CALL'
-    | 'X402_PRICE_GET_TRADE_CALL_1M'
-    | 'X402_PRICE_GET_TRADE_CALL_3M'
-    | 'X402_PRICE_GET_TRADE_CALL_5M'
-    | 'X402_PRICE_GET_MARKET_REGIME'
-    | 'X402_PRICE_SCAN_FUNDING_ARB'
-    | 'X402_PRICE_SCAN_TRADE_CALLS'
-    | 'PLAN_FREE_MONTHLY_CALLS'
-    | 'PLAN_FREE_DAILY_CALLS'
-    | 'PLAN_STARTER_MONTHLY_CALLS'
-    | 'PLAN_PRO_MONTHLY_CALLS'
-    | 'CHAT_QUOTA_FREE'
-    | 'CHAT_QUOTA_STARTER'
-    | 'CHAT_QUOTA_PRO'
-  >,
-): Passage[] {
+/** What each sold tool costs, in the words of the tool table: one sentence per tool. */
+function toolPriceSentences(config: ToolPrices): string[] {
+  return TOOL_NAMES.map((name) => {
+    const { title, price } = TOOLS[name];
+    const base = `${title} (${name}) costs ${usd(config[price.key])} per call`;
+    if (!price.by) return `${base}.`;
+    // Only the values priced apart from the base call are named (1m, 3m and 5m trade calls).
+    const apart = Object.entries(price.by.keys).filter(([, key]) => config[key] !== config[price.key]);
+    if (apart.length === 0) return `${base}.`;
+    const each = apart.map(([value, key]) => `a ${value} ${title.toLowerCase()} ${usd(config[key])}`);
+    return `${base}; by ${price.by.field}: ${each.join(', ')}.`;
+  });
+}
+
+/** The networks the 402 quote offers under this configuration, as its v1 body names them. */
+function paymentNetworks(config: Config): string {
+  const plan = railPlan(config);
+  if (plan.kind === 'off') return `Pay-per-call is not offered on this service: ${plan.reason}.`;
+  const networks = plan.rails.map((r) => {
+    const v1 = v1NetworkName(r.network);
+    return v1 ? `${v1} (${r.network})` : r.network;
+  });
+  const test =
+    plan.kind === 'development' ? ', test networks (the development rails, for trying the flow),' : '';
+  return `The price is paid in USDC on ${networks.join(' or ')}${test} with an ERC-3009 authorisation; no account or key is needed.`;
+}
+
+export function pricingPassages(config: Config): Passage[] {
   const n = (x: number) => x.toLocaleString('en-US');
   return [
     {
       id: 'pricing#pay-per-call',
       source_type: 'pricing',
       source_url: 'README.md#using-it',
-      title: 'Prices per call (x402 pay-per-call in USDC on Base)',
-      text: [
-        `A trade call (get_trade_call) costs ${usd(config.X402_PRICE_GET_TRADE_CALL)} per call.`,
-        `A 1m trade call costs ${usd(config.X402_PRICE_GET_TRADE_CALL_1M)}, a 3m trade call ${usd(config.X402_PRICE_GET_TRADE_CALL_3M)} and a 5m trade call ${usd(config.X402_PRICE_GET_TRADE_CALL_5M)}.`,
-        `A market regime reading (get_market_regime) costs ${usd(config.X402_PRICE_GET_MARKET_REGIME)} per call.`,
-        `A funding arbitrage scan (scan_funding_arb) costs ${usd(config.X402_PRICE_SCAN_FUNDING_ARB)} per call.`,
-        `A trade call scan (scan_trade_calls) costs ${usd(config.X402_PRICE_SCAN_TRADE_CALLS)} per call.`,
-        'The price is paid in USDC on the Base network with an ERC-3009 authorisation; no account or key is needed.',
-      ].join(' '),
+      title: 'Prices per call (x402 pay-per-call in USDC)',
+      text: [...toolPriceSentences(config), paymentNetworks(config)].join(' '),
     },
     {
       id: 'pricing#plans',

@@ -17,7 +17,7 @@
  *   with that message's id (the handshake is sent alone);
  * - in a batch that is served, a message refused as above or by its params (params-check.ts:
  *   params not an object, a `_meta` MCP does not define) gets its own -32600 in the answer array,
- *   named by its index, and the other messages are served (JSON-RPC 2.0 §6: batchMemberFaults);
+ *   named by its index, and the other messages are served (JSON-RPC 2.0 §6: checkEnvelope's faults);
  * - an empty body is not JSON: the catalog's INVALID_JSON (-32700, data.code INVALID_JSON, as a
  *   malformed body is answered), id null.
  */
@@ -98,54 +98,6 @@ const refusal = (message: string, id: string | number | null): ParamsRefusal => 
   id,
 });
 
-/**
- * The refusal of a POST body whose envelope is not acceptable as above, or null. `version` is the
- * protocol revision the request speaks: its MCP-Protocol-Version header, else its session's.
- */
-export function envelopeRefusal(
-  body: unknown,
-  version: string | undefined,
-): (ParamsRefusal & { data?: { code: ErrorCode } }) | null {
-  if (body === undefined) {
-    // Worded as the catalog words a malformed body (json-body.ts), saying what is wrong with it.
-    const code = 'INVALID_JSON';
-    return {
-      status: ERRORS[code].status,
-      code: ERRORS[code].rpc,
-      message: `${ERRORS[code].message}: it is empty; send a JSON-RPC message`,
-      id: null,
-      data: { code },
-    };
-  }
-  if (!Array.isArray(body)) {
-    const fault = messageFault(body);
-    if (fault === null) return null;
-    const id = isPlainObject(body) ? body.id : undefined;
-    return refusal(fault, typeof id === 'string' || typeof id === 'number' ? id : null);
-  }
-  if (body.length === 0) return refusal('an empty batch', null);
-  if (version !== undefined && version >= NO_BATCH_REVISION)
-    return refusal(`JSON-RPC batches are not part of MCP ${version} (removed in ${NO_BATCH_REVISION})`, null);
-  for (let i = 0; i < body.length; i++) {
-    const message: unknown = body[i];
-    // A message at fault is answered on its own (batchMemberFaults), not the batch refused.
-    if (memberFault(message) !== null) continue;
-    const { method, id } = message as Record<string, unknown>;
-    if (method === 'initialize') {
-      return refusal(
-        `batch message ${i}: initialize must be sent alone, not in a batch`,
-        typeof id === 'string' || typeof id === 'number' ? id : null,
-      );
-    }
-  }
-  return null;
-}
-
-/** What is wrong with one message of a batch, its envelope or its params; null when nothing. */
-function memberFault(message: unknown): string | null {
-  return messageFault(message) ?? paramsFault(message as Record<string, unknown>);
-}
-
 /** A batch message at fault: its index, its id as far as it reads (else null), and the -32600 it is answered. */
 export interface BatchMemberFault {
   index: number;
@@ -154,24 +106,71 @@ export interface BatchMemberFault {
 }
 
 /**
- * The messages of a batch the envelope would refuse alone (not JSON-RPC 2.0, params not an object,
- * a `_meta` MCP does not define): each is answered with its own -32600 in the answer array, with
- * its id when it carries a string or a number (as a refused message alone is), and the others are
- * served (JSON-RPC 2.0 §6). Empty for a body that is not a batch.
+ * What the envelope check finds in a POST body: the refusal of the whole body, or none and the
+ * messages of a batch at fault (not JSON-RPC 2.0, params not an object, a `_meta` MCP does not
+ * define), each answered with its own -32600 in the answer array, with its id when it carries a
+ * string or a number (as a refused message alone is), while the others are served (JSON-RPC 2.0
+ * §6). A body that is not a batch has no members at fault: it is refused whole or not at all.
  */
-export function batchMemberFaults(body: unknown): BatchMemberFault[] {
-  if (!Array.isArray(body)) return [];
+export interface EnvelopeCheck {
+  refusal: (ParamsRefusal & { data?: { code: ErrorCode } }) | null;
+  faults: readonly BatchMemberFault[];
+}
+
+/** A body with nothing to refuse (a GET's or DELETE's, which has none, included). */
+export const ENVELOPE_PASSED: EnvelopeCheck = Object.freeze({ refusal: null, faults: Object.freeze([]) });
+const refused = (refusal: NonNullable<EnvelopeCheck['refusal']>): EnvelopeCheck => ({
+  refusal,
+  faults: ENVELOPE_PASSED.faults,
+});
+
+/** A message's id as a refusal echoes it: a string or a number, else null. */
+function echoedId(message: unknown): string | number | null {
+  const id = isPlainObject(message) ? message.id : undefined;
+  return typeof id === 'string' || typeof id === 'number' ? id : null;
+}
+
+/**
+ * The envelope of a POST body checked as above, in one pass over a batch's messages. `version` is
+ * the protocol revision the request speaks: its MCP-Protocol-Version header, else its session's.
+ */
+export function checkEnvelope(body: unknown, version: string | undefined): EnvelopeCheck {
+  if (body === undefined) {
+    // Worded as the catalog words a malformed body (json-body.ts), saying what is wrong with it.
+    const code = 'INVALID_JSON';
+    return refused({
+      status: ERRORS[code].status,
+      code: ERRORS[code].rpc,
+      message: `${ERRORS[code].message}: it is empty; send a JSON-RPC message`,
+      id: null,
+      data: { code },
+    });
+  }
+  if (!Array.isArray(body)) {
+    const fault = messageFault(body);
+    return fault === null ? ENVELOPE_PASSED : refused(refusal(fault, echoedId(body)));
+  }
+  if (body.length === 0) return refused(refusal('an empty batch', null));
+  if (version !== undefined && version >= NO_BATCH_REVISION)
+    return refused(
+      refusal(`JSON-RPC batches are not part of MCP ${version} (removed in ${NO_BATCH_REVISION})`, null),
+    );
   const faults: BatchMemberFault[] = [];
   for (let index = 0; index < body.length; index++) {
     const message: unknown = body[index];
-    const fault = memberFault(message);
-    if (fault === null) continue;
-    const id = isPlainObject(message) ? message.id : undefined;
-    faults.push({
-      index,
-      id: typeof id === 'string' || typeof id === 'number' ? id : null,
-      message: `Invalid Request: batch message ${index}: ${fault}`,
-    });
+    // A message at fault is answered on its own, not the batch refused.
+    const fault = messageFault(message) ?? paramsFault(message as Record<string, unknown>);
+    if (fault !== null) {
+      faults.push({
+        index,
+        id: echoedId(message),
+        message: `Invalid Request: batch message ${index}: ${fault}`,
+      });
+    } else if ((message as Record<string, unknown>).method === 'initialize') {
+      return refused(
+        refusal(`batch message ${index}: initialize must be sent alone, not in a batch`, echoedId(message)),
+      );
+    }
   }
-  return faults;
+  return faults.length === 0 ? ENVELOPE_PASSED : { refusal: null, faults };
 }

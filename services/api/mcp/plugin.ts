@@ -24,7 +24,7 @@ import {
   rpcErrorWithService,
 } from '../errors.ts';
 import { codesText, documented, RESPONSE_HEADERS, type ResponseDoc, undocumented } from '../openapi.ts';
-import { batchMemberFaults, envelopeRefusal } from './envelope.ts';
+import { checkEnvelope, ENVELOPE_PASSED } from './envelope.ts';
 import { MCP_INVALID_REQUEST } from './error-codes.ts';
 import { answerAlso, answeredAlso, handOver } from './hand-over.ts';
 import { ACCEPT_BOTH, acceptsAnswer, replaceHeader } from './http-headers.ts';
@@ -563,11 +563,11 @@ function mcpHandler(deps: HandlerDeps): Handler {
     }
     // The envelope (envelope.ts), then params, refused alike with or without a session, before any
     // transport; a tools/call's params, whatever their shape, are refused by callTool as a tool error.
+    const envelope =
+      method === 'POST' ? checkEnvelope(request.body, protocolVersion(request)) : ENVELOPE_PASSED;
     const refusal =
       method === 'POST'
-        ? (envelopeRefusal(request.body, protocolVersion(request)) ??
-          batchSizeRefusal(request.body) ??
-          paramsRefusal(request.body))
+        ? (envelope.refusal ?? batchSizeRefusal(request.body) ?? paramsRefusal(request.body))
         : null;
     if (refusal !== null) {
       const data = 'data' in refusal ? (refusal.data as Record<string, unknown>) : {};
@@ -575,7 +575,7 @@ function mcpHandler(deps: HandlerDeps): Handler {
     }
     // A batch served (its revision has batches) with messages at fault: each of those is answered
     // with its own -32600 and the others are served (JSON-RPC 2.0 §6), not the batch refused whole.
-    const faults = method === 'POST' ? batchMemberFaults(request.body) : [];
+    const { faults } = envelope;
     if (faults.length > 0) {
       const answers = faults.map((fault) => ({
         jsonrpc: '2.0',
@@ -793,7 +793,7 @@ export function refusesBatch(request: FastifyRequest): boolean {
   return (
     request.method === 'POST' &&
     Array.isArray(request.body) &&
-    (envelopeRefusal(request.body, protocolVersion(request)) !== null ||
+    (checkEnvelope(request.body, protocolVersion(request)).refusal !== null ||
       batchSizeRefusal(request.body) !== null)
   );
 }

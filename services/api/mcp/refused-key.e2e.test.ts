@@ -134,6 +134,51 @@ describe('a refused key on /mcp', () => {
     expect(((await again.json()) as { error: { code: number } }).error.code).toBe(-32003);
   });
 
+  it('a key that cannot be checked is refused on GET and DELETE 503 -32004 with Retry-After', async () => {
+    const issued = await server.issue('pro', 'unverifiable-stream');
+    const bearer = { authorization: `Bearer ${issued.key}` };
+    const init = await fetch(`${server.url}/mcp`, {
+      method: 'POST',
+      headers: { ...MCP_HEADERS, ...bearer },
+      body: JSON.stringify(mcpInitialize('unverifiable', 0)),
+    });
+    await init.text();
+    const onSession = { ...mcpSessionHeaders(init.headers.get('mcp-session-id')!), ...bearer };
+    // The key registry stopped: no key can be checked (KeyUnverifiableError), as while it is behind the log.
+    await server.channel.registry.stop();
+    try {
+      const posted = await fetch(`${server.url}/mcp`, {
+        method: 'POST',
+        headers: onSession,
+        body: JSON.stringify({ jsonrpc: '2.0', id: 'p', method: 'ping' }),
+      });
+      const refusal = ((await posted.json()) as { error: Record<string, unknown> }).error;
+      expect(refusal).toMatchObject({
+        code: -32004,
+        data: { code: 'key_unverifiable', retryable: true, _service: { auth: { outcome: 'INDETERMINATE' } } },
+      });
+      for (const method of ['GET', 'DELETE'] as const) {
+        const res = await fetch(`${server.url}/mcp`, {
+          method,
+          headers: method === 'GET' ? { ...onSession, accept: 'text/event-stream' } : onSession,
+        });
+        expect(res.status, method).toBe(503);
+        expect(res.headers.get('retry-after'), method).toBe('1');
+        expect(res.headers.get('cache-control'), method).toBe('no-store');
+        expect(await res.json(), method).toEqual({ jsonrpc: '2.0', id: null, error: refusal });
+      }
+    } finally {
+      await server.channel.registry.start();
+    }
+    // Checked again, the key is served on its session: the DELETE refused did not end it.
+    const served = await fetch(`${server.url}/mcp`, {
+      method: 'POST',
+      headers: onSession,
+      body: JSON.stringify({ jsonrpc: '2.0', id: 'r', method: 'ping' }),
+    });
+    expect(await served.json()).toMatchObject({ id: 'r', result: {} });
+  });
+
   it('an SDK client whose key is revoked is refused when it ends its session (401)', async () => {
     const issued = await server.issue('pro', 'revoked-terminate');
     const [client, transport] = sdkClient(server.url, issued.key);

@@ -81,7 +81,7 @@ export function authInfo(request: FastifyRequest, caller: Caller | undefined): A
   };
 }
 
-/** Answers of a batch's messages the route gave itself (batchMemberFaults), sent with the transport's. */
+/** Answers of a batch's messages the route gave itself (the faults of checkEnvelope), sent with the transport's. */
 const alsoAnswered = new WeakMap<FastifyRequest, readonly object[]>();
 
 /** Sends `answers` in the batch's answer array beside those of the messages handed over. */

@@ -94,8 +94,21 @@ describe('delivery log eviction', () => {
     expect(state.deliveries['new-1']?.status).toBe('pending');
   });
 
+  it('drops a delivery past the limit as it finishes, not at the next one added', () => {
+    const n = DELIVERY_LOG_LIMIT + 3;
+    const state = fold(Array.from({ length: n }, (_, i) => attempted(`d${i}`)));
+    // A flood's backlog finishing with nothing added after it: the log comes back to its limit.
+    fold([succeeded('d1'), failed('d0', null), succeeded('d2'), succeeded('d3')], state);
+    expect(state.bySub['sub-a']).toHaveLength(DELIVERY_LOG_LIMIT);
+    expect(state.bySub['sub-a']![0]).toBe('d3');
+    for (const id of ['d0', 'd1', 'd2']) expect(state.deliveries[id]).toBeUndefined();
+    // Within the limit a finished one stays.
+    expect(state.deliveries.d3?.status).toBe('succeeded');
+  });
+
   it('keeps a delivery that finished and was sent again before the next eviction', () => {
-    const n = DELIVERY_LOG_LIMIT + 10;
+    // At the limit: its finish leaves the log as it is, and the next delivery added evicts.
+    const n = DELIVERY_LOG_LIMIT;
     const state = fold(Array.from({ length: n }, (_, i) => attempted(`d${i}`)));
     // d0 finishes, then a resend makes it pending again before any new delivery comes.
     fold([succeeded('d0'), attempted('d0', 'sub-a', 2), attempted('new-1')], state);
@@ -163,9 +176,16 @@ describe('delivery log eviction', () => {
       seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31;
       return seed / 2 ** 31;
     };
-    // The rule in its plainest form: per subscription, oldest first; while over the limit, drop
-    // the oldest delivery that is no longer pending.
+    // The rule in its plainest form: per subscription, oldest first; when a delivery is added or
+    // finishes, while over the limit, drop the oldest delivery that is no longer pending.
     const model = new Map<string, string[]>();
+    const trimModel = (ids: string[]) => {
+      while (ids.length > DELIVERY_LOG_LIMIT) {
+        const index = ids.findIndex((x) => !pending.has(x));
+        if (index < 0) break;
+        ids.splice(index, 1);
+      }
+    };
     const pending = new Set<string>();
     let state = initialDeliveryLog();
     const open: { id: string; sub: string; attempt?: number }[] = [];
@@ -187,11 +207,7 @@ describe('delivery log eviction', () => {
         const ids = model.get(sub) ?? [];
         ids.push(id);
         model.set(sub, ids);
-        while (ids.length > DELIVERY_LOG_LIMIT) {
-          const index = ids.findIndex((x) => !pending.has(x));
-          if (index < 0) break;
-          ids.splice(index, 1);
-        }
+        trimModel(ids);
       } else {
         const [done] = open.splice(Math.floor(random() * open.length), 1);
         const retry = r > 0.95 && done!.attempt === undefined;
@@ -202,7 +218,10 @@ describe('delivery log eviction', () => {
             : failed(done!.id, retry ? new Date(2_000_000_000_000).toISOString() : null, done!.sub),
         );
         if (retry) open.push(done!);
-        else pending.delete(done!.id);
+        else {
+          pending.delete(done!.id);
+          trimModel(model.get(done!.sub) ?? []);
+        }
       }
       // A snapshot load hands the fold fresh arrays mid-history.
       if (i === 1_500) state = structuredClone(state);

@@ -474,9 +474,15 @@ export const CarryHorizon = z.object({
     .min(0)
     .max(1)
     .describe(
-      'Fraction (0–1, not percent) of similar historical opportunities that ended net positive at this horizon.',
+      'Fraction (0–1, not percent) of similar training opportunities (the same spread bucket), to 4 decimals, whose carry beat feeBps by this horizon, each weighted by recency: halved for every halfLifeDays of the carry fit (7 in the shipped fit) between its outcome and the end of the training months, so the last weeks of training weigh most.',
     ),
-  samples: z.number().int().nonnegative().describe('Training opportunities behind the figures.'),
+  samples: z
+    .number()
+    .int()
+    .nonnegative()
+    .describe(
+      'Training opportunities behind the figures, counted unweighted (shareNetPositive weighs them by recency).',
+    ),
 });
 
 export const Carry = z.object({

@@ -166,8 +166,8 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
       bearer(key.key),
     );
     expect(first.res.status).toBe(200);
-    // Without PUBLIC_BASE_URL its source_urls name the request's origin: no shared cache keeps it.
-    expect(first.res.headers.get('cache-control')).toBe('private, max-age=300');
+    // As the contract says; a shared cache keeps it per key (Vary: Authorization, below).
+    expect(first.res.headers.get('cache-control')).toBe('public, max-age=300');
     const etag = first.res.headers.get('etag');
     expect(etag).toMatch(/^W\/"[0-9a-f]+-[0-9a-f]+"$/);
     const answer = SearchAnswer.parse(first.body);
@@ -202,7 +202,7 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
     expect(cached.status).toBe(304);
     expect(await cached.text()).toBe('');
     expect(cached.headers.get('etag')).toBe(etag);
-    expect(cached.headers.get('cache-control')).toBe('private, max-age=300');
+    expect(cached.headers.get('cache-control')).toBe('public, max-age=300');
     // The 200's Vary, which a 304 must repeat: a shared cache keys the stored answer by it.
     expect(first.res.headers.get('vary')).toBe('authorization');
     expect(cached.headers.get('vary')).toBe('authorization');

@@ -21,7 +21,7 @@ import {
 import { openToAnyOrigin } from '../api/cors.ts';
 import { apiErrorBody, errorHandler, type FieldCodes } from '../api/errors.ts';
 import { declared, refusal } from '../api/openapi.ts';
-import { originCacheControl, publicOrigin } from '../api/public-origin.ts';
+import { publicOrigin } from '../api/public-origin.ts';
 import { OperationError } from '../engine/operation-errors.ts';
 import { callerHook, decorateCaller, type KeyedAccess } from '../metering/caller.ts';
 import { QuotaUnavailableError, serveMetered } from '../metering/metered-call.ts';
@@ -301,8 +301,11 @@ function knowledgeAccess(deps: KnowledgeDeps) {
 export function knowledgeRoutes(deps: KnowledgeDeps): FastifyPluginAsync {
   const { requireKey, metered } = knowledgeAccess(deps);
   const originOf = publicOrigin(deps.publicBaseUrl);
-  // A search answer names the origin of its source_urls: shared only when PUBLIC_BASE_URL fixes it.
-  const searchCache = originCacheControl(deps.publicBaseUrl, 300);
+  // Public as the contract says (interface.md 4.2), though without PUBLIC_BASE_URL the answer names
+  // the request's Host: unlike the keyless documents of originCacheControl, it varies by
+  // Authorization, so a shared cache keeps one answer per key and a forged Host reaches only the
+  // key that sent it.
+  const searchCache = 'public, max-age=300';
   return async (plain) => {
     const app = plain.withTypeProvider<ZodTypeProvider>();
     // Any page may search and chat with a key.

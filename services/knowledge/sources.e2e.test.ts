@@ -137,15 +137,18 @@ describe('GET /knowledge/{file}: where search results and citations open', () =>
     );
   });
 
-  it('names the origin the request came to, over HTTP and MCP alike; a search answer is private then', async () => {
+  it('names the origin the request came to, over HTTP and MCP alike; a search answer stays public, varying by key', async () => {
     const search = await fetch(`${service.url}/api/search`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
       body: JSON.stringify({ query: 'webhook signature secret', limit: 5 }),
     });
     expect(search.status).toBe(200);
-    // Another Host is another answer: no shared cache keeps it, and its ETag differs.
-    expect(search.headers.get('cache-control')).toBe('private, max-age=300');
+    // The contract's Cache-Control (interface.md 4.2). Another Host is another answer with its own
+    // ETag; a shared cache keeps it per key (Vary: Authorization), so a forged Host reaches only
+    // the key that sent it.
+    expect(search.headers.get('cache-control')).toBe('public, max-age=300');
+    expect(search.headers.get('vary')?.toLowerCase()).toContain('authorization');
     const http = SearchAnswer.parse(await search.json()).results.map((r) => r.source_url);
     expect(http.length).toBeGreaterThan(0);
     for (const url of http) expect(url.startsWith(`${service.url}/knowledge/`), url).toBe(true);

@@ -1,3 +1,4 @@
+import { CacheUnavailableError } from '../../adapters/cache/port.ts';
 import {
   ChatAnswer,
   type ChatKnowledgeInput,
@@ -22,7 +23,7 @@ async function guarded<T>(run: () => Promise<T>): Promise<T> {
   try {
     return await run();
   } catch (err) {
-    if (err instanceof OperationError) throw err;
+    if (err instanceof OperationError || err instanceof CacheUnavailableError) throw err;
     throw internalError();
   }
 }

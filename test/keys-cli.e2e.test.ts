@@ -586,7 +586,7 @@ describe('npm run keys beside a running service on the same log', () => {
     expect(await call(key)).toEqual({ status: 200, tier: 'pro' });
     await cli('revoke', keyId);
     expect((await call(key)).status).toBe(401);
-    // The refusal claims no tier: the key applies none, and the request is not served.
+    // The refusal carries tier free: the key is not applied, and detail says why.
     const refused = await fetch(`${running.service.url}/api/verdicts`, {
       headers: { authorization: `Bearer ${key}` },
     });
@@ -594,6 +594,7 @@ describe('npm run keys beside a running service on the same log', () => {
     expect(((await refused.json()) as { _service: { auth: unknown } })._service.auth).toEqual({
       outcome: 'UNKNOWN',
       presented: true,
+      tier: 'free',
       detail: 'this key was revoked',
     });
   }, 120_000);

@@ -185,7 +185,7 @@ describe.runIf(run)(
         retryable: false,
         // The live count of what the request counts as without the key: its address's free quota.
         _service: {
-          auth: { outcome: 'UNKNOWN' },
+          auth: { outcome: 'UNKNOWN', tier: 'free' },
           quota: { total: 100, monthly: { total: 200 }, daily: { total: 100 } },
         },
       });

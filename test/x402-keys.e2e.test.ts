@@ -104,8 +104,8 @@ describe('keys that must not be served', () => {
     expect(body.code).toBe('unknown_key');
     expect(body.message).toMatch(/^unknown API key: no such key was issued/);
     expect(ServiceMeta.parse(body._service)).toEqual({
-      // No tier: a refused key applies none.
-      auth: { outcome: 'UNKNOWN', presented: true, detail: 'no such key was issued' },
+      // Tier free: the key is not applied, the refusal counts against the anonymous (free) quota.
+      auth: { outcome: 'UNKNOWN', presented: true, tier: 'free', detail: 'no such key was issued' },
       // Counted as its address's anonymous caller: the live free quota, not null.
       // A fresh day binds before the month: the block is the day's (100), the month's 200 beside it.
       quota: expect.objectContaining({
@@ -131,7 +131,7 @@ describe('keys that must not be served', () => {
     );
   });
 
-  it('a refused key on a body refused before the key is checked: _service.auth is the refusal’s, no tier', async () => {
+  it('a refused key on a body refused before the key is checked: _service.auth is the refusal’s, tier free', async () => {
     const issued = await stack.issue('starter');
     const revoked = await revokeKey(stack.store, `apikey-${issued.keyId}`, issued.keyId, 'leaked');
     await stack.keyed.registry.waitFor(revoked);
@@ -146,6 +146,7 @@ describe('keys that must not be served', () => {
     expect(ServiceMeta.parse(body._service).auth).toEqual({
       outcome: 'UNKNOWN',
       presented: true,
+      tier: 'free',
       detail: 'this key was revoked',
     });
   });
@@ -340,10 +341,16 @@ describe('a key that cannot be verified right now', () => {
       message: expect.stringContaining('retry shortly'),
     });
     expect(ServiceMeta.parse(body._service)).toMatchObject({
-      auth: { outcome: 'INDETERMINATE', presented: true },
+      // The key is not applied: tier free, as the anonymous quota below; detail says why.
+      auth: { outcome: 'INDETERMINATE', presented: true, tier: 'free', detail: 'retry shortly' },
       // The key cannot be checked, the counters can: its address's free quota.
       quota: expect.objectContaining({ monthly: expect.objectContaining({ total: 200 }) }),
     });
-    expect((body._service as { auth: object }).auth).not.toHaveProperty('tier');
+    expect((body._service as { auth: object }).auth).toEqual({
+      outcome: 'INDETERMINATE',
+      presented: true,
+      tier: 'free',
+      detail: 'retry shortly',
+    });
   });
 });

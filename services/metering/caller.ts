@@ -155,8 +155,9 @@ export class CallerRejectedError extends Error {
   ) {
     super(message, options);
     const outcome = reason === 'unknown' ? 'UNKNOWN' : 'INDETERMINATE';
-    // No tier: a refused key applies none, and claiming `free` would read as a key applied as free.
-    const auth: AuthBlock = { outcome, presented: true, detail };
+    // Tier free: the key is not applied, and the refusal counts against its address's anonymous (free)
+    // quota, as `_service.quota` shows; `free` with a key presented reads as "not applied" (interface.md 2.2).
+    const auth: AuthBlock = { outcome, presented: true, tier: 'free', detail };
     this.caller = { auth, subject: anonymousSubject(clientAddress), keyId: null };
   }
 }

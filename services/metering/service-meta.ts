@@ -12,10 +12,10 @@ export const AuthBlock = z.object({
   /** Whether the request carried anything that looks like a credential. */
   presented: z.boolean(),
   /**
-   * The tier applied; `free` with a paid key presented means the key was not applied. Absent on a
-   * refused key (UNKNOWN, INDETERMINATE): the request is not served, so no tier applies to it.
+   * The tier applied; `free` with a key presented means the key was not applied. A refused key
+   * (UNKNOWN, INDETERMINATE) carries `free`: its request counts as its address's anonymous caller.
    */
-  tier: Plan.optional(),
+  tier: Plan,
   /** What to change when a presented credential was not applied. */
   detail: z.string().optional(),
 });

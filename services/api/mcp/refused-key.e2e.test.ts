@@ -64,6 +64,13 @@ describe('a refused key on /mcp', () => {
       code: -32003,
       data: { code: 'unknown_key', retryable: false, _service: { auth: { outcome: 'UNKNOWN' } } },
     });
+    // The key is not applied: tier free (the anonymous quota the refusal counts against), detail says why.
+    expect((refused!.data as { _service: { auth: unknown } })._service.auth).toEqual({
+      outcome: 'UNKNOWN',
+      presented: true,
+      tier: 'free',
+      detail: 'no such key was issued',
+    });
   });
 
   it('a revoked key is refused at initialize, and on tools/list of a session it opened', async () => {
@@ -156,6 +163,12 @@ describe('a refused key on /mcp', () => {
       expect(refusal).toMatchObject({
         code: -32004,
         data: { code: 'key_unverifiable', retryable: true, _service: { auth: { outcome: 'INDETERMINATE' } } },
+      });
+      expect((refusal.data as { _service: { auth: unknown } })._service.auth).toEqual({
+        outcome: 'INDETERMINATE',
+        presented: true,
+        tier: 'free',
+        detail: 'retry shortly',
       });
       for (const method of ['GET', 'DELETE'] as const) {
         const res = await fetch(`${server.url}/mcp`, {

@@ -228,13 +228,14 @@ class PaidRoutes {
   /** `_service` of an answer that debits nothing: what the request learnt, or a peek of its caller. */
   async serviceOf(request: FastifyRequest): Promise<ServiceMeta> {
     if (request.service) return request.service;
-    // A refused key's caller (its outcome and detail, no tier), as the route's own 401 or 503 has it.
+    // A refused key's caller (its outcome, tier free and detail), as the route's own 401 or 503 has it.
     const caller =
       request.caller ??
       request.callerRefused?.caller ??
       credentialOf({ headers: request.headers, clientAddress: request.ip });
-    // A key the caller hook did not check: no tier applies to it either.
-    if (typeof caller === 'string') return { auth: { outcome: 'UNKNOWN', presented: true }, quota: null };
+    // A key the caller hook did not check is not applied either: tier free.
+    if (typeof caller === 'string')
+      return { auth: { outcome: 'UNKNOWN', presented: true, tier: 'free' }, quota: null };
     request.service = await undebitedService(this.keyed.quota, caller);
     return request.service;
   }

@@ -143,6 +143,18 @@ describe('`_service` on every answer that is per caller', () => {
     expect(invalid.body?._service).toMatchObject({ auth: { outcome: 'OK', tier: 'pro' } });
   });
 
+  it('on a webhooks 401 refusing a key never issued: tier free (the key not applied), detail saying why', async () => {
+    // The pro key with its last character changed: shaped like a live key, never issued.
+    const key = pro.authorization!.slice('Bearer '.length);
+    const forged = `${key.slice(0, -1)}${key.endsWith('A') ? 'B' : 'A'}`;
+    const refused = await call('GET', '/api/webhooks', { headers: { authorization: `Bearer ${forged}` } });
+    expect(refused.status).toBe(401);
+    expect(refused.body?._service).toMatchObject({
+      auth: { outcome: 'UNKNOWN', presented: true, tier: 'free', detail: 'no such key was issued' },
+      quota: { total: expect.any(Number), remaining: expect.any(Number) },
+    });
+  });
+
   it('on every keyed webhook answer: create, list, delete', async () => {
     const created = await call('POST', '/api/webhooks', {
       headers: { ...json, ...pro },

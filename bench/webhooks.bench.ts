@@ -426,9 +426,13 @@ async function throughputSingle(
           }
           const go = await fill(stack, events);
           return measureCpu(bus === 'nats' ? withNats({}) : {}, () =>
-            profiledIf(process.env.BENCH_CPU_PROF_DIR, 'single-full', events, async () => {
+            profiledIf(process.env.BENCH_CPU_PROF_DIR, 'single-full', events, async (middle) => {
               const started = performance.now();
               await go();
+              if (middle) {
+                await receiver.waitFor(events / 2, 300_000);
+                await middle();
+              }
               await receiver.waitFor(events, 300_000);
               return events / ((performance.now() - started) / 1000);
             }),
@@ -461,7 +465,7 @@ async function profiledIf<T>(
   dir: string | undefined,
   name: string,
   deliveries: number,
-  work: () => Promise<T>,
+  work: (middle?: () => Promise<void>) => Promise<T>,
 ): Promise<T> {
   if (!dir) return work();
   const session = new Session();
@@ -470,28 +474,42 @@ async function profiledIf<T>(
     // BENCH_HEAP_PROF=1: the allocations of the stretch instead (V8's sampling heap profiler,
     // every 32 KB on average or BENCH_HEAP_PROF_INTERVAL bytes, counting what scavenges and
     // mark-compacts collected too), summed per delivery by part.
-    const heap = process.env.BENCH_HEAP_PROF === '1';
+    // BENCH_HEAP_PROF=retained: only what the stretch allocated and is alive at its end,
+    // once a full collection ran; =middle: the same at the middle of the path's stretch (half the
+    // deliveries received), where its backlog waits: what scavenges copy and promote.
+    const mode = process.env.BENCH_HEAP_PROF;
+    const retained = mode === 'retained' || mode === 'middle';
+    const heap = mode === '1' || retained;
     if (heap) {
       await session.post('HeapProfiler.enable');
       await session.post('HeapProfiler.startSampling', {
         samplingInterval: Number(process.env.BENCH_HEAP_PROF_INTERVAL ?? 32_768),
-        includeObjectsCollectedByMajorGC: true,
-        includeObjectsCollectedByMinorGC: true,
+        includeObjectsCollectedByMajorGC: !retained,
+        includeObjectsCollectedByMinorGC: !retained,
       });
     } else {
       await session.post('Profiler.enable');
       await session.post('Profiler.setSamplingInterval', { interval: 200 });
       await session.post('Profiler.start');
     }
-    const result = await work();
+    let early: unknown = null;
+    const middle =
+      mode === 'middle'
+        ? async () => {
+            await session.post('HeapProfiler.collectGarbage');
+            early = (await session.post('HeapProfiler.stopSampling')).profile;
+          }
+        : undefined;
+    const result = await work(middle);
     mkdirSync(dir, { recursive: true });
     const stamp = Date.now();
     if (heap) {
-      const { profile } = await session.post('HeapProfiler.stopSampling');
+      if (retained && early === null) await session.post('HeapProfiler.collectGarbage');
+      const profile = early ?? (await session.post('HeapProfiler.stopSampling')).profile;
       const file = join(dir, `${name}-${stamp}.heapprofile`);
       writeFileSync(file, JSON.stringify(profile));
       console.log(`    allocation profile of the measured stretch: ${file}`);
-      printHeapParts(name, profile as HeapProfile, deliveries);
+      printHeapParts(early === null ? name : `${name} (at the middle)`, profile as HeapProfile, deliveries);
       return result;
     }
     const { profile } = await session.post('Profiler.stop');
@@ -591,7 +609,8 @@ function printHeapParts(name: string, profile: HeapProfile, deliveries: number):
   };
   walk(profile.head, []);
   const kb = (bytes: number) => (bytes / deliveries / 1024).toFixed(2).padStart(6);
-  console.log(`  ${name}: allocated per delivery ${kb(total)} KB, by part:`);
+  const what = process.env.BENCH_HEAP_PROF === '1' ? 'allocated' : 'allocated and alive then';
+  console.log(`  ${name}: ${what} per delivery ${kb(total)} KB, by part:`);
   for (const [part, bytes] of [...parts].sort((a, b) => b[1] - a[1]))
     console.log(`    ${kb(bytes)} KB  ${part}`);
   console.log('  by allocating site (innermost frame of the project, else of a library):');

@@ -51,6 +51,14 @@ const EXPORT_ROWS_NAME = 'history-export-rows';
 const SLAB_BYTES = 256 * 1024;
 let slab = Buffer.allocUnsafe(0);
 let slabAt = 0;
+/**
+ * The memory a `verdictsAfter` read copies its records into from its start, when its caller
+ * passes one (`into`); records past its end go to the slabs. Every slab filled is fresh memory
+ * outside the JS heap, and V8 starts a full collection for each 64 MB of it: an NDJSON export,
+ * done with a page's records before it reads the next, read 1.1 KB a row into slabs.
+ */
+let page: Buffer | null = null;
+let pageAt = 0;
 
 /**
  * Stored bytes in, stored bytes out, as the 'binary' encoding, but a record read back is a view
@@ -65,6 +73,12 @@ const slabCodec = {
   encode: (value: Buffer): Buffer => value,
   decode(bytes: Uint8Array, size?: unknown): Buffer {
     const n = typeof size === 'number' ? size : bytes.length;
+    if (page !== null && pageAt + n <= page.length) {
+      page.set(new Uint8Array(bytes.buffer, bytes.byteOffset, n), pageAt);
+      const record = page.subarray(pageAt, pageAt + n);
+      pageAt += n;
+      return record;
+    }
     if (slabAt + n > slab.length) {
       slab = Buffer.allocUnsafe(Math.max(SLAB_BYTES, n));
       slabAt = 0;
@@ -248,21 +262,31 @@ export class ExportRowStore extends FoldProgress implements FeedMember, StoredRo
     this.verdicts.putSync(META, Buffer.from(JSON.stringify(meta)));
   }
 
-  /** Up to `limit` verdicts after position `after` and up to `upTo`, in log order. */
-  verdictsAfter(after: number, upTo: number, limit: number): StoredVerdictEntry[] {
+  /**
+   * Up to `limit` verdicts after position `after` and up to `upTo`, in log order. `into`: memory
+   * the records are copied into from its start (what does not fit goes to the shared slabs), for
+   * a caller done with the records of its previous read.
+   */
+  verdictsAfter(after: number, upTo: number, limit: number, into?: Buffer): StoredVerdictEntry[] {
     const out: StoredVerdictEntry[] = [];
     const range = this.verdicts.getRange({ start: after + 1, end: upTo + 1, limit });
-    let known = -1;
-    for (const entry of range) {
-      // A record written by another process may name a template this one has not met yet.
-      const id = templateIdOf((entry as StoredVerdictEntry).value);
-      if (id !== known && !knowsTemplate(id)) {
-        const bytes = this.verdicts.get(templateKey(id));
-        if (bytes === undefined) throw new Error(`export rows: template ${id} is not stored`);
-        learnTemplate(id, bytes);
+    page = into ?? null;
+    pageAt = 0;
+    try {
+      let known = -1;
+      for (const entry of range) {
+        // A record written by another process may name a template this one has not met yet.
+        const id = templateIdOf((entry as StoredVerdictEntry).value);
+        if (id !== known && !knowsTemplate(id)) {
+          const bytes = this.verdicts.get(templateKey(id));
+          if (bytes === undefined) throw new Error(`export rows: template ${id} is not stored`);
+          learnTemplate(id, bytes);
+        }
+        known = id;
+        out.push(entry as StoredVerdictEntry);
       }
-      known = id;
-      out.push(entry as StoredVerdictEntry);
+    } finally {
+      page = null;
     }
     return out;
   }

@@ -129,6 +129,45 @@ describe('export rows (stored bytes of each revealed row)', () => {
     expect(parsed.some((r) => r.revealed && r.outcome_id !== null)).toBe(true);
   });
 
+  it('an NDJSON scan reads each page of stored rows into the same memory, its lines the log rows byte for byte', async () => {
+    const lines: string[] = [];
+    const places = new Set<string>();
+    const buffers: ArrayBufferLike[] = [];
+    const scan = scanHistory(
+      store,
+      {
+        filter: {},
+        after: 0,
+        limit: 1e9,
+        now: server.slice.now,
+        stored: server.slice.exportRows!,
+        pageSize: 16,
+      },
+      new ScanProgress(0, null),
+      historyRow,
+      storedLines,
+    );
+    let batches = 0;
+    for await (const rows of scan) {
+      batches++;
+      const first = rows[0];
+      // The first page is read into the shared slabs (a request of a few rows reads no more).
+      if (batches > 1 && first instanceof StoredLine) {
+        if (!buffers.includes(first.verdict.buffer)) buffers.push(first.verdict.buffer);
+        places.add(`${buffers.indexOf(first.verdict.buffer)}:${first.verdict.byteOffset}`);
+      }
+      // Written before the next page is asked for, as the NDJSON writer does.
+      for (const row of rows)
+        lines.push(
+          row instanceof StoredLine ? row.toBuffer().subarray(0, -1).toString('utf8') : JSON.stringify(row),
+        );
+    }
+    expect(batches).toBeGreaterThan(3);
+    expect(lines).toEqual(await fromLog());
+    // Every later page's first record at the same place of the same memory: no fresh bytes per page.
+    expect([...places]).toEqual(['0:0']);
+  });
+
   it('Parquet from the stored rows holds the values the log gives, commitments and labels included', async () => {
     const reads = vi.spyOn(server.slice.exportRows!, 'verdictsAfter');
     const rows = await parquetExported('');

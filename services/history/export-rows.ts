@@ -19,7 +19,11 @@ export interface StoredRows {
   readonly usable: boolean;
   readonly checkpoint: number;
   readonly checkpointId: string | null;
-  verdictsAfter(after: number, upTo: number, limit: number): StoredVerdictEntry[];
+  /**
+   * `into`: memory to copy the records into (as far as it holds them), for a caller done with the
+   * records of its previous read; without it, each record keeps bytes of its own.
+   */
+  verdictsAfter(after: number, upTo: number, limit: number, into?: Buffer): StoredVerdictEntry[];
   outcome(verdictId: string): Buffer | undefined;
   /** Resolves once the checkpoint reaches `position`; rejects after `timeoutMs`. */
   waitFor(position: number, timeoutMs: number): Promise<void>;

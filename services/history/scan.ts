@@ -110,6 +110,11 @@ export type RowMaker<T> = (verdict: Verdict, outcome: Outcome | null, now: numbe
  */
 export interface StoredMaker<T> {
   commitments: boolean;
+  /**
+   * What `make` gives is done with (written out, or copied) before the scan is asked for its next
+   * batch: the scan then reads every page's records into the same memory.
+   */
+  spent?: boolean;
   make(position: number, verdict: Buffer, label: Buffer | null | false): T;
 }
 
@@ -145,14 +150,22 @@ async function* scanStored<T>(
   const pageSize = options.pageSize ?? 128;
   const { filter } = options;
   let size = Math.min(pageSize, FIRST_PAGE);
+  /**
+   * The memory every page but the first is read into, when the maker is done with a batch before
+   * the next (`spent`): room for a full page of records of about 1 KB (the inputs are most of
+   * one), a longer page's rest read into memory of its own. Made for a second page only: a
+   * request of a few rows (a poll, `limit=1`) reads one page into the shared slabs.
+   */
+  let into: Buffer | undefined;
   for (let pages = 0; ; pages++) {
     if (pages > 0) await pageTurn.wait();
     if (progress.rows >= options.limit || options.signal?.aborted || !stored.usable) return;
+    if (pages === 1 && fromStore.spent) into = Buffer.allocUnsafe(Math.min(pageSize * 2048, 512 * 1024));
     // Read together: every verdict up to this checkpoint is there, with the outcomes the log held.
     const upTo = stored.checkpoint;
     const upToId = stored.checkpointId;
     if (upTo <= progress.position) return;
-    const entries = stored.verdictsAfter(progress.position, upTo, size);
+    const entries = stored.verdictsAfter(progress.position, upTo, size, into);
     const full = entries.length === size;
     size = Math.min(pageSize, size * 4);
     const now = options.now();

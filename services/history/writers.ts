@@ -478,9 +478,14 @@ function encodeHere(
  */
 export type RowSource = <T>(make: RowMaker<T>, fromStore?: StoredMaker<T>) => Batches<T>;
 
-/** NDJSON writes a revealed row from its stored head template and tail; a commitment is made from its event. */
+/**
+ * NDJSON writes a revealed row from its stored head template and tail; a commitment is made from
+ * its event. `spent`: ndjsonStream copies a batch's lines into its chunk before it asks for the
+ * next batch.
+ */
 export const storedLines: StoredMaker<NdjsonItem> = {
   commitments: false,
+  spent: true,
   make: (position, v, label) => new StoredLine(v, label ? tailOf(label) : NO_OUTCOME_TAIL, null, position),
 };
 

@@ -66,6 +66,20 @@ describe('operator key commands', () => {
     await run('revoke', keyId);
   });
 
+  it('moves a key to a plan once when plan changes to it run at the same time: each succeeds, one appends', async () => {
+    const keyId = /id: +(\S+)/.exec(await run('create', '--plan', 'pro', '--owner', 'dave'))![1]!;
+    const said = await Promise.all([run('plan', keyId, 'starter'), run('plan', keyId, 'starter')]);
+    expect(said.filter((line) => line === `${keyId}: pro -> starter`)).toHaveLength(1);
+    expect(said.filter((line) => line === `${keyId}: is already on starter; nothing changed`)).toHaveLength(
+      1,
+    );
+    const events = (await store.readAll()).filter(
+      (e) => e.type === 'ApiKeyPlanChanged' && (e.data as { keyId: string }).keyId === keyId,
+    );
+    expect(events).toHaveLength(1);
+    await run('revoke', keyId);
+  });
+
   it('refuses bad input with a usage error naming the problem', async () => {
     await expect(run('create', '--plan', 'gold', '--owner', 'x')).rejects.toThrow(UsageError);
     await expect(run('create', '--plan', 'pro')).rejects.toThrow('--owner <who> is required');
@@ -95,7 +109,10 @@ describe('operator key commands', () => {
     }
     const out = await run('create', '--plan', 'free', '--owner', 'bob');
     const keyId = /id: +(\S+)/.exec(out)![1]!;
-    await expect(run('plan', keyId, 'free')).rejects.toThrow('already on free');
+    // Its plan already (a script re-applying plans after a restore): done, nothing appended.
+    const before = (await store.readAll()).length;
+    expect(await run('plan', keyId, 'free')).toBe(`${keyId}: is already on free; nothing changed`);
+    expect((await store.readAll()).length).toBe(before);
     await run('revoke', keyId);
     expect(await run('revoke', keyId)).toMatch(new RegExp(`^${keyId}: was already revoked \\(at `));
     // Revoked is for good: a plan change is refused.
@@ -291,7 +308,7 @@ describe('npm run keys (the real CLI on an LMDB store)', () => {
     }
   });
 
-  it('refuses an id that names no key, and a change the key refuses, in one line without the usage (exit 1)', async () => {
+  it('refuses an id that names no key, and a plan change of a revoked key, in one line without the usage (exit 1)', async () => {
     const refused = (...args: string[]) =>
       cli(...args).then(
         () => ({ code: 0, stderr: '' }),
@@ -311,9 +328,20 @@ describe('npm run keys (the real CLI on an LMDB store)', () => {
     );
     const created = await cli('create', '--plan', 'free', '--owner', 'ops');
     const keyId = /id: +(\S+)/.exec(created.stdout)![1]!;
-    const same = await refused('plan', keyId, 'free');
-    expect(same.code).toBe(1);
-    expect(same.stderr.trimEnd().split('\n')).toEqual([expect.stringContaining('already on free')]);
+    await cli('revoke', keyId);
+    const revoked = await refused('plan', keyId, 'pro');
+    expect(revoked.code).toBe(1);
+    expect(revoked.stderr).toBe(`key ${keyId} is revoked\n`);
+  });
+
+  it('re-applies the plan a key is on as done (exit 0), saying so and appending nothing', async () => {
+    const created = await cli('create', '--plan', 'pro', '--owner', 'ops');
+    const keyId = /id: +(\S+)/.exec(created.stdout)![1]!;
+    const listed = (await cli('list', '--all')).stdout;
+    // A script re-applying every key's plan after a restore succeeds on the keys already on it.
+    const same = await cli('plan', keyId, 'pro').catch((err: { code: number }) => err);
+    expect(same).toMatchObject({ stderr: '', stdout: `${keyId}: is already on pro; nothing changed\n` });
+    expect((await cli('list', '--all')).stdout).toBe(listed);
   });
 
   it('revokes a key already revoked as done (exit 0), saying so and appending nothing', async () => {

@@ -24,8 +24,9 @@ async function execute(
 /**
  * A plan change or revocation that lost the append to another change of the key is decided again
  * on the key as it then stands: a revocation racing another answers key_revoked (which the
- * operator's revoke reports as already revoked), a plan change racing a revocation is refused as
- * revoked, and either applies over a plan change. An issue is not retried: its stream must not
+ * operator's revoke reports as already revoked), a plan change racing one to the same plan answers
+ * plan_unchanged (which the operator's plan reports as already on it), a plan change racing a
+ * revocation is refused as revoked, and either applies over a plan change to another plan. An issue is not retried: its stream must not
  * exist (one key per wallet).
  */
 const CHANGE_RETRIES = 3;

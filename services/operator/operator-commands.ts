@@ -283,8 +283,19 @@ export async function runOperatorCommand(
       case 'plan': {
         const record = await existing(deps.store, positional[0]);
         const to = plan(positional[1], 'a plan after the key id');
-        const position = await changeKeyPlan(deps.store, record.stream, record.keyId, to);
-        return done(position, [`${record.keyId}: ${record.plan} -> ${to}`]);
+        // On that plan already (plans re-applied after a restore, a script run twice): what was
+        // asked holds, so it succeeds (exit 0), says so and appends nothing, as revoke does. A
+        // revoked key stays refused (key_revoked, exit 1): the plan asked does not hold there.
+        const already = `${record.keyId}: is already on ${to}; nothing changed`;
+        if (!record.revoked && record.plan === to) return already;
+        try {
+          const position = await changeKeyPlan(deps.store, record.stream, record.keyId, to);
+          return done(position, [`${record.keyId}: ${record.plan} -> ${to}`]);
+        } catch (err) {
+          // Moved to that plan by another run between the read above and this append.
+          if (err instanceof KeyRuleError && err.code === 'plan_unchanged') return already;
+          throw err;
+        }
       }
       case 'revoke': {
         const record = await existing(deps.store, positional[0]);
@@ -357,8 +368,8 @@ export async function runOperatorCommand(
         throw new UsageError(unknownCommandRefusal(command, Object.keys(COMMANDS)));
     }
   } catch (err) {
-    // A key's state refuses the change (already on that plan; a plan change of a revoked key): one
-    // line, not the usage text.
+    // A key's state refuses the change (a plan change of a revoked key): one line, not the usage
+    // text.
     if (err instanceof KeyRuleError) throw new CommandFailedError(err.message);
     throw err;
   }

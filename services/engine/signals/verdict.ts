@@ -162,6 +162,16 @@ function leanNetWords(lean: Lean): string {
   })} after the fee before the test months`;
 }
 
+/** What a verdict as the log holds it says of its market, its call and the engine that made it. */
+interface RecordedVerdictFigures {
+  exchange: Exchange;
+  timeframe: Timeframe;
+  call: Call;
+  confidence: number;
+  score: number;
+  engineVersion: string;
+}
+
 /**
  * The lean and the words for the confidence of a verdict as the log holds it (an answer rebuilt
  * from the record, a scan or digest row, a webhook payload): the same as when it was computed,
@@ -169,14 +179,7 @@ function leanNetWords(lean: Lean): string {
  * verdict of an older engine, whose table is not this one, gets no lean and says so in words.
  */
 export function recordedMeaning(
-  verdict: {
-    exchange: Exchange;
-    timeframe: Timeframe;
-    call: Call;
-    confidence: number;
-    score: number;
-    engineVersion: string;
-  },
+  verdict: RecordedVerdictFigures,
   table: CalibrationTable,
 ): { lean: Lean | null; confidence_meaning: string } {
   if (verdict.engineVersion !== table.engineVersion) {
@@ -340,8 +343,8 @@ export function reasoningText(x: ReasoningFacts): string {
     text += ` Perp context (${[funding, basis].filter(Boolean).join(', ')}) leans ${f2(x.perpLean)} (contrarian).`;
   }
   text += ` Composite score ${f2(x.score)}; |score| ${Math.abs(x.score) < x.holdBand ? 'below' : 'at or above'} the HOLD band ${fixed2(x.holdBand)}.`;
-  const fit = 'direction' in x.fit ? x.fit : null;
-  if (fit?.direction === -1) {
+  const { fit } = x;
+  if ('direction' in fit && fit.direction === -1) {
     text += ` On ${fit.curveTimeframe} the training months favoured fading the score (mean reversion over ${table.horizonCandles} candles), so the call points against it.`;
   }
   text += ` Regime ${x.regime} (ADX ${x.adx?.toFixed(1)}, +DI ${x.plusDi?.toFixed(1)} / −DI ${x.minusDi?.toFixed(1)}).`;
@@ -351,8 +354,8 @@ export function reasoningText(x: ReasoningFacts): string {
   }
   const horizon = `${table.horizonCandles} candles after a ${table.feeBps} bps fee`;
   const confidence =
-    fit === null
-      ? ` ${(x.fit as { confidenceMeaning: string }).confidenceMeaning}`
+    'confidenceMeaning' in fit
+      ? ` ${fit.confidenceMeaning}`
       : x.call !== 'HOLD'
         ? ` Confidence ${x.confidence}: share of training-period ${fit.curveTimeframe} calls with a similar |score| whose direction beat the fee over ${horizon}.`
         : ` HOLD confidence ${x.confidence}: share of comparable leans that did not beat the fee over ${horizon}.`;
@@ -372,17 +375,7 @@ export function reasoningText(x: ReasoningFacts): string {
  * (recordedMeaning). The votes were not recorded one by one: their two ratings stand for them.
  */
 export function recordedReasoning(
-  verdict: {
-    exchange: Exchange;
-    timeframe: Timeframe;
-    call: Call;
-    confidence: number;
-    score: number;
-    regime: string;
-    price: number;
-    engineVersion: string;
-    inputs: Record<string, unknown>;
-  },
+  verdict: RecordedVerdictFigures & { regime: string; price: number; inputs: Record<string, unknown> },
   recorded: {
     volatility: VolatilityForecast | undefined;
     edge: { measured: boolean; reason: string } | undefined;

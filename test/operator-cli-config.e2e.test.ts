@@ -9,6 +9,7 @@ import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import { ConfigError, loadConfig } from '../contracts/config.ts';
 import { newEvent } from '../contracts/events.ts';
 import { freePort } from './ports.ts';
+import { POSTGRES_URL } from './postgres-probe.ts';
 
 const ROOT = new URL('..', import.meta.url).pathname;
 const root = mkdtempSync(join(tmpdir(), 'operator-cli-config-'));
@@ -296,6 +297,26 @@ describe('operator command lines on an expected failure', () => {
       `PostgreSQL at postgres://signal:***@127.0.0.1:${port}/signal (POSTGRES_URL) is unreachable: connect ECONNREFUSED 127.0.0.1:${port}. ` +
         "Start the server, or correct POSTGRES_URL's host and port; start this process again once it answers, or let its supervisor restart it (deploy/README.md, PostgreSQL as the shared log)",
     );
+  });
+
+  it('keys list and history --store with POSTGRES_URL asking SSL of a server without it: the one line naming sslmode, no warning, exit 1', async () => {
+    // The loopback server serves no SSL. pg printed its multi-line SECURITY WARNING on
+    // sslmode=require, then the command its bare 'Error: The server does not support SSL
+    // connections' with a stack.
+    const url = new URL(POSTGRES_URL);
+    url.searchParams.set('sslmode', 'require');
+    const env = { EVENT_STORE: 'postgres', POSTGRES_URL: url.toString() };
+    for (const [entry, args] of [
+      ['services/operator/cli.ts', ['list']],
+      ['services/history/cli.ts', ['verify', '--store']],
+    ] as const) {
+      const out = await run(entry, [...args], env);
+      expect(out.code).toBe(1);
+      expect(out.stderr).toBe(
+        `PostgreSQL at ${url} (POSTGRES_URL) does not accept SSL: The server does not support SSL connections, ` +
+          "which POSTGRES_URL's sslmode=require asks for. To fix it, set sslmode=disable in POSTGRES_URL, or enable SSL on the server\n",
+      );
+    }
   });
 
   it('history export to an --out it cannot make, and backup to such a DEST: one line, exit 1', async () => {

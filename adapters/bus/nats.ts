@@ -106,7 +106,7 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<NatsBus> 
   const requestTimeoutMs = options.requestTimeoutMs ?? 5_000;
   const startupTimeoutMs = options.startupTimeoutMs ?? 60_000;
   const where = `NATS at ${maskUrlCredentials(options.url)}`;
-  let gaveUp: Error | null = null;
+  let gaveUp: DependencyRefusedError | null = null;
   try {
     // Awaited here, so a failure's stack names connectNatsBus (the start-failure log shows it).
     return await retryTransient(
@@ -123,7 +123,8 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<NatsBus> 
       'NATS not usable yet; retrying',
       (attempt, err) => {
         // The remedy in the same line: this is the one line an operator sees of a start that waited.
-        gaveUp = new Error(
+        // A server that does not answer is an expected failure, told with no stack, as a refused one.
+        gaveUp = new DependencyRefusedError(
           `${where} not usable within ${startupTimeoutMs} ms (${attempt} tries): ${describe(err)}. ` +
             'Start nats-server with JetStream (-js) or correct NATS_URL; NATS_STARTUP_TIMEOUT_MS sets how long a start waits for it',
           { cause: err },

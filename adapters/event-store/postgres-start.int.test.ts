@@ -1,10 +1,16 @@
+import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { chmodSync, chownSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import pg from 'pg';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { freePort } from '../../test/ports.ts';
+import { startPrivatePostgres } from '../../test/postgres-private.ts';
 import {
   dropSchemas,
   POSTGRES_URL,
+  postgresUnreachable,
   shouldRunPostgresSuite,
   uniqueSchema,
 } from '../../test/postgres-probe.ts';
@@ -33,6 +39,92 @@ describe.runIf(run)('opening the PostgreSQL event store', () => {
     expect(message).toContain("Start the server, or correct POSTGRES_URL's host and port");
     expect(message).not.toContain('s3cret');
   });
+
+  // The loopback server serves no SSL: a URL that asks for it is refused with the driver's bare
+  // 'The server does not support SSL connections' (and pg's warning on sslmode=require printed
+  // above it), which named neither PostgreSQL, POSTGRES_URL nor what to correct.
+  for (const mode of ['require', 'verify-full', 'prefer']) {
+    it(`names the SSL mode to correct when POSTGRES_URL asks for SSL (sslmode=${mode}) of a server without it`, async () => {
+      const warnings: string[] = [];
+      const onWarning = (warning: Error) => warnings.push(warning.message);
+      process.on('warning', onWarning);
+      onTestFinished(() => {
+        process.off('warning', onWarning);
+      });
+      const url = new URL(POSTGRES_URL);
+      url.password = 's3cret';
+      url.searchParams.set('sslmode', mode);
+      const error = await openPostgresEventStore({ url: url.toString(), schema: uniqueSchema() }).catch(
+        (err: unknown) => err,
+      );
+      expect(error).toBeInstanceOf(DependencyRefusedError);
+      const { message } = error as Error;
+      expect(message).toMatch(
+        new RegExp(
+          `^PostgreSQL at postgres://[^ ]*:\\*\\*\\*@[^ ]*sslmode=${mode} \\(POSTGRES_URL\\) does not accept SSL: The server does not support SSL connections, ` +
+            `which POSTGRES_URL's sslmode=${mode} asks for\\. To fix it, set sslmode=disable in POSTGRES_URL, ` +
+            'or enable SSL on the server$',
+        ),
+      );
+      expect(message).not.toContain('s3cret');
+      // pg's multi-line SECURITY WARNING on sslmode=require and prefer is not printed.
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(warnings.filter((w) => w.includes('SECURITY WARNING'))).toEqual([]);
+    });
+  }
+
+  it('names the SSL mode to correct when the server accepts only SSL and POSTGRES_URL does not ask for it', async () => {
+    // A server of its own with SSL on (a self-signed certificate) whose pg_hba.conf, once it
+    // answers, takes SSL connections only.
+    const dir = mkdtempSync(join(tmpdir(), 'pg-ssl-'));
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
+    const key = join(dir, 'server.key');
+    const cert = join(dir, 'server.crt');
+    const hba = join(dir, 'pg_hba.conf');
+    execFileSync(
+      'openssl',
+      ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=localhost', '-days', '1'].concat([
+        '-keyout',
+        key,
+        '-out',
+        cert,
+      ]),
+      { stdio: 'ignore' },
+    );
+    writeFileSync(hba, 'local all all trust\nhost all all 127.0.0.1/32 trust\n');
+    chmodSync(key, 0o600);
+    if (process.getuid?.() === 0) {
+      // The server runs as the packaged postgres user (startPrivatePostgres), which must own the key.
+      const uid = Number(execFileSync('id', ['-u', 'postgres'], { encoding: 'utf8' }).trim());
+      const gid = Number(execFileSync('id', ['-g', 'postgres'], { encoding: 'utf8' }).trim());
+      for (const file of [dir, key, cert, hba]) chownSync(file, uid, gid);
+    }
+    const server = await startPrivatePostgres({
+      ssl: 'on',
+      ssl_cert_file: cert,
+      ssl_key_file: key,
+      hba_file: hba,
+    });
+    onTestFinished(() => server.stop());
+    writeFileSync(hba, 'local all all trust\nhostssl all all 127.0.0.1/32 trust\n');
+    const admin = new pg.Client({ connectionString: server.url });
+    await admin.connect();
+    await admin.query('SELECT pg_reload_conf()');
+    await admin.end();
+    // The reload is taken by the server on its own time: a connection without SSL is refused once it is.
+    while ((await postgresUnreachable(server.url)) === null) await new Promise((r) => setTimeout(r, 50));
+    const error = await openPostgresEventStore({ url: server.url, schema: uniqueSchema() }).catch(
+      (err: unknown) => err,
+    );
+    expect(error).toBeInstanceOf(DependencyRefusedError);
+    expect((error as Error).message).toMatch(
+      new RegExp(
+        `^PostgreSQL at ${server.url} \\(POSTGRES_URL\\) accepts SSL connections only: no pg_hba\\.conf entry for .*no encryption\\. ` +
+          "To fix it, set sslmode=verify-full in POSTGRES_URL \\(with sslrootcert=<the server's CA file> for a certificate of a private CA\\), " +
+          "or allow connections without SSL in the server's pg_hba\\.conf$",
+      ),
+    );
+  }, 180_000);
 
   it('with create: false refuses a schema that holds no log and creates nothing, and opens one that does', async () => {
     const schema = uniqueSchema('nolog');

@@ -116,7 +116,7 @@ async function openStore(options: PostgresEventStoreOptions): Promise<PostgresEv
   const nextStep = () => options.signal?.throwIfAborted();
   const names = schemaNames(options.schema);
   const pool = new pg.Pool({
-    connectionString: options.url,
+    connectionString: pgConnectionString(options.url),
     max: options.poolSize ?? 10,
     connectionTimeoutMillis: options.connectTimeoutMs ?? 2_000,
     // A pooled connection whose peer vanished (host cut off, server gone without a FIN) is found
@@ -169,6 +169,18 @@ async function openStore(options: PostgresEventStoreOptions): Promise<PostgresEv
   return store;
 }
 
+/**
+ * The URL handed to pg: sslmode prefer, require and verify-ca named verify-full, which is what pg 8
+ * makes of them (the server's certificate and its name checked). Named so, its parser does not
+ * print its multi-line SECURITY WARNING about that reading (on stderr, above the start's line or a
+ * command's output); deploy/README.md says it once. A URL with uselibpqcompat (libpq's meanings of
+ * the modes) is handed as it is.
+ */
+function pgConnectionString(url: string): string {
+  if (/[?&]uselibpqcompat=/.test(url)) return url;
+  return url.replace(/([?&])sslmode=(?:prefer|require|verify-ca)(?=[&#]|$)/, '$1sslmode=verify-full');
+}
+
 /** The server's refusals of setting up the log's schema that an operator corrects, each with how. */
 const SETUP_REFUSALS: Record<string, string> = {
   // insufficient_privilege: a role without CREATE on the database (or on a schema someone else owns).
@@ -198,6 +210,40 @@ const LOGIN_REFUSALS: Record<string, string> = {
 };
 
 /**
+ * What the server refused of the SSL the URL asks for, and what to correct, or null: SSL asked of
+ * a server that serves none (pg's bare 'The server does not support SSL connections', which has
+ * no code), or a connection without SSL that the server's pg_hba.conf takes only with it
+ * (invalid_authorization_specification, its message ending 'no encryption').
+ */
+function sslRefusal(err: unknown, url: string): string | null {
+  const message = err instanceof Error ? err.message : String(err);
+  if (message === 'The server does not support SSL connections') {
+    const mode = sslModeOf(url);
+    return (
+      `does not accept SSL: ${message}, which POSTGRES_URL's ${mode === null ? 'ssl setting' : `sslmode=${mode}`} asks for. ` +
+      'To fix it, set sslmode=disable in POSTGRES_URL, or enable SSL on the server'
+    );
+  }
+  if ((err as { code?: unknown }).code === '28000' && /\bno encryption$/.test(message)) {
+    return (
+      `accepts SSL connections only: ${message}. To fix it, set sslmode=verify-full in POSTGRES_URL ` +
+      "(with sslrootcert=<the server's CA file> for a certificate of a private CA), or allow connections " +
+      "without SSL in the server's pg_hba.conf"
+    );
+  }
+  return null;
+}
+
+/** The sslmode a connection URL names, or null. */
+function sslModeOf(url: string): string | null {
+  try {
+    return new URL(url).searchParams.get('sslmode');
+  } catch {
+    return null;
+  }
+}
+
+/**
  * Takes one connection before anything else, so that a server out of reach or a login it refuses
  * stops the start with a line naming PostgreSQL, the address (password masked) and the setting to
  * correct, rather than the driver's bare `connect ECONNREFUSED 10.0.0.5:5432`.
@@ -209,6 +255,8 @@ async function firstConnection(pool: pg.Pool, url: string): Promise<void> {
     const code = (err as { code?: string }).code;
     const message = err instanceof Error ? err.message : String(err);
     const where = `PostgreSQL at ${maskUrlCredentials(url)} (POSTGRES_URL)`;
+    const ssl = sslRefusal(err, url);
+    if (ssl !== null) throw new DependencyRefusedError(`${where} ${ssl}`, { cause: err });
     const fix = code === undefined ? undefined : LOGIN_REFUSALS[code];
     if (fix !== undefined)
       throw new DependencyRefusedError(`${where} refused the login: ${message}. To fix it, ${fix}`, {

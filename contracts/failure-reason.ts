@@ -17,11 +17,13 @@ export const FailureReason = z
       'login refused',
       'permission denied',
       'out of space',
+      'stream not found',
+      'consumer not found',
       'failed',
     ]),
     z.templateLiteral(['HTTP ', z.number().int()]),
   ])
   .describe(
-    "Why it failed, as a reason code: refused, name not resolved, timed out, unreachable, connection reset, TLS certificate refused, login refused, permission denied, out of space, 'HTTP <status>' (the status the dependency answered), or failed (none of those known). The error's words go to the service log.",
+    "Why it failed, as a reason code: refused, name not resolved, timed out, unreachable, connection reset, TLS certificate refused, login refused, permission denied, out of space, stream not found or consumer not found (the NATS server has no such JetStream stream or consumer), 'HTTP <status>' (the status the dependency answered), or failed (none of those known). The error's words go to the service log.",
   );
 export type FailureReason = z.infer<typeof FailureReason>;

@@ -1,3 +1,4 @@
+import { JetStreamApiCodes, JetStreamApiError } from '@nats-io/jetstream';
 import type { FailureReason } from '../../contracts/failure-reason.ts';
 
 /**
@@ -83,7 +84,18 @@ const BY_TYPE: Record<string, FailureReason> = {
   timeout: 'timed out',
 };
 
+/**
+ * By a JetStream API error's own code (its `err_code`). Its `status` is NATS's, not an HTTP
+ * answer (404 for a stream the server does not have), so it is not read as one; a refusal of
+ * another code is 'failed', its words in the log.
+ */
+const BY_JETSTREAM_CODE: Record<number, FailureReason> = {
+  [JetStreamApiCodes.StreamNotFound]: 'stream not found',
+  [JetStreamApiCodes.ConsumerNotFound]: 'consumer not found',
+};
+
 function reasonOf(error: object): FailureReason | null {
+  if (error instanceof JetStreamApiError) return BY_JETSTREAM_CODE[error.code] ?? 'failed';
   // `status` is the answer a dependency gave (viem's, undici's HTTP errors). Not `statusCode`:
   // that is the status this service answers with (Fastify's name, which ServiceError and the
   // store's EventStoreUnavailableError carry), and the dependency's reason is in their cause.

@@ -1,5 +1,6 @@
 import { checkServerIdentity, type PeerCertificate } from 'node:tls';
 import { AccessDeniedError, DeadlineExceededError, UnavailableError } from '@kurrent/kurrentdb-client';
+import { JetStreamApiCodes, JetStreamApiError } from '@nats-io/jetstream';
 import ccxt from 'ccxt';
 import { describe, expect, it } from 'vitest';
 import { EventStoreUnavailableError, StorageFullError } from '../../adapters/event-store/port.ts';
@@ -62,6 +63,36 @@ describe('the reason a failure is shown with', () => {
     const full = coded('could not extend file', { code: '53100' });
     expect(failureReason(new StorageFullError('postgres: disk full', { cause: full }))).toBe('out of space');
     expect(failureReason(new ServiceError('SERVICE_UNAVAILABLE'))).toBe('failed');
+  });
+
+  it('reads a JetStream API error by its own code, not the HTTP-like status NATS answers it with', () => {
+    // NATS answers a stream or consumer the server does not have with code 404: /readyz's bus check
+    // read 'HTTP 404' while the server had lost its store, as if NATS spoke HTTP.
+    // (The bus meets them as StreamNotFoundError and ConsumerNotFoundError, subclasses the package
+    // does not export: bus-check-readyz.int.test.ts holds the one a server answers.)
+    const stream = new JetStreamApiError({
+      code: 404,
+      err_code: JetStreamApiCodes.StreamNotFound,
+      description: 'stream not found',
+    });
+    const consumer = new JetStreamApiError({
+      code: 404,
+      err_code: JetStreamApiCodes.ConsumerNotFound,
+      description: 'consumer not found',
+    });
+    expect(failureReason(stream)).toBe('stream not found');
+    expect(failureReason(consumer)).toBe('consumer not found');
+    // Wrapped, as the bus's own errors carry it in their cause.
+    expect(failureReason(new Error('publish failed', { cause: stream }))).toBe('stream not found');
+    // Another JetStream refusal is no HTTP status either; its words go to the log.
+    const other = new JetStreamApiError({
+      code: 503,
+      err_code: 10008,
+      description: 'JetStream system temporarily unavailable',
+    });
+    expect(failureReason(other)).toBe('failed');
+    // A real HTTP error keeps its status.
+    expect(failureReason(coded('HTTP request failed', { status: 404 }))).toBe('HTTP 404');
   });
 
   it('reads an OS code a client kept only in its words (ccxt drops the fetch error it wraps)', () => {

@@ -27,6 +27,7 @@ import { recordedAnchor } from '../../adapters/market/replay-anchor.ts';
 import { feedOptionsFromConfig } from '../../adapters/market/select.ts';
 import type { Config } from '../../contracts/config.ts';
 import {
+  HISTORY_COLUMNS,
   HISTORY_FORMATS,
   type HistoryFormat,
   type HistoryRow,
@@ -92,7 +93,8 @@ export const USAGE = `${invocation('history')} <command> [options]
 --store reads the event store the service is configured with (EVENT_STORE, DATA_DIR, POSTGRES_URL, ...).
 Exit 2: a usage error (a filter refused here or by the service; from --store, a --coin the log
 holds no verdict of, or an --exchange or --timeframe it holds none of and the feed does not serve),
-a PATH that holds no export (score: a folder of no Parquet part),
+a PATH that holds no export (none there, a file that is no NDJSON, CSV or Parquet export; score: a
+folder of no Parquet part),
 a DATA_DIR or POSTGRES_SCHEMA that holds no event log, or a setting the service would refuse
 (nothing was read); 1: the command failed (verify: a broken link; a file, --url answer or --store
 read of no row, or of commitments only (none revealed: nothing rehashed) without --anchors; a --data
@@ -100,6 +102,15 @@ folder that holds the candles of none of its outcomes; a file with fewer rows th
 a file cut short).`;
 
 export class UsageError extends Error {}
+
+/**
+ * A PATH that holds no export: none there, a folder of no Parquet part, or a file that is no
+ * export in any format (noExportIn). A usage error (exit 2) told in its one line: the path is
+ * what is wrong, and the usage would not say which one to give.
+ */
+export class NoExportError extends UsageError {
+  override readonly name = 'NoExportError';
+}
 
 /**
  * An export that stopped part way (the server down, a refused key, a dropped connection): what
@@ -779,14 +790,84 @@ function exportRows(
   pastMalformed = false,
   onTrailer?: (count: TrailerCount) => void,
 ): AsyncGenerator<HistoryRow | MalformedRowError> {
-  if (!existsSync(path)) throw new UsageError(`no export at ${path}`);
+  if (!existsSync(path)) throw new NoExportError(`no export at ${path}`);
   if (format !== undefined && !(HISTORY_FORMATS as readonly string[]).includes(format as string))
     throw new UsageError(`unknown format ${String(format)} (${HISTORY_FORMATS.join(', ')})`);
+  const noExport = noExportIn(path);
+  if (noExport !== null) throw new NoExportError(`no export at ${path}: ${noExport}`);
   if (!pastMalformed)
     return format === undefined ? readExport(path) : readExport(path, format as HistoryFormat);
   return format === undefined
     ? readExportPastMalformed(path, undefined, onTrailer)
     : readExportPastMalformed(path, format as HistoryFormat, onTrailer);
+}
+
+/** The bytes read to tell an export from another file: an export's CSV header or first row fits. */
+const HEAD_BYTES = 64 * 1024;
+
+/** The names an export's first line opens with: a row's columns, or a served NDJSON trailer's. */
+const EXPORT_NAMES: readonly string[] = [...HISTORY_COLUMNS, ...Object.keys(HistoryTrailer.shape)];
+
+/**
+ * Why the file at `path` is no export in any format (null: it is one, whole or broken, or it
+ * cannot be read here and its reader says why). An export opens with `PAR1` (Parquet), a JSON
+ * object of a row's or a trailer's fields (NDJSON; a first line cut short opens with one of their
+ * names), or a CSV header naming position and verdict_id (or a start of the export's header, cut
+ * short). An empty file is an export of no row. A file that opens otherwise (a text file, a JSON
+ * document, a program) holds no export, whatever --format names: a usage error (exit 2), not a
+ * broken export (exit 1), which is one a checked row or line fails in. A folder is Parquet parts,
+ * judged by its reader.
+ */
+function noExportIn(path: string): string | null {
+  let head: string;
+  try {
+    if (statSync(path).isDirectory()) return null;
+    const buf = Buffer.alloc(HEAD_BYTES);
+    const fd = openSync(path, 'r');
+    try {
+      head = buf.subarray(0, readSync(fd, buf, 0, buf.length, 0)).toString('utf8');
+    } finally {
+      closeSync(fd);
+    }
+  } catch {
+    return null;
+  }
+  // A byte order mark (a file saved as "UTF-8 with BOM") is no character of the file.
+  const text = head.replace(/^\uFEFF/, '');
+  if (text.trim() === '' || text.startsWith('PAR1')) return null;
+  const opened = text.trimStart();
+  const end = opened.indexOf('\n');
+  const first = (end < 0 ? opened : opened.slice(0, end)).replace(/\r$/, '');
+  if (first.startsWith('{')) {
+    try {
+      const record: unknown = JSON.parse(first);
+      if (
+        record !== null &&
+        typeof record === 'object' &&
+        !Array.isArray(record) &&
+        Object.keys(record).some((name) => EXPORT_NAMES.includes(name))
+      )
+        return null;
+    } catch {
+      // A first line cut short (or longer than the bytes read): a row's opens with one of its names.
+      const name = /^\{\s*"([^"]*)/.exec(first)?.[1];
+      if (name !== undefined && EXPORT_NAMES.some((known) => known.startsWith(name))) return null;
+    }
+  } else {
+    const fields = (() => {
+      try {
+        return parseCsvLine(first);
+      } catch {
+        return [];
+      }
+    })();
+    if (fields.includes('position') && fields.includes('verdict_id')) return null;
+    // The export's own header cut short, with nothing after it.
+    if (end < 0 && first !== '' && CSV_HEADER.startsWith(first)) return null;
+  }
+  // What it opens with, shown as text (a binary file's bytes escaped), so the file can be told.
+  const shown = JSON.stringify(first.slice(0, 40));
+  return `the file is no export in any format (it opens with ${shown}, where an NDJSON export opens with a row's JSON object, a CSV export with a header naming position and verdict_id, a Parquet file with PAR1)`;
 }
 
 /**
@@ -1125,7 +1206,7 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
         statSync(path).isDirectory() &&
         !readdirSync(path).some((f) => f.endsWith('.parquet'))
       )
-        throw new UsageError(
+        throw new NoExportError(
           `no export at ${path}: the folder holds no Parquet part (part-*.parquet; an export of no row holds one)`,
         );
       const rows = exportRows(path, values.format);

@@ -13,6 +13,7 @@ import {
   deploymentReplay,
   ExportInterruptedError,
   ForeignCursorError,
+  NoExportError,
   runHistoryCommand,
   USAGE,
   UsageError,
@@ -101,14 +102,15 @@ try {
   // expected failure (a store down, an --out this user may not write) is one line too; a bug keeps
   // its stack.
   // A file with a malformed or cut line (verify reports it as its first broken link; score can only
-  // stop there) is the file's fault, not a bug: its place and what to do, in one line.
+  // stop there) is the file's fault, not a bug: its place and what to do, in one line. A PATH that
+  // holds no export is the path's (exit 2): that line alone, the usage would not say which to give.
   const told =
     usage ||
     err instanceof ExportInterruptedError ||
     err instanceof ForeignCursorError ||
     err instanceof MalformedRowError;
   process.stderr.write(
-    usage
+    usage && !(err instanceof NoExportError)
       ? `${(err as Error).message}\n${usageHint('history')}\n`
       : told
         ? `${(err as Error).message}\n`

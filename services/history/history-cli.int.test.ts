@@ -1577,6 +1577,50 @@ describe('npm run history', () => {
     );
   });
 
+  it('refuses a file that holds no export in any format as no export (exit 2, one line), where a broken export fails (exit 1)', async () => {
+    const text = join(dir, 'notes.txt');
+    writeFileSync(text, 'shopping list\nmilk, eggs\n');
+    const json = join(dir, 'config.json');
+    writeFileSync(json, '{"name": "app", "version": 1}\n');
+    const pretty = join(dir, 'pretty.json');
+    writeFileSync(pretty, '{\n  "rows": []\n}\n');
+    const binary = join(dir, 'program.bin');
+    writeFileSync(binary, Buffer.from([0x7f, 0x45, 0x4c, 0x46, 2, 1, 1, 0, 0xff, 0x0a, 0x00, 0x3e]));
+    for (const file of [text, json, pretty, binary]) {
+      for (const command of ['score', 'verify']) {
+        const refused = runHistoryCommand([command, file], deps());
+        await expect(refused, `${command} ${file}`).rejects.toThrow(UsageError);
+        await expect(refused, `${command} ${file}`).rejects.toThrow(`no export at ${file}: `);
+      }
+    }
+    // An export whose first row is malformed is an export: verify reports it as the first broken
+    // link, score fails on it (exit 1), neither refuses it as no export.
+    const badRow = join(dir, 'bad-first-row.ndjson');
+    writeFileSync(badRow, '{"position": -1, "verdict_id": "v"}\n');
+    expect(JSON.parse(await runHistoryCommand(['verify', badRow], deps()))).toMatchObject({
+      ok: false,
+      firstBroken: { at: 'line 1' },
+    });
+    const failed = await runHistoryCommand(['score', badRow], deps()).catch((err: Error) => err);
+    expect(failed).toBeInstanceOf(Error);
+    expect(failed).not.toBeInstanceOf(UsageError);
+    // The real command line: exit 2 and that one line, whatever --format names.
+    const cli = ['--import', 'tsx', 'services/history/cli.ts'];
+    for (const args of [
+      ['score', text],
+      ['verify', text],
+      ['score', binary, '--format', 'csv'],
+      ['verify', json, '--format', 'ndjson'],
+    ]) {
+      const answer = await run(process.execPath, [...cli, ...args]).then(
+        ({ stdout, stderr }) => ({ code: 0, stdout, stderr }),
+        (err: { code: number; stdout: string; stderr: string }) => err,
+      );
+      expect(answer, args.join(' ')).toMatchObject({ code: 2, stdout: '' });
+      expect(answer.stderr, args.join(' ')).toMatch(new RegExp(`^no export at ${args[1]}: [^\\n]+\\n$`));
+    }
+  });
+
   it("keeps the README's export example out of git status", async () => {
     const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
     const example = /npm run history -- export --url \S+ --key \S+ --format parquet --out (\S+)`/.exec(

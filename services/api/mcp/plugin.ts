@@ -785,9 +785,10 @@ function protocolVersion(request: FastifyRequest): string | undefined {
 const negotiated = new Map<string, string>();
 
 /**
- * Whether the route refuses this request's JSON-RPC batch whole by its envelope (envelope.ts: an
- * empty batch, one on revision 2025-06-18 or later, a message that is not JSON-RPC 2.0). The rate
- * limit, which runs first, counts such a batch as one request instead of one per message.
+ * Whether the route refuses this request's JSON-RPC batch whole (envelope.ts: an empty batch, one
+ * on revision 2025-06-18 or later, one holding initialize; or one longer than MCP_MAX_BATCH). The
+ * rate limit, which runs first, counts such a batch as one request instead of one per message; a
+ * batch whose members at fault are answered on their own is served, and counted per message.
  */
 export function refusesBatch(request: FastifyRequest): boolean {
   return (

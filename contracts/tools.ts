@@ -354,7 +354,8 @@ export const ScanTradeCallsOutput = z.object({
       // No sizing per row: at topN and limit 100 the longest row measured (PEPE, 708 characters)
       // makes a 147,118-character MCP result of the 150,000 hosts accept; the notional alone
       // takes it to 151,118-152,718 (budgets 0.01 to 10,000,000), notional and both stop
-      // distances to 167,118-168,718, the full block to 194,318-200,518. The words say how.
+      // distances to 163,518-168,718 (short keys to long ones), the full block to
+      // 194,318-200,518. The words say how.
       expectedMovePct: z
         .number()
         .nullable()

@@ -66,7 +66,7 @@ export function stopRunnersBy(store: EventStore, at: number): void {
 }
 
 /** Whether `work` ended before the store's stop deadline (it is awaited whole when none is set). */
-async function beforeStopDeadline(store: EventStore, work: Promise<unknown>): Promise<boolean> {
+export async function beforeStopDeadline(store: EventStore, work: Promise<unknown>): Promise<boolean> {
   const at = stopDeadlines.get(store);
   if (at === undefined) return work.then(() => true);
   return endedBy(work, at);

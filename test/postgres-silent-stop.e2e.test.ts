@@ -1,54 +1,11 @@
 import { mkdtemp, rm } from 'node:fs/promises';
-import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { dropSchemas, POSTGRES_URL, shouldRunPostgresSuite, uniqueSchema } from './postgres-probe.ts';
+import { dropSchemas, shouldRunPostgresSuite, silenceableRelay, uniqueSchema } from './postgres-probe.ts';
 import { runServiceProcess, type ServiceProcess } from './service-process.ts';
 
 const run = await shouldRunPostgresSuite('stop under a silent PostgreSQL');
-
-/**
- * A relay to PostgreSQL that can go silent: its connections stay open and new ones are taken, but
- * nothing is passed on either way, as a partition or a hung server looks to the client.
- */
-async function silenceableRelay(url = POSTGRES_URL) {
-  const target = new URL(url);
-  const sockets = new Set<net.Socket>();
-  let silent = false;
-  const server = net.createServer((inbound) => {
-    sockets.add(inbound);
-    inbound.on('close', () => sockets.delete(inbound));
-    inbound.on('error', () => inbound.destroy());
-    if (silent) return;
-    const outbound = net.connect(Number(target.port || 5432), target.hostname);
-    sockets.add(outbound);
-    outbound.on('close', () => sockets.delete(outbound));
-    outbound.on('error', () => outbound.destroy());
-    inbound.on('close', () => outbound.destroy());
-    outbound.on('close', () => inbound.destroy());
-    inbound.on('data', (chunk) => {
-      if (!silent) outbound.write(chunk);
-    });
-    outbound.on('data', (chunk) => {
-      if (!silent) inbound.write(chunk);
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const through = new URL(url);
-  through.hostname = '127.0.0.1';
-  through.port = String((server.address() as net.AddressInfo).port);
-  return {
-    url: through.toString(),
-    silence() {
-      silent = true;
-    },
-    async close() {
-      for (const socket of sockets) socket.destroy();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
-}
 
 const schemas: string[] = [];
 const dirs: string[] = [];

@@ -6,7 +6,7 @@ import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts
 import type { ProjectionStore } from '../../adapters/projection-store/port.ts';
 import type { EventData } from '../../contracts/events.ts';
 import type { Projection } from '../../projections/projection.ts';
-import { ProjectionRunner } from '../../projections/runner.ts';
+import { beforeStopDeadline, ProjectionRunner } from '../../projections/runner.ts';
 import type { ChainReader } from './chain-reader.ts';
 import { type PaymentHandle, PaymentLedger, type PaymentStep } from './ledger.ts';
 import { evolveRecorded, isOpen, PAYMENT_EVENT_TYPES, type PaymentState } from './payment-state.ts';
@@ -385,7 +385,15 @@ export class PaymentReconciler {
   async stop(): Promise<void> {
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
-    await this.running?.catch(() => undefined);
+    // A round reads the log (its catch-up alone up to CATCH_UP_TIMEOUT_MS); with the store silent
+    // it outlasted SHUTDOWN_TIMEOUT_MS. The shutdown's stop deadline bounds the wait as it bounds
+    // the runners': a round left there changes nothing half-way (each step is one append with its
+    // expected revision), and the next start's first round looks at the same payments.
+    const round = this.running?.catch(() => undefined);
+    if (round && !(await beforeStopDeadline(this.options.store, round)))
+      this.options.logger?.warn(
+        'payment reconciliation round left in flight at the stop deadline: the next start runs it again',
+      );
     if (this.openPayments.running) await this.openPayments.stop();
   }
 }

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import pg from 'pg';
 import type { Logger } from 'pino';
 import type { Lease } from './port.ts';
+import { pgConnectionString } from './postgres-url.ts';
 
 /** Server-side keepalive of a lease's session, in seconds (idle, between probes) and probes. */
 export const LEASE_KEEPALIVE = { idle: 15, interval: 5, count: 3 } as const;
@@ -75,7 +76,7 @@ export class PostgresLease implements Lease {
 
   private async connect(): Promise<pg.Client> {
     const client = new pg.Client({
-      connectionString: this.options.url,
+      connectionString: pgConnectionString(this.options.url),
       connectionTimeoutMillis: this.options.connectTimeoutMs ?? 2_000,
       // A round trip that hangs (a half-open connection) counts as the lease lost, not as a wait.
       query_timeout: 10_000,

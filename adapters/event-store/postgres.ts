@@ -33,6 +33,7 @@ import {
   storedIdQuery,
 } from './postgres-schema.ts';
 import { PostgresProjectionStore } from './postgres-snapshots.ts';
+import { pgConnectionString } from './postgres-url.ts';
 import { isStorageFull, StorageFullState } from './storage-full.ts';
 
 export interface PostgresEventStoreOptions {
@@ -167,18 +168,6 @@ async function openStore(options: PostgresEventStoreOptions): Promise<PostgresEv
   const store = new PostgresEventStore(pool, options, names, new Set(recorded));
   await store.listen();
   return store;
-}
-
-/**
- * The URL handed to pg: sslmode prefer, require and verify-ca named verify-full, which is what pg 8
- * makes of them (the server's certificate and its name checked). Named so, its parser does not
- * print its multi-line SECURITY WARNING about that reading (on stderr, above the start's line or a
- * command's output); deploy/README.md says it once. A URL with uselibpqcompat (libpq's meanings of
- * the modes) is handed as it is.
- */
-function pgConnectionString(url: string): string {
-  if (/[?&]uselibpqcompat=/.test(url)) return url;
-  return url.replace(/([?&])sslmode=(?:prefer|require|verify-ca)(?=[&#]|$)/, '$1sslmode=verify-full');
 }
 
 /** The server's refusals of setting up the log's schema that an operator corrects, each with how. */
@@ -1069,7 +1058,7 @@ export class PostgresEventStore implements EventStore {
   async listen(): Promise<void> {
     if (this.closed) return;
     const client = new pg.Client({
-      connectionString: this.options.url,
+      connectionString: pgConnectionString(this.options.url),
       connectionTimeoutMillis: this.options.connectTimeoutMs ?? 2_000,
       application_name: `es-listen:${this.options.schema}`.slice(0, 63),
     });

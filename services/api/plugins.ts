@@ -7,8 +7,9 @@ import { ProjectionRunner } from '../../projections/runner.ts';
 import type { Adapters } from '../adapters.ts';
 import type { Component } from '../component.ts';
 import type { SignalOperations } from '../engine/operations.ts';
-import { type KeyRegistry, keyRegistryProjection } from '../keys/key-registry.ts';
+import type { KeyRegistry } from '../keys/key-registry.ts';
 import { KeyResolver } from '../keys/key-resolver.ts';
+import { KeyRevocations } from '../keys/revocations.ts';
 import { callerPlugin } from '../metering/caller.ts';
 import { planTable } from '../metering/plans.ts';
 import { QuotaMeter } from '../metering/quota-meter.ts';
@@ -62,10 +63,12 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
 } {
   const { config, adapters, logger } = deps;
   const plans = planTable(config);
+  // The key registry's fold, telling /mcp of each key it revokes (what the key holds there ends).
+  const revocations = new KeyRevocations(logger);
   const registry = new ProjectionRunner(
     adapters.eventStore,
     adapters.projectionStore,
-    keyRegistryProjection,
+    revocations.projection,
     {
       snapshotEvery: config.PROJECTION_SNAPSHOT_EVERY,
       logger,
@@ -142,6 +145,7 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
       ...(deps.paymentRequirements ? { paymentRequirements: deps.paymentRequirements } : {}),
       ...(deps.payPerCall ? { payPerCall: deps.payPerCall } : {}),
       ...(oauth ? { signin: oauth.gate } : {}),
+      keyRevocations: revocations,
     }),
     ...(oauth ? [oauth.plugin] : []),
   ];

@@ -59,6 +59,14 @@ export interface McpPluginOptions extends ToolCallDeps {
   onSessionCount?: (open: number) => void;
   /** The same MCP server at a second path that requires sign-in (an OAuth access token acting as a key). */
   signin?: SignInGate;
+  /** Keys revoked as this process's key registry folds them: their sessions close at once. */
+  keyRevocations: KeyRevocationFeed;
+}
+
+/** Tells of each key revoked as the key registry folds it (services/keys/revocations.ts). */
+export interface KeyRevocationFeed {
+  /** Returns the way to stop being told. */
+  onRevoked(listener: (key: { keyId: string; keyHash: string }) => void): () => void;
 }
 
 /** Who a request to the sign-in path acts as, or why it is refused (401 with its challenge). */
@@ -170,7 +178,7 @@ function refusedKeyText(code: 'unknown_key' | 'key_unverifiable'): string {
  */
 const REFUSED_KEY_STATUS: Record<number, ResponseDoc> = {
   401: rpcError(
-    `${refusedKeyText('unknown_key')}, id null: the Bearer key is unknown or revoked; a revoked key's request on its session also ends the event stream it holds`,
+    `${refusedKeyText('unknown_key')}, id null: the Bearer key is unknown or revoked; a key's revocation closes the sessions it opened, ending their event streams, as soon as the api has folded it, and a session id of theirs is answered this refusal`,
     ['code', 'retryable'],
   ),
   503: {
@@ -457,6 +465,19 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
     // sees the stream end and the stop is not held by it. The sessions themselves close after the
     // in-flight calls finish (onClose, once the server has closed).
     app.addHook('preClose', async () => sessions.endStreams());
+    // A revoked key loses what it holds here as soon as this process's key registry folds the
+    // revocation, whoever recorded it (this api, another, the keys CLI): the sessions it opened
+    // close, each event stream with them, without waiting for a request of the key's. A request
+    // on one of them afterwards is refused as the key is (-32003, 401 on a GET or DELETE).
+    const stopRevocations = options.keyRevocations.onRevoked(({ keyId, keyHash }) => {
+      sessions.closeOwnedBy(ownerOf({ kind: 'key', id: keyHash })).then(
+        (closed) => {
+          if (closed > 0) options.logger.info({ keyId, closed }, 'mcp sessions of a revoked key closed');
+        },
+        (err: unknown) => options.logger.warn({ err, keyId }, 'mcp sessions of a revoked key not closed'),
+      );
+    });
+    app.addHook('onClose', async () => stopRevocations());
     app.addHook('onClose', async () => sessions.closeAll());
     const stateless = statelessMcp(options);
     app.addHook('onClose', async () => stateless.close());
@@ -540,7 +561,17 @@ function mcpHandler(deps: HandlerDeps): Handler {
         owner: sessionOwner(request),
         credential: () => credentialOf(request),
       });
-      if (transport === undefined) return sessionNotFound(reply, sessions.openedWith(sessionId), request);
+      if (transport === undefined) {
+        const openedWith = sessions.openedWith(sessionId);
+        // No such session open, asked for with a refused key (a revoked key's sessions closed at
+        // its revocation): the key is refused, as on every request of it, not told the session is gone.
+        if (openedWith === undefined && request.callerRefused !== null) {
+          if (method !== 'POST') return refusedKeyStatus(request, reply);
+          const refused = await refusedKeyAnswer(options, request, reply, undefined);
+          if (refused !== null) return refused;
+        }
+        return sessionNotFound(reply, openedWith, request);
+      }
     }
     // The revision the request speaks and the answers it takes, read as HTTP defines them, before
     // any transport (whose checks compared substrings and trusted the header over the session).
@@ -592,8 +623,8 @@ function mcpHandler(deps: HandlerDeps): Handler {
     // is refused with the JSON-RPC error a tools/call gets, initialize and tools/list included, and
     // a GET or DELETE of its session as well (refusedKeyStatus).
     if (request.callerRefused !== null) {
-      // A revoked key's session keeps no event stream: the key's next request on it ends the one
-      // it holds (held by a stream alone, the session ends when it idles out).
+      // A refused key's session keeps no event stream: its revocation closed the key's sessions
+      // (keyRevocations); one the key still reaches here has its stream ended by this request.
       if (transport !== undefined && request.callerRefused.reason === 'unknown') {
         transport.closeStandaloneSSEStream();
       }
@@ -839,9 +870,14 @@ function inFlightConflict(reply: FastifyReply, id: string | number): Promise<Fas
 /** The caller a new session counts against: its key when one applies, else its address. */
 function sessionOwner(request: FastifyRequest): string {
   const caller = signedIn.get(request) ?? request.caller;
-  if (caller) return `${caller.subject.kind}:${caller.subject.id}`;
+  if (caller) return ownerOf(caller.subject);
   if (request.callerRefused) return `anonymous:${request.callerRefused.caller.subject.id}`;
   throw new Error('an MCP session without a caller: the caller hook (callerPlugin) runs before every route');
+}
+
+/** The owner of the sessions a quota subject opens (a key's: its hash). */
+function ownerOf(subject: { kind: string; id: string }): string {
+  return `${subject.kind}:${subject.id}`;
 }
 
 /** The share of the session cap a caller's sessions take: anonymous, a free key, or a paid one. */

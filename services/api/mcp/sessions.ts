@@ -207,6 +207,17 @@ export class SessionTable {
     await session.server.close().catch(() => undefined);
   }
 
+  /**
+   * Closes every session `owner` opened, their event streams with them; returns how many. Scans
+   * only when the owner holds one (counted as sessions open and close).
+   */
+  async closeOwnedBy(owner: string): Promise<number> {
+    if (this.countOf(owner) === 0) return 0;
+    const owned = [...this.sessions].filter(([, s]) => s.owner === owner).map(([id]) => id);
+    for (const id of owned) await this.close(id);
+    return owned.length;
+  }
+
   /** Ends every session's standalone GET event stream; the sessions stay open. */
   endStreams(): void {
     for (const session of this.sessions.values()) session.transport.closeStandaloneSSEStream();

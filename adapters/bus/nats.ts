@@ -516,9 +516,6 @@ export class NatsBus implements Bus {
   private lost: { since: number; server: string } | null = null;
   /** health() calls waiting on the server, ended by a loss of the connection. */
   private readonly lossWaiters = new Set<() => void>();
-  /** Unconfirmed acks (confirmAck: false) waiting for the end of this turn of the event loop. */
-  private acks: JsMsg[] = [];
-  private acksDue: NodeJS.Immediate | null = null;
 
   constructor(
     readonly nc: NatsConnection,
@@ -542,41 +539,6 @@ export class NatsBus implements Bus {
       if (!(await this.recreateIfMissing())) throw err;
       const ack = await send();
       return { duplicate: ack.duplicate, sequence: ack.seq };
-    }
-  }
-
-  /**
-   * Sends `m`'s unconfirmed ack with the other acks handlers gave in this turn of the event loop. The
-   * client writes each message to the socket in a write of its own unless it is sent in the same
-   * run of code as others: handlers finishing one by one cost a syscall per ack here and a socket
-   * read per ack on the server. Gathered, the acks of one turn go out in one write, each ack as it
-   * was (the same explicit ack of the same message), a turn later at most.
-   */
-  ackSoon(m: JsMsg): void {
-    this.acks.push(m);
-    this.acksDue ??= setImmediate(() => this.sendAcks());
-  }
-
-  /** Writes the gathered acks now; one the connection refuses (closed) is left to redelivery. */
-  sendAcks(): void {
-    if (this.acksDue !== null) clearImmediate(this.acksDue);
-    this.acksDue = null;
-    const acks = this.acks;
-    if (acks.length === 0) return;
-    this.acks = [];
-    let lost = 0;
-    for (const m of acks) {
-      try {
-        m.ack();
-      } catch {
-        lost++;
-      }
-    }
-    if (lost > 0) {
-      this.config.logger.warn(
-        { lost },
-        'acks not sent: NATS connection closed; the server redelivers their messages',
-      );
     }
   }
 
@@ -726,7 +688,6 @@ export class NatsBus implements Bus {
     this.closing.abort();
     await Promise.all([...this.consumers].map((consumer) => consumer.stop()));
     this.consumers.clear();
-    this.sendAcks();
     await this.nc.close();
     // A try in flight fails with the connection; the retry then ends on the aborted signal.
     await this.raiseRetry;
@@ -799,7 +760,6 @@ class NatsConsumer extends ConsumeLoop {
     // Unconfirmed acks of the last messages reach the server before a successor resumes the
     // durable: the server answers a flush only after everything sent before it.
     if (this.options.confirmAck === false && !this.bus.nc.isClosed()) {
-      this.bus.sendAcks();
       try {
         await flushWithin(this.bus.nc, this.bus.config.requestTimeoutMs);
       } catch (err) {
@@ -882,7 +842,7 @@ class NatsConsumer extends ConsumeLoop {
         settled = true;
         if (this.options.confirmAck === false) {
           // No reply inbox, timer or round trip per message; a lost ack means a redelivery later.
-          this.bus.ackSoon(m);
+          m.ack();
           return;
         }
         // ackAck waits for the server's confirmation; a lost ack means a redelivery later.

@@ -148,19 +148,41 @@ function anonymousRss(): number {
   }
 }
 
-async function drain(url: string, headers: Record<string, string>) {
+/**
+ * This process's memory growth over a stretch: RSS, its anonymous part and the heap, each the peak
+ * (sampled every 50 ms) less its value at the start.
+ */
+function memoryGrowth() {
   const rssBefore = process.memoryUsage().rss;
   let peak = rssBefore;
   const anonBefore = anonymousRss();
   let anonPeak = anonBefore;
   const heapBefore = process.memoryUsage().heapUsed;
   let heapPeak = heapBefore;
-  const sampler = setInterval(() => {
+  const sample = () => {
     const m = process.memoryUsage();
     peak = Math.max(peak, m.rss);
     anonPeak = Math.max(anonPeak, anonymousRss());
     heapPeak = Math.max(heapPeak, m.heapUsed);
-  }, 50);
+  };
+  const sampler = setInterval(sample, 50);
+  let growth: { rssGrowth: number; anonGrowth: number; heapGrowth: number } | undefined;
+  return {
+    /** Stops the sampling (once) and answers the growth. */
+    stop() {
+      clearInterval(sampler);
+      growth ??= {
+        rssGrowth: peak - rssBefore,
+        anonGrowth: anonPeak - anonBefore,
+        heapGrowth: heapPeak - heapBefore,
+      };
+      return growth;
+    },
+  };
+}
+
+async function drain(url: string, headers: Record<string, string>) {
+  const memory = memoryGrowth();
   const started = performance.now();
   const cpuBefore = process.cpuUsage();
   let firstByte = 0;
@@ -177,7 +199,7 @@ async function drain(url: string, headers: Record<string, string>) {
     bytes += chunk.length;
     for (let i = chunk.indexOf(10); i >= 0; i = chunk.indexOf(10, i + 1)) newlines++;
   }
-  clearInterval(sampler);
+  const growth = memory.stop();
   const cpu = process.cpuUsage(cpuBefore);
   return {
     seconds: (performance.now() - started) / 1000,
@@ -185,9 +207,7 @@ async function drain(url: string, headers: Record<string, string>) {
     firstByteMs: firstByte,
     bytes,
     newlines,
-    rssGrowth: peak - rssBefore,
-    anonGrowth: anonPeak - anonBefore,
-    heapGrowth: heapPeak - heapBefore,
+    ...growth,
     status: res.statusCode,
   };
 }
@@ -265,23 +285,13 @@ async function exportReader(authorization: string) {
  * memory figures are this process's too: what the server holds while it streams.
  */
 async function serverSide(reader: Awaited<ReturnType<typeof exportReader>>, url: string) {
-  const rssBefore = process.memoryUsage().rss;
-  let peak = rssBefore;
-  const anonBefore = anonymousRss();
-  let anonPeak = anonBefore;
-  const heapBefore = process.memoryUsage().heapUsed;
-  let heapPeak = heapBefore;
-  const sampler = setInterval(() => {
-    const m = process.memoryUsage();
-    peak = Math.max(peak, m.rss);
-    anonPeak = Math.max(anonPeak, anonymousRss());
-    heapPeak = Math.max(heapPeak, m.heapUsed);
-  }, 50);
+  const memory = memoryGrowth();
   const started = performance.now();
   const cpuBefore = process.cpuUsage();
   const readerBefore = processCpuMs(reader.pid) ?? Number.NaN;
   const mainBefore = mainThreadCpuMs(process.pid) ?? Number.NaN;
-  const got = await reader.read(url).finally(() => clearInterval(sampler));
+  const got = await reader.read(url).finally(() => memory.stop());
+  const growth = memory.stop();
   const cpu = process.cpuUsage(cpuBefore);
   const readerCpuMs = (processCpuMs(reader.pid) ?? Number.NaN) - readerBefore;
   const mainCpuMs = (mainThreadCpuMs(process.pid) ?? Number.NaN) - mainBefore;
@@ -294,9 +304,7 @@ async function serverSide(reader: Awaited<ReturnType<typeof exportReader>>, url:
     firstByteMs: got.firstByteMs,
     bytes: got.bytes,
     newlines: got.newlines,
-    rssGrowth: peak - rssBefore,
-    anonGrowth: anonPeak - anonBefore,
-    heapGrowth: heapPeak - heapBefore,
+    ...growth,
     status: got.status,
   };
 }
